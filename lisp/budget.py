@@ -1,0 +1,60 @@
+"""Budgets: the deterministic step fuel and the wall-clock backstop.
+
+One :class:`Budget` is shared by everything an activation runs, nested runs
+included. Generated code counts steps in a fast per-run counter and draws them
+from the budget in slices (:meth:`Budget.draw`), so the point at which fuel runs
+out is exact and the same on every machine; the wall clock is only looked at when
+a slice is drawn or a costly builtin charges.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .errors import BudgetExhausted
+
+SLICE = 1024
+
+
+class Budget:
+    """Remaining steps plus a wall-clock deadline, shared by nested runs."""
+
+    __slots__ = ("max_steps", "remaining", "deadline", "max_millis", "_clock")
+
+    def __init__(self, max_steps: int = 1_000_000, max_millis: int | None = 1_000) -> None:
+        self.max_steps = max_steps
+        self.remaining = max_steps
+        self.max_millis = max_millis
+        self._clock = time.monotonic
+        self.deadline = None if max_millis is None else self._clock() + max_millis / 1000.0
+
+    @property
+    def used(self) -> int:
+        """Steps consumed so far (exact once every run has returned its slice)."""
+        return self.max_steps - self.remaining
+
+    def draw(self) -> int:
+        """Hand out the next slice of steps, or raise when fuel or time has run out."""
+        self.check_clock()
+        if self.remaining <= 0:
+            raise BudgetExhausted("steps")
+        grant = SLICE if self.remaining > SLICE else self.remaining
+        self.remaining -= grant
+        return grant
+
+    def give_back(self, unused: int) -> None:
+        """Return the unused part of a slice (before a nested run, or at the end)."""
+        if unused > 0:
+            self.remaining += unused
+
+    def charge(self, steps: int) -> None:
+        """Charge work proportional to its size (long strings, big lists)."""
+        self.remaining -= steps
+        if self.remaining < 0:
+            self.remaining = 0
+            raise BudgetExhausted("steps")
+        self.check_clock()
+
+    def check_clock(self) -> None:
+        if self.deadline is not None and self._clock() > self.deadline:
+            raise BudgetExhausted("time")

@@ -1,0 +1,42 @@
+"""The system functions of Svit Lisp (reference §4.5), registered by name.
+
+Each system function is a plain Python function over Lisp values (see
+:mod:`lisp.values`). Arity is checked by the caller against ``min_args`` /
+``max_args`` before the function runs, so implementations may assume a valid
+argument count. Functions raise only :mod:`lisp.errors` types.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class SystemFunction:
+    name: str
+    fn: Callable[..., Any]
+    min_args: int
+    max_args: int | None  # None: no upper bound
+
+
+SYSTEM_FUNCTIONS: dict[str, SystemFunction] = {}
+
+
+def system(name: str, min_args: int, max_args: int | None = -1) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register ``fn`` as the system function ``name``; ``max_args=-1`` means exactly ``min_args``."""
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        upper = min_args if max_args == -1 else max_args
+        SYSTEM_FUNCTIONS[name] = SystemFunction(name, fn, min_args, upper)
+        return fn
+
+    return register
+
+
+def _load() -> None:
+    # Importing the family modules registers their functions.
+    from . import numbers, compare, lists, strings, formatting, types  # noqa: F401
+
+
+_load()

@@ -1,0 +1,177 @@
+"""How Svit Lisp values are represented in Python.
+
+The mapping is chosen so the common values cost nothing to represent:
+
+============  ======================================================
+Lisp type     Python representation
+============  ======================================================
+unit ``()``   ``None`` (also the empty list)
+bool          ``bool``
+integer       ``int`` (bounded by ``max_integer_bits`` at run time)
+float         ``float``
+ratio         ``fractions.Fraction`` (never with denominator 1)
+string        ``str``
+char          :class:`Char`
+bytes         ``bytes``
+path          :class:`LispPath`
+name          :class:`Name` (interned)
+keyword       :class:`Keyword` (interned)
+list          non-empty ``tuple``
+function      a Python function marked by :func:`mark_function`
+foreign       a :class:`Foreign` subclass (host data, opaque to Lisp)
+============  ======================================================
+
+Every callable takes the caller's call depth first: ``f(depth, *args)``.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from types import FunctionType
+from typing import Any, Callable
+
+Unit = None
+
+
+class Char:
+    """A single Unicode scalar value."""
+
+    __slots__ = ("char",)
+
+    def __init__(self, char: str) -> None:
+        self.char = char
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Char and other.char == self.char
+
+    def __hash__(self) -> int:
+        return hash(("char", self.char))
+
+    def __repr__(self) -> str:
+        return f"Char({self.char!r})"
+
+
+class LispPath:
+    """A filesystem-path literal (``#p"..."``); inert in Svit, it opens nothing."""
+
+    __slots__ = ("path",)
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is LispPath and other.path == self.path
+
+    def __hash__(self) -> int:
+        return hash(("path", self.path))
+
+    def __repr__(self) -> str:
+        return f"LispPath({self.path!r})"
+
+
+class Name:
+    """A symbol. Instances are interned, so identity is equality."""
+
+    __slots__ = ("name",)
+    _table: dict[str, "Name"] = {}
+
+    def __new__(cls, name: str) -> "Name":
+        found = cls._table.get(name)
+        if found is None:
+            found = object.__new__(cls)
+            found.name = name
+            cls._table[name] = found
+        return found
+
+    def __repr__(self) -> str:
+        return f"Name({self.name!r})"
+
+    def __reduce__(self):  # pragma: no cover - keeps interning across copies
+        return (Name, (self.name,))
+
+
+class Keyword:
+    """A keyword such as ``:optional``. Interned like :class:`Name`."""
+
+    __slots__ = ("name",)
+    _table: dict[str, "Keyword"] = {}
+
+    def __new__(cls, name: str) -> "Keyword":
+        found = cls._table.get(name)
+        if found is None:
+            found = object.__new__(cls)
+            found.name = name
+            cls._table[name] = found
+        return found
+
+    def __repr__(self) -> str:
+        return f"Keyword({self.name!r})"
+
+
+class Foreign:
+    """Host data inside Lisp. Lisp functions treat it as opaque.
+
+    Subclasses name their type (``type_name``), estimate their size for the guest
+    memory limit, and render themselves for ``format``.
+    """
+
+    __slots__ = ()
+
+    def type_name(self) -> str:
+        return "foreign"
+
+    def memory_size(self) -> int:
+        return 1
+
+    def display(self) -> str:
+        return f"#<{self.type_name()}>"
+
+
+def mark_function(fn: FunctionType, name: str, *, kind: str = "function") -> FunctionType:
+    """Tag a Python function as a Lisp callable (``kind`` is ``function`` or ``lambda``)."""
+    fn.lisp_name = name  # type: ignore[attr-defined]
+    fn.lisp_kind = kind  # type: ignore[attr-defined]
+    return fn
+
+
+def is_function(value: Any) -> bool:
+    return type(value) is FunctionType and hasattr(value, "lisp_kind")
+
+
+_TYPE_NAMES: dict[type, str] = {
+    type(None): "unit",
+    bool: "bool",
+    int: "integer",
+    float: "float",
+    Fraction: "ratio",
+    str: "string",
+    Char: "char",
+    bytes: "bytes",
+    LispPath: "path",
+    Name: "name",
+    Keyword: "keyword",
+    tuple: "list",
+}
+
+
+def type_name(value: Any) -> str:
+    """The Lisp type name of a value (``integer``, ``list``, ``svit-value``...)."""
+    found = _TYPE_NAMES.get(type(value))
+    if found is not None:
+        return found
+    if isinstance(value, Foreign):
+        return value.type_name()
+    if type(value) is FunctionType:
+        return getattr(value, "lisp_kind", "function")
+    return "object"
+
+
+NUMERIC_TYPES = (int, float, Fraction)
+
+
+def is_number(value: Any) -> bool:
+    t = type(value)
+    return t is int or t is float or t is Fraction
+
+
+CallableLisp = Callable[..., Any]

@@ -1,0 +1,148 @@
+"""The one error hierarchy of the Svit runtime.
+
+Every failure a host can see is a :class:`SvitError` with a stable ``code`` (the
+reference's failure codes) and a message that starts with the reference's display
+prefix. Messages are sanitized: capped at 1,024 bytes and never carrying a host path
+or a Python traceback.
+"""
+
+from __future__ import annotations
+
+DIAGNOSTIC_CAP = 1024
+
+
+def sanitize(text: str, cap: int = DIAGNOSTIC_CAP) -> str:
+    """Cap a diagnostic at ``cap`` UTF-8 bytes (then an ellipsis), cut on a char boundary."""
+    raw = text.encode("utf-8")
+    if len(raw) <= cap:
+        return text
+    return raw[:cap].decode("utf-8", errors="ignore") + "…"
+
+
+class SvitError(Exception):
+    """Base of every Svit failure; ``code`` is machine-readable, ``detail`` the specific text."""
+
+    code = "svit_error"
+    prefix = "svit error"
+
+    def __init__(self, detail: str = "") -> None:
+        self.detail = sanitize(str(detail))
+        super().__init__(self.message)
+
+    @property
+    def message(self) -> str:
+        return f"{self.prefix}: {self.detail}" if self.detail else self.prefix
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidScriptName(SvitError):
+    code, prefix = "invalid_script_name", "invalid script name"
+
+
+class ScriptNotFound(SvitError):
+    code, prefix = "script_not_found", "script not found"
+
+
+class InvalidPath(SvitError):
+    code, prefix = "invalid_path", "invalid state path"
+
+
+class InvalidValue(SvitError):
+    code, prefix = "invalid_value", "invalid persistent value"
+
+
+class InvalidMount(SvitError):
+    code, prefix = "invalid_mount", "invalid mount"
+
+
+class MountUnavailable(SvitError):
+    code, prefix = "mount_unavailable", "mount provider is not attached"
+
+
+class MountDenied(SvitError):
+    code, prefix = "mount_denied", "mount access denied"
+
+
+class InboxConflict(SvitError):
+    code, prefix = "inbox_conflict", "inbox head changed before acknowledgement"
+
+
+class ChildUnavailable(SvitError):
+    code, prefix = "child_unavailable", "spawned child process is unavailable"
+
+
+class PortContextUnavailable(SvitError):
+    code, prefix = "port_context_unavailable", "port process context is unavailable"
+
+
+class InvalidLimits(SvitError):
+    code, prefix = "invalid_limits", "invalid process limits"
+
+
+class ExecutionLimitExceeded(SvitError):
+    code, prefix = "execution_limit_exceeded", "activation execution limit exceeded"
+
+
+class ResourceLimitExceeded(SvitError):
+    """A named resource ran out; ``limit`` is the reference's name (``"call stack"``, ...)."""
+
+    code, prefix = "resource_limit_exceeded", "activation resource limit exceeded"
+
+    def __init__(self, limit: str) -> None:
+        self.limit = limit
+        super().__init__(limit)
+
+
+class HookCancelled(SvitError):
+    code, prefix = "hook_cancelled", "activation cancelled by hook"
+
+
+class ScriptFailed(SvitError):
+    code, prefix = "script_failed", "script failed"
+
+
+class InvalidSnapshot(SvitError):
+    code, prefix = "invalid_snapshot", "invalid snapshot"
+
+
+class InvalidControlId(SvitError):
+    code, prefix = "invalid_control_id", "invalid control identifier"
+
+
+class InvalidControlConfiguration(SvitError):
+    code, prefix = "invalid_control_configuration", "invalid control configuration"
+
+
+class ControlUnavailable(SvitError):
+    code, prefix = "control_unavailable", "process controller unavailable"
+
+
+class PersistenceNotFound(SvitError):
+    code, prefix = "persistence_not_found", "persisted process not found"
+
+
+class PersistenceAlreadyExists(SvitError):
+    code, prefix = "persistence_already_exists", "persisted process already exists"
+
+
+class PersistenceConflict(SvitError):
+    code, prefix = "persistence_conflict", "persisted process head conflict"
+
+
+class PersistenceReferenced(SvitError):
+    code, prefix = "persistence_referenced", "persisted process history is referenced by a fork"
+
+
+class InvalidPersistence(SvitError):
+    code, prefix = "invalid_persistence", "invalid persisted process"
+
+
+class PersistenceUnavailable(SvitError):
+    code, prefix = "persistence_unavailable", "persistence store unavailable"
+
+
+ALL_ERRORS: tuple[type[SvitError], ...] = tuple(
+    cls for cls in list(globals().values()) if isinstance(cls, type) and issubclass(cls, SvitError)
+)
