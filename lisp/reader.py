@@ -1,0 +1,279 @@
+"""The reader: source text to Lisp data, with positions.
+
+The Lark LALR parser in ``grammar.lark`` reduces straight into Lisp values (lists
+are tuples, ``()`` is ``None``) while recording, for every list, where it started
+and how deeply it nests. Results are cached by the BLAKE3 digest of the source, so
+a script is read once per process however often it runs.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import blake3
+from lark import Lark, Transformer, Token
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
+
+from .errors import LispError, ReadError, Span
+from .values import Char, Keyword, LispPath, Name
+
+QUOTE = Name("quote")
+QUASIQUOTE = Name("quasiquote")
+UNQUOTE = Name("comma")
+UNQUOTE_SPLICING = Name("comma-at")
+
+_PREFIX_NAMES = {
+    "QUOTE": QUOTE,
+    "QUASIQUOTE": QUASIQUOTE,
+    "UNQUOTE": UNQUOTE,
+    "UNQUOTE_SPLICING": UNQUOTE_SPLICING,
+}
+
+_SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "0": "\0"}
+_ESCAPE = re.compile(r"\\(u\{[0-9a-fA-F]{1,6}\}|x[0-9a-fA-F]{2}|\r?\n[ \t\r\n]*|[\s\S])")
+
+
+@dataclass
+class Program:
+    """What the reader produced: top-level forms plus facts the compiler checks."""
+
+    forms: tuple[Any, ...]
+    spans: dict[int, Span] = field(repr=False)
+    depth: int
+    integer_bits: int
+
+    def span_of(self, form: Any) -> Span | None:
+        return self.spans.get(id(form)) if type(form) is tuple else None
+
+
+def _unescape(body: str, token: Token, *, allow_unicode: bool = True) -> str:
+    def replace(match: re.Match[str]) -> str:
+        esc = match.group(1)
+        if esc in _SIMPLE_ESCAPES:
+            return _SIMPLE_ESCAPES[esc]
+        if esc[0] in "\r\n":
+            return ""  # a backslash-newline continues the line, dropping leading blanks
+        if esc[0] == "x":
+            code = int(esc[1:], 16)
+            if allow_unicode and code > 0x7F:
+                raise _error(token, f"invalid escape \\{esc}: only ASCII may be written as \\x")
+            return chr(code)
+        if esc[0] == "u" and allow_unicode:
+            code = int(esc[2:-1], 16)
+            if code > 0x10FFFF or 0xD800 <= code <= 0xDFFF:
+                raise _error(token, f"invalid unicode escape \\{esc}")
+            return chr(code)
+        raise _error(token, f"unknown escape sequence \\{esc}")
+
+    return _ESCAPE.sub(replace, body)
+
+
+def _error(token: Token, message: str) -> ReadError:
+    return ReadError(message, Span(token.line or 1, token.column or 1))
+
+
+def _strip_raw(text: str, prefix_len: int) -> str:
+    body = text[prefix_len:]
+    hashes = len(body) - len(body.lstrip("#"))
+    return body[hashes + 1 : len(body) - hashes - 1]
+
+
+def _to_bytes(text: str, token: Token) -> bytes:
+    try:
+        return text.encode("latin-1")
+    except UnicodeEncodeError:
+        raise _error(token, "byte strings may only contain bytes") from None
+
+
+class _Builder(Transformer):
+    """Reduces grammar rules into (value, depth) pairs, recording list positions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.spans: dict[int, Span] = {}
+        self.integer_bits = 0
+
+    def start(self, children: list[tuple[Any, int]]) -> tuple[tuple[Any, ...], int]:
+        depth = max((d for _, d in children), default=0)
+        return tuple(v for v, _ in children), depth
+
+    def list(self, children: list[Any]) -> tuple[Any, int]:
+        lpar = children[0]
+        items = children[1:-1]
+        if not items:
+            return None, 1
+        value = tuple(v for v, _ in items)
+        self.spans[id(value)] = Span(lpar.line, lpar.column)
+        return value, 1 + max(d for _, d in items)
+
+    def quoted(self, children: list[Any]) -> tuple[Any, int]:
+        prefix, (inner, depth) = children
+        value = (_PREFIX_NAMES[prefix.type], inner)
+        self.spans[id(value)] = Span(prefix.line, prefix.column)
+        return value, depth + 1
+
+    def atom(self, children: list[Token]) -> tuple[Any, int]:
+        token = children[0]
+        return getattr(self, "_" + token.type)(token, str(token)), 0
+
+    def _note_bits(self, value: int) -> int:
+        bits = value.bit_length()
+        if bits > self.integer_bits:
+            self.integer_bits = bits
+        return value
+
+    def _INTEGER(self, token: Token, text: str) -> int:
+        sign = -1 if text.startswith("-") else 1
+        digits = text.lstrip("-")
+        base = {"0x": 16, "0o": 8, "0b": 2}.get(digits[:2], 10)
+        if len(digits) > 20_000:
+            raise _error(token, "integer literal is too long")
+        value = sign * int(digits[2:] if base != 10 else digits, base)
+        return self._note_bits(value)
+
+    def _FLOAT(self, token: Token, text: str) -> float:
+        value = float(text)
+        if value in (float("inf"), float("-inf")):
+            raise _error(token, "float literal is out of range")
+        return value
+
+    def _RATIO(self, token: Token, text: str) -> Any:
+        numerator, denominator = text.split("/")
+        if len(text) > 20_000:
+            raise _error(token, "ratio literal is too long")
+        if int(denominator) == 0:
+            raise _error(token, "ratio literal has a zero denominator")
+        value = Fraction(int(numerator), int(denominator))
+        self._note_bits(value.numerator)
+        self._note_bits(value.denominator)
+        return value.numerator if value.denominator == 1 else value
+
+    def _STRING(self, token: Token, text: str) -> str:
+        return _unescape(text[1:-1], token)
+
+    def _RAW_STRING(self, token: Token, text: str) -> str:
+        return _strip_raw(text, 1)
+
+    def _CHAR(self, token: Token, text: str) -> Char:
+        value = _unescape(text[2:-1], token)
+        if len(value) != 1:
+            raise _error(token, "a character literal holds exactly one character")
+        return Char(value)
+
+    def _BYTE_STRING(self, token: Token, text: str) -> bytes:
+        return _to_bytes(_unescape(text[3:-1], token, allow_unicode=False), token)
+
+    def _RAW_BYTE_STRING(self, token: Token, text: str) -> bytes:
+        return _to_bytes(_strip_raw(text, 3), token)
+
+    def _BYTE_CHAR(self, token: Token, text: str) -> int:
+        value = _to_bytes(_unescape(text[3:-1], token, allow_unicode=False), token)
+        if len(value) != 1:
+            raise _error(token, "a byte literal holds exactly one byte")
+        return value[0]
+
+    def _PATH(self, token: Token, text: str) -> LispPath:
+        return LispPath(_unescape(text[3:-1], token))
+
+    def _RAW_PATH(self, token: Token, text: str) -> LispPath:
+        return LispPath(_strip_raw(text, 3))
+
+    def _KEYWORD(self, token: Token, text: str) -> Keyword:
+        return Keyword(text[1:])
+
+    def _NAME(self, token: Token, text: str) -> Any:
+        if text == "true":
+            return True
+        if text == "false":
+            return False
+        return Name(text)
+
+
+_GRAMMAR = (Path(__file__).with_name("grammar.lark")).read_text(encoding="utf-8")
+_parser_lock = threading.Lock()
+_builder = _Builder()
+_parser: Lark | None = None
+
+
+def _get_parser() -> Lark:
+    global _parser
+    if _parser is None:
+        # The builder runs as the parser reduces (no tree is built, nothing recurses).
+        _parser = Lark(_GRAMMAR, parser="lalr", lexer="basic", regex=True, transformer=_builder)
+    return _parser
+
+
+def _describe(error: UnexpectedInput, source: str) -> ReadError:
+    line = getattr(error, "line", None) or 1
+    column = getattr(error, "column", None) or 1
+    if isinstance(error, UnexpectedEOF) or (isinstance(error, UnexpectedToken) and error.token.type == "$END"):
+        return ReadError("unexpected end of input: unbalanced parentheses", Span(line, column))
+    if isinstance(error, UnexpectedToken):
+        text = str(error.token)
+        if error.token.type == "RPAR":
+            return ReadError("unexpected `)`", Span(line, column))
+        return ReadError(f"unexpected token `{text[:40]}`", Span(line, column))
+    if isinstance(error, UnexpectedCharacters):
+        index = error.pos_in_stream
+        char = source[index] if 0 <= index < len(source) else "?"
+        if source.startswith("#|", index):
+            return ReadError("unterminated block comment", Span(line, column))
+        if char == '"' or source.startswith(('r"', "r#"), index):
+            return ReadError("unterminated or malformed string literal", Span(line, column))
+        if char == "\r":
+            return ReadError("carriage return must be followed by a newline", Span(line, column))
+        return ReadError(f"unexpected character `{char}`", Span(line, column))
+    return ReadError("malformed input", Span(line, column))
+
+
+def _parse(source: str) -> Program:
+    with _parser_lock:
+        parser = _get_parser()
+        _builder.spans = {}
+        _builder.integer_bits = 0
+        try:
+            forms, depth = parser.parse(source)
+        except UnexpectedInput as error:
+            raise _describe(error, source) from None
+        except VisitError as error:
+            if isinstance(error.orig_exc, LispError):
+                raise error.orig_exc from None
+            raise
+        return Program(forms, _builder.spans, depth, _builder.integer_bits)
+
+
+_CACHE_SIZE = 512
+_cache: "OrderedDict[bytes, Program]" = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def read(source: str) -> Program:
+    """Read ``source`` into a :class:`Program` (cached by content)."""
+    if not isinstance(source, str):
+        raise ReadError("source must be text")
+    key = blake3.blake3(source.encode("utf-8", errors="surrogatepass")).digest()
+    with _cache_lock:
+        found = _cache.get(key)
+        if found is not None:
+            _cache.move_to_end(key)
+            return found
+    try:
+        program = _parse(source)
+    except RecursionError:
+        raise ReadError("input nests too deeply", Span(1, 1)) from None
+    with _cache_lock:
+        _cache[key] = program
+        if len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+    return program
+
+
+def read_forms(source: str) -> tuple[Any, ...]:
+    """Just the data: convenient for tests and for macro-free tools."""
+    return read(source).forms
