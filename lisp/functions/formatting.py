@@ -1,0 +1,942 @@
+"""Rendering of values and the ``format`` family (reference §4.5).
+
+``display`` is the ``~a`` rendering and ``debug_repr`` the ``~s`` rendering.
+Rendering is iterative (deep lists cannot overflow the Python stack), renders a
+list shared many times only once, charges steps as it goes, and stops with
+``LimitError("guest memory")`` as soon as the text would exceed the guest
+memory limit, so exponentially shared lists cannot exhaust the host.
+
+``format`` follows Ketos's Common-Lisp-style directives: ``~a ~s ~c ~d ~b ~o
+~x ~r ~f ~e ~p ~t ~% ~& ~| ~~ ~* ~? ~^`` and the groups ``~{~}``, ``~[~;~]``,
+``~(~)``. ``~<...~>`` and ``~z`` are not supported and fail with an error
+naming the directive. ``print`` and friends format and discard the text: Svit
+has no output stream.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+from fractions import Fraction
+from types import FunctionType
+from typing import Any
+
+from ..context import current
+from ..errors import EvalError, LimitError
+from ..values import Char, Foreign, Keyword, LispPath, Name
+from . import system
+from .numbers import type_error
+
+#: Rendering charges one step per this many output characters (or list elements).
+_CHARS_PER_STEP = 64
+_STEP_EVERY = 1024
+#: Nesting of format groups and ``~?`` indirections.
+_MAX_FORMAT_DEPTH = 32
+#: Largest numeric directive parameter (as Ketos).
+_MAX_FIELD = 100
+
+
+# --- atoms ---------------------------------------------------------------------
+
+
+def _plain_float(f: float) -> str:
+    """Shortest round-trip digits in positional notation (Rust's ``{}`` for f64)."""
+    r = repr(f)
+    if "e" in r or "E" in r:
+        r = format(Decimal(r), "f")
+    if r.endswith(".0"):
+        r = r[:-2]
+    return r
+
+
+def float_text(f: float) -> str:
+    """A float as Lisp shows it: always with a decimal point when finite."""
+    if math.isnan(f):
+        return "NaN"
+    if math.isinf(f):
+        return "inf" if f > 0 else "-inf"
+    s = _plain_float(f)
+    return s if "." in s else s + ".0"
+
+
+_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\0": "\\0"}
+
+
+def _escape(text: str, quote: str) -> str:
+    out = []
+    for ch in text:
+        e = _ESCAPES.get(ch)
+        if e is not None:
+            out.append(e)
+        elif ch == quote:
+            out.append("\\" + ch)
+        elif ch == " " or ch.isprintable():
+            out.append(ch)
+        else:
+            out.append("\\u{%x}" % ord(ch))
+    return "".join(out)
+
+
+def _bytes_text(b: bytes) -> str:
+    out = ['#b"']
+    for x in b:
+        if x == 0x5C:
+            out.append("\\\\")
+        elif x == 0x22:
+            out.append('\\"')
+        elif 0x20 <= x <= 0x7E:
+            out.append(chr(x))
+        else:
+            out.append("\\x%02x" % x)
+    out.append('"')
+    return "".join(out)
+
+
+def _atom(v: Any, debug: bool) -> str:
+    t = type(v)
+    if v is None:
+        return "()"
+    if t is bool:
+        return "true" if v else "false"
+    if t is int:
+        return str(v)
+    if t is float:
+        return float_text(v)
+    if t is str:
+        return '"' + _escape(v, '"') + '"' if debug else v
+    if t is Fraction:
+        return f"{v.numerator}/{v.denominator}"
+    if t is Char:
+        return "#'" + _escape(v.char, "'") + "'" if debug else v.char
+    if t is Name:
+        return v.name
+    if t is Keyword:
+        return ":" + v.name
+    if t is bytes:
+        return _bytes_text(v)
+    if t is LispPath:
+        return '#p"' + _escape(v.path, '"') + '"' if debug else v.path
+    if isinstance(v, Foreign):
+        return v.display()
+    if t is FunctionType:
+        kind = getattr(v, "lisp_kind", "function")
+        name = getattr(v, "lisp_name", None)
+        return f"#<{kind} {name}>" if name else f"#<{kind}>"
+    return "#<object>"
+
+
+# --- bounded rendering ---------------------------------------------------------------
+
+
+class _Cut(Exception):
+    pass
+
+
+def _render(value: Any, debug: bool, limit: int, cut: bool = False) -> str:
+    """Render ``value``; past ``limit`` characters raise (or, with ``cut``, stop)."""
+    if type(value) is not tuple:
+        s = _atom(value, debug)
+        if len(s) > limit:
+            if cut:
+                return s[:limit] + "…"
+            raise LimitError("guest memory")
+        return s
+    budget = current().budget
+    out: list[str] = []
+    total = 0
+    ticks = 0
+    memo: dict[int, str] = {}
+    # frames: [list, next index, position of its "(" in out]
+    stack: list[list] = []
+
+    def emit(s: str) -> None:
+        nonlocal total
+        total += len(s)
+        out.append(s)
+        if total > limit:
+            raise _Cut
+
+    def enter(v: Any) -> None:
+        if type(v) is tuple:
+            done = memo.get(id(v))
+            if done is not None:
+                emit(done)
+            else:
+                stack.append([v, 0, len(out)])
+                emit("(")
+        else:
+            emit(_atom(v, debug))
+
+    try:
+        enter(value)
+        while stack:
+            ticks += 1
+            if ticks >= _STEP_EVERY:
+                budget.charge(_STEP_EVERY // 16)
+                ticks = 0
+            frame = stack[-1]
+            lst, i, start = frame
+            if i == len(lst):
+                emit(")")
+                stack.pop()
+                s = "".join(out[start:])
+                del out[start:]
+                out.append(s)
+                memo[id(lst)] = s
+                continue
+            if i:
+                emit(" ")
+            frame[1] = i + 1
+            enter(lst[i])
+    except _Cut:
+        if not cut:
+            raise LimitError("guest memory") from None
+        return "".join(out)[:limit] + "…"
+    text = "".join(out)
+    if len(text) >= _CHARS_PER_STEP:
+        budget.charge(len(text) // _CHARS_PER_STEP)
+    return text
+
+
+def display(value: Any) -> str:
+    """The ``~a`` rendering (strings and chars bare; list elements as ``~s``)."""
+    return _render(value, False, current().max_memory)
+
+
+def debug_repr(value: Any) -> str:
+    """The ``~s`` rendering (strings quoted and escaped, chars as ``#'c'``)."""
+    return _render(value, True, current().max_memory)
+
+
+def short_repr(value: Any, display: bool = False, limit: int = 120) -> str:
+    """A rendering for error messages: never fails, cut at ``limit`` characters."""
+    try:
+        return _render(value, not display, limit, cut=True)
+    except LimitError:
+        return "…"
+
+
+# --- format: parsing ---------------------------------------------------------------
+
+
+def _fmt_error(message: str) -> EvalError:
+    return EvalError(f"error in string formatting: {message}")
+
+
+class _Dir:
+    __slots__ = ("command", "at", "colon", "params")
+
+    def __init__(self, command: str, at: bool, colon: bool, params: list) -> None:
+        self.command = command
+        self.at = at
+        self.colon = colon
+        self.params = params
+
+
+class _Group:
+    __slots__ = ("open", "clauses", "separators", "close")
+
+    def __init__(self, open_dir: _Dir) -> None:
+        self.open = open_dir
+        self.clauses: list[list] = [[]]
+        self.separators: list[_Dir] = []
+        self.close: _Dir | None = None
+
+
+_OPENERS = {"{": "}", "[": "]", "(": ")", "<": ">"}
+_CLOSERS = {"}", "]", ")", ">"}
+
+
+def _tokenize(fmt: str) -> list:
+    """Text pieces and directives, in order."""
+    tokens: list = []
+    text: list[str] = []
+    i = 0
+    n = len(fmt)
+    while i < n:
+        ch = fmt[i]
+        if ch != "~":
+            text.append(ch)
+            i += 1
+            continue
+        i += 1
+        params: list = []
+        # parameters: numbers, 'c, v or #, separated by commas (a field may be empty)
+        while i < n:
+            c = fmt[i]
+            if c == "'":
+                if i + 1 >= n:
+                    raise _fmt_error("end of format string reached when parsing directive")
+                params.append(("char", fmt[i + 1]))
+                i += 2
+            elif c in "vV":
+                params.append("v")
+                i += 1
+            elif c == "#":
+                params.append("#")
+                i += 1
+            elif c == "-" or c.isdigit():
+                j = i + 1
+                while j < n and fmt[j].isdigit():
+                    j += 1
+                if j - i > 12 or fmt[i:j] == "-":
+                    raise _fmt_error("integer overflow in field")
+                params.append(int(fmt[i:j]))
+                i = j
+            elif c == ",":
+                params.append(None)
+            else:
+                break
+            if i < n and fmt[i] == ",":
+                i += 1
+            else:
+                break
+        at = colon = False
+        while i < n and fmt[i] in "@:":
+            if fmt[i] == "@":
+                if at:
+                    raise _fmt_error("invalid flags")
+                at = True
+            else:
+                if colon:
+                    raise _fmt_error("invalid flags")
+                colon = True
+            i += 1
+        if i >= n:
+            raise _fmt_error("end of format string reached when parsing directive")
+        command = fmt[i].lower()
+        i += 1
+        if command == "\n":
+            # newline continuation: skip the newline and following indentation
+            while i < n and fmt[i] != "\n" and fmt[i].isspace():
+                i += 1
+            continue
+        if text:
+            tokens.append("".join(text))
+            text = []
+        tokens.append(_Dir(command, at, colon, params))
+    if text:
+        tokens.append("".join(text))
+    return tokens
+
+
+def _parse(tokens: list, pos: int, closer: str | None, group: _Group | None, depth: int) -> int:
+    """Fill ``group`` (or the top-level list) from ``tokens[pos:]``; returns the next position."""
+    if depth > _MAX_FORMAT_DEPTH:
+        raise _fmt_error("format directives nested too deeply")
+    assert group is not None
+    while pos < len(tokens):
+        tok = tokens[pos]
+        pos += 1
+        if isinstance(tok, _Dir):
+            c = tok.command
+            if c in _OPENERS:
+                sub = _Group(tok)
+                pos = _parse(tokens, pos, _OPENERS[c], sub, depth + 1)
+                group.clauses[-1].append(sub)
+                continue
+            if c in _CLOSERS:
+                if c != closer:
+                    raise _fmt_error(f"incorrect close delimiter: `{c}`")
+                group.close = tok
+                return pos
+            if c == ";":
+                if closer not in ("]", ">"):
+                    raise _fmt_error("directive not expected here")
+                group.separators.append(tok)
+                group.clauses.append([])
+                continue
+        group.clauses[-1].append(tok)
+    if closer is not None:
+        raise _fmt_error(f"missing close delimiter `{closer}`")
+    return pos
+
+
+def _compile(fmt: str, depth: int = 0) -> list:
+    root = _Group(_Dir("", False, False, []))
+    _parse(_tokenize(fmt), 0, None, root, depth)
+    return root.clauses[0]
+
+
+# --- format: running ---------------------------------------------------------------
+
+
+class _Out:
+    __slots__ = ("parts", "total", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.parts: list[str] = []
+        self.total = 0
+        self.limit = limit
+
+    def emit(self, s: str) -> None:
+        if s:
+            self.total += len(s)
+            if self.total > self.limit:
+                raise LimitError("guest memory")
+            self.parts.append(s)
+
+    def column(self) -> int:
+        col = 0
+        for p in reversed(self.parts):
+            k = p.rfind("\n")
+            if k >= 0:
+                return col + len(p) - k - 1
+            col += len(p)
+        return col
+
+    def at_line_start(self) -> bool:
+        for p in reversed(self.parts):
+            if p:
+                return p.endswith("\n")
+        return True
+
+
+class _Stop(Exception):
+    """``~^`` ended the enclosing iteration; ``whole`` ends the whole ``~:{``."""
+
+    def __init__(self, whole: bool) -> None:
+        self.whole = whole
+
+
+_LOW = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+        "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]
+_LOW_TH = ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth",
+           "tenth", "eleventh", "twelfth", "thirteenth", "fourteenth", "fifteenth", "sixteenth",
+           "seventeenth", "eighteenth", "nineteenth"]
+_TENS = ["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
+_TENS_TH = ["twentieth", "thirtieth", "fortieth", "fiftieth", "sixtieth", "seventieth",
+            "eightieth", "ninetieth"]
+
+
+def _cardinal(n: int, ordinal: bool) -> str:
+    if n == 0:
+        return "zeroth" if ordinal else "zero"
+    words: list[str] = []
+    for unit, name in ((1000, "thousand"), (100, "hundred")):
+        if n >= unit:
+            words.append(_LOW[n // unit - 1])
+            n %= unit
+            words.append(name + ("th" if ordinal and n == 0 else ""))
+    tail = ""
+    if n >= 20:
+        tens, n = divmod(n, 10)
+        if n == 0:
+            tail = (_TENS_TH if ordinal else _TENS)[tens - 2]
+        else:
+            tail = _TENS[tens - 2] + "-"
+    if n:
+        tail += (_LOW_TH if ordinal else _LOW)[n - 1]
+    if tail:
+        words.append(tail)
+    return " ".join(words)
+
+
+_ROMAN = [(1000, "M"), (900, "CM"), (500, "D"), (400, "CD"), (100, "C"), (90, "XC"), (50, "L"),
+          (40, "XL"), (10, "X"), (9, "IX"), (5, "V"), (4, "IV"), (1, "I")]
+_OLD_ROMAN = [(1000, "M"), (500, "D"), (100, "C"), (50, "L"), (10, "X"), (5, "V"), (1, "I")]
+
+
+def _roman(n: int, old: bool) -> str:
+    out = []
+    for value, digits in _OLD_ROMAN if old else _ROMAN:
+        while n >= value:
+            out.append(digits)
+            n -= value
+    return "".join(out)
+
+
+def _pad(s: str, min_col: int, col_inc: int, min_pad: int, pad_char: str, left: bool) -> str:
+    if min_col == 0 and min_pad == 0:
+        return s
+    pad = max(min_pad, max(min_col - len(s.encode("utf-8")), 0))
+    if col_inc > 1:
+        pad = pad + col_inc - (pad % col_inc)
+    fill = pad_char * pad
+    return fill + s if left else s + fill
+
+
+def _exp_text(f: float, prec: int | None) -> str:
+    """Rust's ``{:e}`` / ``{:.Ne}``."""
+    if math.isnan(f):
+        return "NaN"
+    if math.isinf(f):
+        return "inf" if f > 0 else "-inf"
+    sign = "-" if math.copysign(1.0, f) < 0 else ""
+    if prec is not None:
+        mant, _, exp = f"{abs(f):.{prec}e}".partition("e")
+        return f"{sign}{mant}e{int(exp)}"
+    if f == 0:
+        return sign + "0e0"
+    d = Decimal(repr(abs(f))).normalize()
+    _, digits, exponent = d.as_tuple()
+    e = len(digits) - 1 + exponent
+    mant = str(digits[0])
+    if len(digits) > 1:
+        mant += "." + "".join(map(str, digits[1:]))
+    return f"{sign}{mant}e{e}"
+
+
+class _Formatter:
+    def __init__(self, args: tuple, out: _Out, depth: int) -> None:
+        self.args = args
+        self.index = 0
+        self.out = out
+        self.depth = depth
+        self.last_list = True  # inside ~:{ : is this the last sublist?
+
+    # arguments and parameters
+
+    def next_arg(self) -> Any:
+        if self.index >= len(self.args):
+            raise _fmt_error("insufficient arguments")
+        v = self.args[self.index]
+        self.index += 1
+        return v
+
+    def left(self) -> int:
+        return max(len(self.args) - self.index, 0)
+
+    def int_param(self, params: list, i: int, default: int | None) -> int | None:
+        p = params[i] if i < len(params) else None
+        if p is None:
+            return default
+        if p == "#":
+            return self.left()
+        if p == "v":
+            arg = self.next_arg()
+            if arg is None:
+                return default
+            p = self.integer(arg)
+        if isinstance(p, tuple):
+            raise _fmt_error("expected field of type integer; found char")
+        if p < 0 or p > _MAX_FIELD:
+            raise _fmt_error("integer overflow in field")
+        return p
+
+    def char_param(self, params: list, i: int, default: str) -> str:
+        p = params[i] if i < len(params) else None
+        if p is None:
+            return default
+        if isinstance(p, tuple):
+            return p[1]
+        if p == "v":
+            arg = self.next_arg()
+            if type(arg) is not Char:
+                raise _fmt_error(f"expected char; found {_type(arg)}")
+            return arg.char
+        raise _fmt_error("expected field of type char; found integer")
+
+    @staticmethod
+    def no_more(params: list, count: int) -> None:
+        if any(p is not None for p in params[count:]):
+            raise _fmt_error("extraneous fields to directive")
+
+    @staticmethod
+    def integer(v: Any) -> int:
+        t = type(v)
+        if t is int:
+            return v
+        if t is float:
+            if not math.isfinite(v):
+                raise _fmt_error("integer overflow")
+            return math.trunc(v)
+        if t is Fraction:
+            return math.trunc(v)
+        raise _fmt_error(f"expected integer; found {_type(v)}")
+
+    @staticmethod
+    def number_as_float(v: Any) -> float:
+        t = type(v)
+        if t is float:
+            return v
+        if t is int or t is Fraction:
+            try:
+                return float(v)
+            except OverflowError:
+                return -math.inf if v < 0 else math.inf
+        raise _fmt_error(f"expected float; found {_type(v)}")
+
+    # running
+
+    def run(self, nodes: list) -> None:
+        emit = self.out.emit
+        for node in nodes:
+            if type(node) is str:
+                emit(node)
+            elif type(node) is _Group:
+                self.group(node)
+            else:
+                self.directive(node)
+
+    def directive(self, d: _Dir) -> None:
+        c = d.command
+        p = d.params
+        emit = self.out.emit
+        if c == "a" or c == "s":
+            min_col = self.int_param(p, 0, 0)
+            col_inc = self.int_param(p, 1, 0)
+            min_pad = self.int_param(p, 2, 0)
+            pad_char = self.char_param(p, 3, " ")
+            self.no_more(p, 4)
+            arg = self.next_arg()
+            text = _render(arg, c == "s", self.out.limit)
+            emit(_pad(text, min_col, col_inc, min_pad, pad_char, d.at))
+        elif c == "c":
+            self.no_more(p, 0)
+            arg = self.next_arg()
+            if type(arg) is not Char:
+                raise _fmt_error(f"expected char; found {_type(arg)}")
+            emit(arg.char)
+        elif c in "dbox":
+            self.format_integer(d, p, {"d": 10, "b": 2, "o": 8, "x": 16}[c])
+        elif c == "r":
+            radix = self.int_param(p, 0, None)
+            if radix is not None:
+                if not 2 <= radix <= 36:
+                    raise _fmt_error(f"invalid radix: {radix}")
+                self.format_integer(d, p[1:], radix)
+                return
+            n = self.integer(self.next_arg())
+            if d.at:
+                if not 1 <= n <= 5000:
+                    raise _fmt_error(f"Expected an integer 1 - 5000; found {n}")
+                emit(_roman(n, d.colon))
+            else:
+                if not 0 <= n <= 5000:
+                    raise _fmt_error(f"Expected an integer 0 - 5000; found {n}")
+                emit(_cardinal(n, d.colon))
+        elif c == "f" or c == "e":
+            width = self.int_param(p, 0, None)
+            prec = self.int_param(p, 1, None)
+            pad_char = self.char_param(p, 2, " ")
+            self.no_more(p, 3)
+            f = self.number_as_float(self.next_arg())
+            if c == "e":
+                s = _exp_text(f, prec)
+            elif math.isnan(f):
+                s = "NaN"
+            elif math.isinf(f):
+                s = "inf" if f > 0 else "-inf"
+            elif prec is None:
+                s = _plain_float(f)
+            else:
+                s = f"{f:.{prec}f}"
+            if d.at and not s.startswith("-") and s != "NaN":
+                s = "+" + s
+            if width is not None and len(s) < width:
+                s = " " * (width - len(s)) + s
+            if pad_char != " ":
+                s = s.replace(" ", pad_char)
+            emit(s)
+        elif c == "p":
+            self.no_more(p, 0)
+            if d.colon:
+                self.index = max(self.index - 1, 0)
+            arg = self.next_arg()
+            t = type(arg)
+            if t is int or t is float:
+                one = arg == 1
+            elif t is Fraction:
+                one = False
+            else:
+                raise _fmt_error(f"expected number; found {_type(arg)}")
+            if d.at:
+                emit("y" if one else "ies")
+            elif not one:
+                emit("s")
+        elif c == "t":
+            col_num = self.int_param(p, 0, 1)
+            col_inc = self.int_param(p, 1, 1)
+            self.no_more(p, 2)
+            cur = self.out.column()
+            if not d.at:
+                if cur < col_num:
+                    emit(" " * (col_num - cur))
+                elif col_inc:
+                    emit(" " * (col_inc - cur % col_inc))
+            elif col_inc > 1:
+                emit(" " * (col_num + col_inc - 1 - ((cur + col_num) - 1) % col_inc))
+            else:
+                emit(" " * col_num)
+        elif c in "%|~":
+            n = self.int_param(p, 0, 1)
+            self.no_more(p, 1)
+            emit({"%": "\n", "|": "\x0c", "~": "~"}[c] * n)
+        elif c == "&":
+            n = self.int_param(p, 0, 1)
+            self.no_more(p, 1)
+            if self.out.at_line_start():
+                n = max(n - 1, 0)
+            emit("\n" * n)
+        elif c == "*":
+            if d.at:
+                n = self.int_param(p, 0, 0)
+                self.index = n
+            else:
+                n = self.int_param(p, 0, 1)
+                self.index = max(self.index - n, 0) if d.colon else self.index + n
+            self.no_more(p, 1)
+        elif c == "?":
+            self.no_more(p, 0)
+            fmt = self.next_arg()
+            if type(fmt) is not str:
+                raise _fmt_error(f"expected string; found {_type(fmt)}")
+            if self.depth >= _MAX_FORMAT_DEPTH:
+                raise _fmt_error("format indirection nested too deeply")
+            nodes = _compile(fmt, self.depth + 1)
+            if d.at:
+                self.depth += 1
+                try:
+                    self.run(nodes)
+                finally:
+                    self.depth -= 1
+            else:
+                sub_args = _as_args(self.next_arg())
+                _Formatter(sub_args, self.out, self.depth + 1).run(nodes)
+        elif c == "^":
+            if self.left() == 0:
+                if d.colon:
+                    if self.last_list:
+                        raise _Stop(True)
+                    raise _Stop(False)
+                raise _Stop(False)
+        elif c in ("z", ">", ";") or c in _OPENERS:
+            raise _fmt_error(f"unsupported directive `~{c}`")
+        else:
+            raise _fmt_error(f"unrecognized directive `{c}`")
+
+    def format_integer(self, d: _Dir, p: list, radix: int) -> None:
+        min_col = self.int_param(p, 0, 0)
+        pad_char = self.char_param(p, 1, " ")
+        comma = self.char_param(p, 2, ",")
+        interval = self.int_param(p, 3, 3)
+        self.no_more(p, 4)
+        n = self.integer(self.next_arg())
+        digits = _to_radix(abs(n), radix)
+        if d.colon and interval:
+            groups = []
+            while len(digits) > interval:
+                groups.append(digits[-interval:])
+                digits = digits[:-interval]
+            groups.append(digits)
+            digits = comma.join(reversed(groups))
+        if n < 0:
+            digits = "-" + digits
+        elif d.at:
+            digits = "+" + digits
+        self.out.emit(_pad(digits, min_col, 0, 0, pad_char, True))
+
+    def group(self, g: _Group) -> None:
+        kind = g.open.command
+        if kind == "{":
+            self.iterate(g)
+        elif kind == "[":
+            self.conditional(g)
+        elif kind == "(":
+            self.case_convert(g)
+        else:
+            raise _fmt_error(f"unsupported directive `~{kind}`")
+
+    def iterate(self, g: _Group) -> None:
+        d = g.open
+        max_iter = self.int_param(d.params, 0, None)
+        self.no_more(d.params, 1)
+        body = g.clauses[0]
+        if not body:
+            raise _fmt_error("unsupported directive `~{~}` with an empty body")
+        run_once = g.close is not None and g.close.colon
+        if d.colon:
+            lists = self.args[self.index:] if d.at else _as_args(self.next_arg())
+            if d.at:
+                self.index = len(self.args)
+            count = 0
+            for i, item in enumerate(lists):
+                if max_iter is not None and count >= max_iter:
+                    break
+                count += 1
+                sub = _Formatter(_as_args(item), self.out, self.depth)
+                sub.last_list = i + 1 == len(lists)
+                try:
+                    sub.run(body)
+                except _Stop as stop:
+                    if stop.whole:
+                        break
+            if not lists and run_once and max_iter != 0:
+                _Formatter((), self.out, self.depth).run(body)
+            return
+        if d.at:
+            sub = self
+        else:
+            sub = _Formatter(_as_args(self.next_arg()), self.out, self.depth)
+        count = 0
+        first = True
+        while sub.left() > 0 or (first and run_once):
+            if max_iter is not None and count >= max_iter:
+                break
+            count += 1
+            first = False
+            before = sub.index
+            try:
+                sub.run(body)
+            except _Stop:
+                break
+            if sub.index == before and sub.left() > 0:
+                raise _fmt_error("infinite loop detected")
+
+    def conditional(self, g: _Group) -> None:
+        d = g.open
+        if d.at and d.colon:
+            raise _fmt_error("incorrect flags to directive")
+        if d.colon:
+            self.no_more(d.params, 0)
+            arg = self.next_arg()
+            if type(arg) is not bool:
+                raise _fmt_error(f"expected bool; found {_type(arg)}")
+            if len(g.clauses) != 2:
+                raise _fmt_error("missing branch directive" if len(g.clauses) < 2 else "extraneous branch directive")
+            self.run(g.clauses[1] if arg else g.clauses[0])
+            return
+        if d.at:
+            self.no_more(d.params, 0)
+            if len(g.clauses) != 1:
+                raise _fmt_error("extraneous branch directive")
+            if self.index < len(self.args) and self.args[self.index] is None:
+                self.index += 1
+                return
+            self.run(g.clauses[0])
+            return
+        n = self.int_param(d.params, 0, None)
+        if n is None:
+            if self.index >= len(self.args):
+                return
+            n = self.integer(self.next_arg())
+        default = None
+        if g.separators and g.separators[-1].colon:
+            default = g.clauses[-1]
+        choices = g.clauses[:-1] if default is not None else g.clauses
+        if 0 <= n < len(choices):
+            self.run(choices[n])
+        elif default is not None:
+            self.run(default)
+
+    def case_convert(self, g: _Group) -> None:
+        d = g.open
+        self.no_more(d.params, 0)
+        parts = self.out.parts
+        start = len(parts)
+        self.run(g.clauses[0])
+        text = "".join(parts[start:])
+        del parts[start:]
+        if d.at and d.colon:
+            text = text.upper()
+        elif d.colon:
+            text = _title(text)
+        elif d.at:
+            text = _capitalize_first(text)
+        else:
+            text = text.lower()
+        parts.append(text)
+
+
+def _title(text: str) -> str:
+    out = []
+    in_word = False
+    for ch in text:
+        if ch.isspace():
+            in_word = False
+            out.append(ch)
+        elif not in_word:
+            in_word = True
+            out.append(ch.upper())
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _capitalize_first(text: str) -> str:
+    for i, ch in enumerate(text):
+        if not ch.isspace():
+            return text[:i] + ch.upper() + text[i + 1 :]
+    return text
+
+
+_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def _to_radix(n: int, radix: int) -> str:
+    if radix == 10:
+        return str(n)
+    if radix == 16:
+        return format(n, "x")
+    if radix == 8:
+        return format(n, "o")
+    if radix == 2:
+        return format(n, "b")
+    if n == 0:
+        return "0"
+    out = []
+    while n:
+        n, r = divmod(n, radix)
+        out.append(_DIGITS[r])
+    return "".join(reversed(out))
+
+
+def _as_args(v: Any) -> tuple:
+    if v is None:
+        return ()
+    if type(v) is tuple:
+        return v
+    raise _fmt_error(f"expected list; found {_type(v)}")
+
+
+def _type(v: Any) -> str:
+    from ..values import type_name
+
+    return type_name(v)
+
+
+def format_text(fmt: Any, args: tuple) -> str:
+    """Run ``format`` on a format string and arguments."""
+    if type(fmt) is not str:
+        raise type_error("string", fmt)
+    ctx = current()
+    out = _Out(ctx.max_memory)
+    try:
+        _Formatter(args, out, 0).run(_compile(fmt))
+    except _Stop:
+        pass
+    except RecursionError:
+        raise _fmt_error("format directives nested too deeply") from None
+    text = "".join(out.parts)
+    ctx.allocate(len(text))
+    return text
+
+
+@system("format", 1, None)
+def fn_format(fmt: Any, *args: Any) -> str:
+    return format_text(fmt, args)
+
+
+@system("print", 1, None)
+def fn_print(fmt: Any, *args: Any) -> None:
+    format_text(fmt, args)
+    return None
+
+
+@system("println", 1, None)
+def fn_println(fmt: Any, *args: Any) -> None:
+    format_text(fmt, args)
+    return None
+
+
+@system("eprint", 1, None)
+def fn_eprint(fmt: Any, *args: Any) -> None:
+    format_text(fmt, args)
+    return None
+
+
+@system("eprintln", 1, None)
+def fn_eprintln(fmt: Any, *args: Any) -> None:
+    format_text(fmt, args)
+    return None
