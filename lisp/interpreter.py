@@ -1,0 +1,432 @@
+"""Running compiled Svit Lisp: the interpreter a host embeds.
+
+An :class:`Interpreter` is one fresh guest namespace. The host installs foreign
+functions and values, runs a source (every top-level form, in order), then calls a
+global such as ``main``. Everything the guest does is bounded by the shared
+:class:`~lisp.budget.Budget` and the :class:`~lisp.context.LispLimits`; every
+failure leaves as a :class:`~lisp.errors.LispError` (or, unchanged, as one of the
+host's own exception types listed in ``passthrough``).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import warnings
+from collections import OrderedDict
+from fractions import Fraction
+from typing import Any, Callable, Iterable
+
+import blake3
+
+from . import context as run_context
+from .budget import Budget
+from .compiler import Compiled, Compiler, check_program_limits, global_name, lisp_name_of, mangle
+from .context import Context, LispLimits
+from .errors import BudgetExhausted, EvalError, Frame, InternalError, LimitError, LispError
+from .functions import SYSTEM_FUNCTIONS
+from .functions.compare import equal
+from .functions.numbers import add2, ge2, gt2, le2, lt2, mul2, sub2
+from .reader import Program, read
+from .values import Keyword, Name, mark_function, type_name
+
+# Guest recursion is bounded by max_call_stack (hard max 4,096) long before this.
+if sys.getrecursionlimit() < 20_000:
+    sys.setrecursionlimit(20_000)
+
+_NOARG = object()
+
+_PY_TYPE_NAMES = {
+    "int": "integer", "str": "string", "NoneType": "unit", "float": "float", "bool": "bool",
+    "tuple": "list", "Fraction": "ratio", "Char": "char", "bytes": "bytes", "LispPath": "path",
+    "Name": "name", "Keyword": "keyword",
+}
+
+
+def _arity_message(name: str, expected: str, found: int) -> str:
+    return f"`{name}` expects {expected}, found {found}"
+
+
+def _expected(min_args: int, max_args: int | None) -> str:
+    if max_args is None:
+        return f"at least {min_args} argument{'s' if min_args != 1 else ''}"
+    if min_args == max_args:
+        return f"{min_args} argument{'s' if min_args != 1 else ''}"
+    return f"{min_args} to {max_args} arguments"
+
+
+def _system_wrapper(name: str) -> Callable[..., Any]:
+    spec = SYSTEM_FUNCTIONS[name]
+    fn, lo, hi = spec.fn, spec.min_args, spec.max_args
+
+    def call(_d: int, *args: Any) -> Any:
+        n = len(args)
+        if n < lo or (hi is not None and n > hi):
+            raise EvalError(_arity_message(name, _expected(lo, hi), n))
+        return fn(*args)
+
+    return mark_function(call, name)
+
+
+def _truth(value: Any) -> bool:
+    if value is True:
+        return True
+    if value is False:
+        return False
+    raise EvalError(f"type error: expected bool, found {type_name(value)}")
+
+
+def _not(value: Any) -> bool:
+    return not _truth(value)
+
+
+def _arity_error(name: str, args: tuple) -> Any:
+    spec = SYSTEM_FUNCTIONS[name]
+    raise EvalError(_arity_message(name, _expected(spec.min_args, spec.max_args), len(args)))
+
+
+def _case_match(key: Any, literals: tuple) -> bool:
+    for literal in literals:
+        if literal is None:
+            if key is None:
+                return True
+        elif literal is True or literal is False:
+            if _truth(key) is literal:
+                return True
+        elif equal(key, literal):
+            return True
+    return False
+
+
+def _splice(value: Any) -> tuple:
+    if value is None:
+        return ()
+    if type(value) is tuple:
+        return value
+    raise EvalError(f"type error: unquote-splicing expects a list, found {type_name(value)}")
+
+
+def _qq(*segments: tuple) -> Any:
+    items: tuple = ()
+    for segment in segments:
+        items += segment
+    if not items:
+        return None
+    run_context.current().allocate(8 * len(items))
+    return items
+
+
+def _apply(_d: int, fn: Any, *args: Any) -> Any:
+    *fixed, last = args
+    if last is not None and type(last) is not tuple:
+        raise EvalError(f"type error: `apply` expects a list as its last argument, found {type_name(last)}")
+    spread = tuple(fixed) + (last or ())
+    if len(spread) > run_context.current().limits.max_value_stack:
+        raise LimitError("value stack")
+    return fn(_d + 1, *spread)
+
+
+def _keyword_args(pairs: tuple, names: tuple) -> tuple:
+    values = dict.fromkeys(names, _NOARG)
+    if len(pairs) % 2:
+        raise EvalError("keyword arguments must come in `:name value` pairs")
+    for i in range(0, len(pairs), 2):
+        key = pairs[i]
+        if type(key) is not Keyword or key not in values:
+            shown = f":{key.name}" if type(key) is Keyword else type_name(key)
+            raise EvalError(f"unexpected keyword argument {shown}")
+        values[key] = pairs[i + 1]
+    return tuple(values[n] for n in names)
+
+
+def _deep() -> Any:
+    raise LimitError("call stack")
+
+
+def _value_stack() -> Any:
+    raise LimitError("value stack")
+
+
+_BASE: dict[str, Any] = {
+    "__builtins__": {},
+    "_type": type,
+    "_int": int,
+    "_NOARG": _NOARG,
+    "_truth": _truth,
+    "_not": _not,
+    "_arity_error": _arity_error,
+    "_case_match": _case_match,
+    "_splice": _splice,
+    "_qq": _qq,
+    "_apply": _apply,
+    "_keyword_args": _keyword_args,
+    "_deep": _deep,
+    "_value_stack": _value_stack,
+    "_equal": equal,
+    "_add2": add2,
+    "_sub2": sub2,
+    "_mul2": mul2,
+    "_lt2": lt2,
+    "_gt2": gt2,
+    "_le2": le2,
+    "_ge2": ge2,
+}
+for _name, _spec in SYSTEM_FUNCTIONS.items():
+    _BASE["_S_" + mangle(_name)] = _spec.fn
+    _BASE["_F_" + mangle(_name)] = _system_wrapper(_name)
+
+
+_compile_cache: "OrderedDict[tuple, Compiled]" = OrderedDict()
+_compile_lock = threading.Lock()
+_COMPILE_CACHE_SIZE = 256
+
+
+class Interpreter:
+    """One guest namespace: install host names, run a source, call its functions."""
+
+    def __init__(
+        self,
+        limits: LispLimits | None = None,
+        budget: Budget | None = None,
+        *,
+        filename: str = "<script>",
+        passthrough: tuple[type[BaseException], ...] = (),
+    ) -> None:
+        self.limits = limits or LispLimits()
+        self.budget = budget or Budget(self.limits.max_steps, self.limits.max_execution_millis)
+        self.context = Context(self.limits, self.budget)
+        self.filename = filename
+        self.passthrough = passthrough
+        self.globals: dict[str, Any] = dict(_BASE)
+        self.globals["_s"] = 0
+        self.globals["_d"] = 0
+        self.globals["_K"] = ()
+        self.globals["_tick"] = self._tick
+        self.globals["_define_check"] = self._define_check
+        self.globals["_define_global"] = self._define_global
+        self.defined: set[str] = set()
+        self.compiled: Compiled | None = None
+
+    # ------------------------------------------------------------------ host installation
+    def define_function(self, name: str, fn: Callable[..., Any], min_args: int = 0, max_args: int | None = None) -> None:
+        """Install a host function; it receives Lisp values and returns one."""
+        g = self.globals
+        budget = self.budget
+
+        def host(_d: int, *args: Any) -> Any:
+            n = len(args)
+            if n < min_args or (max_args is not None and n > max_args):
+                raise EvalError(_arity_message(name, _expected(min_args, max_args), n))
+            # Return the unused slice so nested runs draw from the same budget exactly.
+            unused = g["_s"]
+            if unused > 0:
+                budget.give_back(unused)
+            g["_s"] = 0
+            budget.charge(1)
+            return fn(*args)
+
+        self._bind(global_name(name), mark_function(host, name))
+
+    def define_value(self, name: str, value: Any) -> None:
+        self._bind(global_name(name), value)
+
+    def _bind(self, gname: str, value: Any) -> None:
+        self.defined.add(gname)
+        self.globals[gname] = value
+
+    def has(self, name: str) -> bool:
+        return global_name(name) in self.globals
+
+    # ------------------------------------------------------------------ runtime hooks
+    def _tick(self) -> None:
+        self.globals["_s"] = self.budget.draw() - 1
+
+    def _define_check(self, gname: str) -> None:
+        if gname not in self.defined:
+            if len(self.defined) >= self.limits.max_namespace_entries:
+                raise LimitError("guest namespace")
+            self.defined.add(gname)
+
+    def _define_global(self, gname: str, value: Any, name: Name) -> Name:
+        self._define_check(gname)
+        self.globals[gname] = value
+        return name
+
+    # ------------------------------------------------------------------ compile
+    def compile(self, source: str | Program) -> Compiled:
+        """Read and compile ``source`` (cached by content, file name and limits)."""
+        with self._guard(None):
+            program = source if isinstance(source, Program) else read(source)
+            check_program_limits(program, self.limits.max_syntax_depth, self.limits.max_integer_bits)
+            key = None
+            if not isinstance(source, Program):
+                key = (
+                    blake3.blake3(source.encode("utf-8", "surrogatepass")).digest(),
+                    self.filename,
+                    self.limits.max_call_stack,
+                    self.limits.max_value_stack,
+                    self.limits.max_integer_bits,
+                    self.limits.max_syntax_depth,
+                )
+                with _compile_lock:
+                    found = _compile_cache.get(key)
+                    if found is not None:
+                        _compile_cache.move_to_end(key)
+                        return found
+            compiled = self._compile_program(program)
+            if key is not None:
+                with _compile_lock:
+                    _compile_cache[key] = compiled
+                    if len(_compile_cache) > _COMPILE_CACHE_SIZE:
+                        _compile_cache.popitem(last=False)
+            return compiled
+
+    def _compile_program(self, program: Program, parent: Compiler | None = None) -> Compiled:
+        compiler = Compiler(
+            program,
+            filename=self.filename,
+            max_call_stack=self.limits.max_call_stack,
+            max_value_stack=self.limits.max_value_stack,
+            max_integer_bits=self.limits.max_integer_bits,
+            evaluate_at_compile_time=self._evaluate_at_compile_time,
+        )
+        if parent is not None:
+            compiler.macros = parent.macros
+            compiler.consts = parent.consts
+        try:
+            python_source, table = compiler.compile_module()
+        except RecursionError:
+            raise LimitError("syntax depth") from None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. "int is not callable": reported at run time instead
+            code = compile(python_source, self.filename, "exec")
+        return Compiled(code, tuple(compiler.constants), python_source, table, self.filename)
+
+    def _evaluate_at_compile_time(self, kind: str, payload: Any, compiler: Compiler) -> Any:
+        """Run macro bodies and consts in a throwaway namespace under the same limits."""
+        helper = Interpreter(self.limits, Budget(self.limits.max_steps, self.limits.max_execution_millis), filename=self.filename)
+        if kind == "expand":
+            fn, args = payload
+            with helper._guard(None):
+                return fn(1, *args)
+        program = Program((payload,), compiler.program.spans, compiler.program.depth, 0)
+        compiled = helper._compile_program(program, parent=compiler)
+        with helper._guard(compiled):
+            return helper._execute(compiled)
+
+    # ------------------------------------------------------------------ run
+    def run(self, source: str | Program) -> Any:
+        """Run every top-level form of ``source`` in order; returns the last value."""
+        compiled = self.compile(source)
+        self.compiled = compiled
+        with self._guard(compiled):
+            return self._execute(compiled)
+
+    def _execute(self, compiled: Compiled) -> Any:
+        g = self.globals
+        g["_K"] = compiled.constants
+        g["_last"] = None
+        exec(compiled.code, g)
+        return g.get("_last")
+
+    def call(self, name: str, *args: Any) -> Any:
+        """Call the guest global ``name`` with Lisp values."""
+        fn = self.globals.get(global_name(name))
+        with self._guard(self.compiled):
+            if fn is None:
+                raise EvalError(f"unbound name `{name}`")
+            return fn(1, *args)
+
+    def steps_used(self) -> int:
+        return self.budget.used
+
+    # ------------------------------------------------------------------ errors
+    def _guard(self, compiled: Compiled | None) -> "_Guard":
+        return _Guard(self, compiled)
+
+
+class _Guard:
+    """Enter the run context; turn anything escaping guest code into a LispError."""
+
+    __slots__ = ("interp", "compiled", "previous")
+
+    def __init__(self, interp: Interpreter, compiled: Compiled | None) -> None:
+        self.interp = interp
+        self.compiled = compiled
+
+    def __enter__(self) -> None:
+        self.previous = run_context.enter(self.interp.context)
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        interp = self.interp
+        g = interp.globals
+        unused = g.get("_s", 0)
+        if unused > 0:
+            interp.budget.give_back(unused)
+        g["_s"] = 0
+        run_context.leave(self.previous)
+        if exc is None:
+            return False
+        if interp.passthrough and isinstance(exc, interp.passthrough):
+            return False
+        if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+            return False
+        error = _translate(exc)
+        if not error.stack:
+            error.stack = _lisp_stack(tb, self.compiled)
+        error.located(interp.filename)
+        raise error from None
+
+
+def _translate(exc: BaseException) -> LispError:
+    if isinstance(exc, LispError):
+        return exc
+    if isinstance(exc, RecursionError):
+        return LimitError("call stack")
+    if isinstance(exc, MemoryError):
+        return LimitError("guest memory")
+    if isinstance(exc, TypeError):
+        return EvalError(_describe_type_error(str(exc)))
+    if isinstance(exc, NameError):
+        name = getattr(exc, "name", "") or ""
+        if name.startswith("g_"):
+            return EvalError(f"unbound name `{lisp_name_of(name)}`")
+        return InternalError()
+    if isinstance(exc, ZeroDivisionError):
+        return EvalError("division by zero")
+    return InternalError()
+
+
+def _describe_type_error(text: str) -> str:
+    """Turn CPython's call errors into Lisp terms (no Python names leak)."""
+    if "object is not callable" in text:
+        pytype = text.split("'")[1] if "'" in text else "value"
+        return f"type error: expected function, found {_PY_TYPE_NAMES.get(pytype, 'value')}"
+    head = text.split("(")[0].strip()
+    fname = lisp_name_of(head) if head.startswith("g_") else "lambda"
+    if "positional argument" in text or "keyword" in text:
+        return f"`{fname}` called with the wrong number of arguments"
+    return "type error"
+
+
+def _lisp_stack(tb: Any, compiled: Compiled | None) -> tuple[Frame, ...]:
+    frames: list[Frame] = []
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if compiled is not None and code.co_filename == compiled.filename:
+            name = code.co_name
+            line = compiled.line_table.get(tb.tb_lineno)
+            if name == "<module>":
+                frames.append(Frame("top level", line))
+            elif not name.startswith("_mk"):
+                frames.append(Frame(lisp_name_of(name), line))
+        tb = tb.tb_next
+    return tuple(frames[-16:])
+
+
+def evaluate(source: str, limits: LispLimits | None = None, **values: Any) -> Any:
+    """Run ``source`` in a fresh interpreter and return the value of its last form."""
+    interp = Interpreter(limits)
+    for name, value in values.items():
+        interp.define_value(name, value)
+    return interp.run(source)
