@@ -24,8 +24,8 @@ Refused, and why:
   or read more input. ``..``, ``paths``, ``walk``, ``limit``, ``getpath`` stay allowed:
   they are bounded by the (finite) input or by their own argument and reveal nothing
   about the host.
-* ``env $ENV input_filename input_line_number $__loc__ $__prog_args`` (any ``$__``
-  variable) ``get_search_list get_jq_origin get_prog_origin modulemeta import include``
+* ``env $ENV input_filename input_line_number $__loc__ $__prog_args`` (any word or
+  variable starting with ``__``) ``$JQ_BUILD_CONFIGURATION get_search_list get_jq_origin get_prog_origin modulemeta import include``
   -> "jq filter reaches outside its input": they disclose the environment, host paths
   or read module files.
 * ``now localtime strflocaltime`` -> same error: they disclose the clock and the host
@@ -103,13 +103,12 @@ def _is_ident_char(c: str) -> bool:
     return _is_ident_start(c) or ("0" <= c <= "9")
 
 
-def _check_word(word: str, variable: bool) -> None:
+def _check_word(word: str) -> None:
+    """Variables and bare words are checked alike, so ``$ ENV`` or ``ENV`` in a future
+    jq grammar cannot slip past."""
     if word in UNBOUNDED_WORDS:
         raise ScriptFailed(_UNBOUNDED)
-    if variable:
-        if word in HOST_VARIABLES or word.startswith("__"):
-            raise ScriptFailed(_HOST)
-    elif word in HOST_WORDS:
+    if word in HOST_WORDS or word in HOST_VARIABLES or word.startswith("__"):
         raise ScriptFailed(_HOST)
 
 
@@ -177,12 +176,12 @@ def screen_jq_filter(text: str) -> None:
             while i < n and _is_ident_char(text[i]):
                 i += 1
             if i > start:
-                _check_word(text[start:i], variable=True)
+                _check_word(text[start:i])
         elif _is_ident_start(c):
             start = i
             while i < n and _is_ident_char(text[i]):
                 i += 1
-            _check_word(text[start:i], variable=False)
+            _check_word(text[start:i])
         else:
             i += 1
 
@@ -269,6 +268,7 @@ def _plain_result(value: Any) -> Any:
 # answers one line: {"ok": [results]} or {"err": "compile"|"runtime"|"count"|"output"}.
 _WORKER_SOURCE = r"""
 import json, sys
+sys.path[:] = %(path)r
 try:
     import resource
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -305,7 +305,7 @@ for line in sys.stdin.buffer:
     except Exception:
         data = b'{"err": "runtime"}'
     out.write(data + b"\n"); out.flush()
-""" % {"memory": JQ_WORKER_MEMORY_BYTES, "max_results": JQ_MAX_RESULTS, "max_output": JQ_MAX_OUTPUT_BYTES}
+""" % {"path": [p for p in sys.path if p], "memory": JQ_WORKER_MEMORY_BYTES, "max_results": JQ_MAX_RESULTS, "max_output": JQ_MAX_OUTPUT_BYTES}
 
 
 class _WorkerDied(Exception):
@@ -391,9 +391,13 @@ class _WorkerPool:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.idle: list[_JqWorker] = []
+        self.pid = os.getpid()
 
     def take(self) -> _JqWorker:
         with self.lock:
+            if self.pid != os.getpid():
+                # A forked host must not share its parent's workers (their pipes).
+                self.idle, self.pid = [], os.getpid()
             while self.idle:
                 worker = self.idle.pop()
                 if worker.proc.poll() is None:
@@ -408,6 +412,8 @@ class _WorkerPool:
     def close(self) -> None:
         with self.lock:
             workers, self.idle = self.idle, []
+            if self.pid != os.getpid():
+                return  # the parent's workers are the parent's to stop
         for worker in workers:
             worker.kill()
 
@@ -497,10 +503,6 @@ class _Matches:
         self.bytes = 0
         self.truncated = False
 
-    @property
-    def full(self) -> bool:
-        return self.truncated
-
     def scan(self, path: str, text: str) -> None:
         path_bytes = len(path.encode("utf-8", "surrogatepass"))
         for number, line in enumerate(text.split("\n"), start=1):
@@ -527,7 +529,7 @@ def search_value(path: str, value: Any, pattern: str) -> dict:
     """
     found = _Matches(compile_search_pattern(pattern))
     stack: list[tuple[str, Any]] = [(path, value)]
-    while stack and not found.full:
+    while stack and not found.truncated:
         node_path, node = stack.pop()
         if isinstance(node, str):
             found.scan(node_path, node)
@@ -555,7 +557,7 @@ def search_mount(provider: Any, display_path: str, mount_path: Any, pattern: str
         mount_path = MountPath.parse(mount_path)
     stack: list[tuple[str, MountPath]] = [(display_path, mount_path)]
     visited = 0
-    while stack and not found.full:
+    while stack and not found.truncated:
         if visited >= SEARCH_MAX_MOUNT_NODES:
             found.truncated = True
             break
@@ -566,12 +568,19 @@ def search_mount(provider: Any, display_path: str, mount_path: Any, pattern: str
             if node is None:
                 continue
             if node.get("kind") == "directory":
-                names = provider.list(node_mount_path, limits)
-                for name in reversed(list(names)):
-                    stack.append((child_path(node_path, name), node_mount_path.child(name)))
-                continue
-            content = provider.read(node_mount_path, limits)
+                names = list(provider.list(node_mount_path, limits))
+            else:
+                names = None
+                content = provider.read(node_mount_path, limits)
         except (SvitError, OSError):
+            continue
+        if names is not None:
+            for name in reversed(names):
+                try:
+                    child = node_mount_path.child(name)
+                except SvitError:
+                    continue  # a name no mount path can address
+                stack.append((child_path(node_path, name), child))
             continue
         if isinstance(content, str):
             found.scan(node_path, content)

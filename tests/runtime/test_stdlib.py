@@ -98,7 +98,8 @@ def test_jq_refuses_unbounded_words(text):
     "text",
     ["env", "$ENV", "$ ENV", "input_filename", "$__loc__", "$__prog_args", "now", "localtime",
      "halt", 'halt_error("x")', "debug", "stderr", 'import "a" as a; .', 'include "a"; .',
-     "get_search_list", "modulemeta", "input_line_number", "strflocaltime(\"%H\")"],
+     "get_search_list", "modulemeta", "input_line_number", "strflocaltime(\"%H\")", "ENV", "__loc__",
+     "$JQ_BUILD_CONFIGURATION"],
 )
 def test_jq_refuses_host_reaching_words(text):
     assert failure(run_jq, text, 1) == "jq filter reaches outside its input"
@@ -259,3 +260,11 @@ def test_search_value_mount():
     assert [(m["path"], m["line"]) for m in result["matches"]] == [("/mounts/v/a/0", 1), ("/mounts/v/b/c", 2)]
     sub = search_mount(mount, "/mounts/v/b", "/b", "one")
     assert sub["matches"][0]["path"] == "/mounts/v/b/c"
+
+
+def test_jq_serves_concurrent_callers():
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda n: run_jq(". * 2", n), range(20)))
+    assert results == [[n * 2] for n in range(20)]
