@@ -847,7 +847,7 @@ class Compiler:
                     return [f"{indent}continue"]
                 targets = ", ".join(ctx.params)
                 values = ", ".join(a.code for a in args)
-                return [f"{indent}{targets}{',' if len(args) == 1 else ''} = {values}", f"{indent}continue"]
+                return [f"{indent}{targets} = {values}", f"{indent}continue"]
         return [f"{indent}return {self.expr(form, scope, None).code}"]
 
 
