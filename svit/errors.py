@@ -13,7 +13,7 @@ DIAGNOSTIC_CAP = 1024
 
 def sanitize(text: str, cap: int = DIAGNOSTIC_CAP) -> str:
     """Cap a diagnostic at ``cap`` UTF-8 bytes (then an ellipsis), cut on a char boundary."""
-    raw = text.encode("utf-8")
+    raw = text.encode("utf-8", "surrogatepass")
     if len(raw) <= cap:
         return text
     return raw[:cap].decode("utf-8", errors="ignore") + "…"
