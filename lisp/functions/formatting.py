@@ -141,12 +141,15 @@ def _render(value: Any, debug: bool, limit: int, cut: bool = False) -> str:
                 return s[:limit] + "…"
             raise LimitError("guest memory")
         return s
+    debug = True  # list elements always render as with ~s, as in Ketos
     budget = current().budget
     out: list[str] = []
     total = 0
     ticks = 0
-    memo: dict[int, str] = {}
-    # frames: [list, next index, position of its "(" in out]
+    # a list seen before is copied from its earlier span of ``out``:
+    # id -> (first part, end part, characters)
+    memo: dict[int, tuple[int, int, int]] = {}
+    # frames: [list, next index, first part, characters before it]
     stack: list[list] = []
 
     def emit(s: str) -> None:
@@ -157,13 +160,20 @@ def _render(value: Any, debug: bool, limit: int, cut: bool = False) -> str:
             raise _Cut
 
     def enter(v: Any) -> None:
+        nonlocal total
         if type(v) is tuple:
             done = memo.get(id(v))
-            if done is not None:
-                emit(done)
-            else:
-                stack.append([v, 0, len(out)])
+            if done is None:
+                stack.append([v, 0, len(out), total])
                 emit("(")
+                return
+            first, end, chars = done
+            if total + chars > limit:
+                raise _Cut
+            if end - first >= _CHARS_PER_STEP:
+                budget.charge((end - first) // _CHARS_PER_STEP)
+            out.extend(out[first:end])
+            total += chars
         else:
             emit(_atom(v, debug))
 
@@ -175,14 +185,11 @@ def _render(value: Any, debug: bool, limit: int, cut: bool = False) -> str:
                 budget.charge(_STEP_EVERY // 16)
                 ticks = 0
             frame = stack[-1]
-            lst, i, start = frame
+            lst, i, first, before = frame
             if i == len(lst):
                 emit(")")
                 stack.pop()
-                s = "".join(out[start:])
-                del out[start:]
-                out.append(s)
-                memo[id(lst)] = s
+                memo[id(lst)] = (first, len(out), total - before)
                 continue
             if i:
                 emit(" ")
