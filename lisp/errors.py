@@ -73,6 +73,8 @@ class LispError(Exception):
             parts.append(self.source)
         if self.span is not None:
             parts.append(str(self.span))
+        elif self.stack and self.stack[-1].line is not None:
+            parts.append(str(self.stack[-1].line))
         prefix = ":".join(parts)
         text = f"{prefix}: {self.detail}" if prefix else self.detail
         return cap_message(text)

@@ -135,7 +135,18 @@ def mark_function(fn: FunctionType, name: str, *, kind: str = "function") -> Fun
 
 
 def is_function(value: Any) -> bool:
-    return type(value) is FunctionType and hasattr(value, "lisp_kind")
+    return type(value) is FunctionType
+
+
+def function_label(value: FunctionType) -> tuple[str, str]:
+    """(kind, name) of a callable: ``("function", "+")`` or ``("lambda", "fib")``."""
+    kind = getattr(value, "lisp_kind", "lambda")
+    name = getattr(value, "lisp_name", None)
+    if name is None:
+        from .compiler import lisp_name_of
+
+        name = lisp_name_of(value.__name__)
+    return kind, name
 
 
 _TYPE_NAMES: dict[type, str] = {
@@ -162,7 +173,8 @@ def type_name(value: Any) -> str:
     if isinstance(value, Foreign):
         return value.type_name()
     if type(value) is FunctionType:
-        return getattr(value, "lisp_kind", "function")
+        # Guest-defined functions are unmarked (marking each closure would cost a write).
+        return getattr(value, "lisp_kind", "lambda")
     return "object"
 
 

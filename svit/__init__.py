@@ -1,0 +1,31 @@
+"""Svit: an embedded scripting sandbox for agents.
+
+A process is one addressable tree of values; scripts in Svit Lisp run as activations
+that commit memory, library edits and message intents together, or nothing.
+"""
+
+from .activation import Activation
+from .errors import SvitError
+from .limits import Limits
+from .mounts import Mount
+from .ports import PortContext, PortDescriptor, PortError, Ports
+from .process import ActivationEvent, ActivationRequest, Cancel, Change, Process, ProcessBuilder
+from .values import Script
+
+__all__ = [
+    "Activation",
+    "ActivationEvent",
+    "ActivationRequest",
+    "Cancel",
+    "Change",
+    "Limits",
+    "Mount",
+    "PortContext",
+    "PortDescriptor",
+    "PortError",
+    "Ports",
+    "Process",
+    "ProcessBuilder",
+    "Script",
+    "SvitError",
+]

@@ -1,0 +1,439 @@
+"""Activations: one script run against a private working copy (reference §5.2).
+
+A :class:`WorkingState` holds everything an activation may change: the working
+``/memory`` (path-copied, so read-your-writes is free), staged ``/lib`` edits, logs,
+message intents and buffered mount writes. Nested ``exec`` runs share it and the
+step budget. Nothing reaches the process until :meth:`Process._commit_activation`
+validates the candidate root and publishes it in one assignment.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from lisp.budget import Budget
+from lisp.context import LispLimits
+from lisp.errors import LispError
+from lisp.interpreter import Interpreter
+
+from . import stdlib, tree
+from .errors import (
+    InvalidPath,
+    InvalidValue,
+    ResourceLimitExceeded,
+    ScriptFailed,
+    ScriptNotFound,
+    SvitError,
+)
+from .guest import NULL_VALUE, SvitValue, plain_to_lisp, to_lisp, to_node, to_plain
+from .namespace import compile_error_to_svit, section
+from .paths import format_path, lib_name, parse, validate_address, validate_script_name
+from .ports import PortContext, failure_text
+from .tree import Node
+from .values import Script
+
+if TYPE_CHECKING:
+    from .process import Process
+
+SVIT_VERSION = "Svit Lisp 2"
+PORT_INPUT_LIMIT = 256 * 1024
+INLINE_NAME = "<inline>"
+
+
+@dataclass(frozen=True)
+class Activation:
+    """The result of a committed activation."""
+
+    output: Any
+    logs: list[dict[str, Any]]
+    messages: list[dict[str, Any]]
+    version: int
+    root_hash: str
+    changed: list[str]
+
+
+def lisp_limits(limits: Any) -> LispLimits:
+    return LispLimits(
+        max_call_stack=limits.max_call_stack,
+        max_value_stack=limits.max_value_stack,
+        max_namespace_entries=limits.max_namespace_entries,
+        max_syntax_depth=limits.max_syntax_depth,
+        max_integer_bits=limits.max_integer_bits,
+        max_guest_memory=limits.max_guest_memory,
+        max_steps=limits.max_steps,
+        max_execution_millis=limits.max_execution_millis,
+    )
+
+
+def script_filename(name: str) -> str:
+    return "/activation/inline.svit-script" if name == INLINE_NAME else f"/lib/{name}.svit-script"
+
+
+def compile_check(name: str, source: str, limits: Any) -> None:
+    """Compile (never run) a script the way write-time validation does."""
+    if len(source.encode("utf-8")) > limits.max_script_bytes:
+        raise ResourceLimitExceeded("script source")
+    interp = Interpreter(lisp_limits(limits), Budget(limits.max_steps, limits.max_execution_millis), filename=script_filename(name))
+    try:
+        interp.compile(source)
+    except LispError as exc:
+        raise compile_error_to_svit(exc) from None
+
+
+def _text(value: Any, what: str) -> str:
+    if type(value) is not str:
+        raise ScriptFailed(f"{what} must be text")
+    return value
+
+
+class WorkingState:
+    """The private, transactional state of one activation and its nested execs."""
+
+    def __init__(self, process: "Process") -> None:
+        self.process = process
+        self.limits = process.limits
+        self.root = process.root
+        self.memory: Node = section(self.root, "memory")
+        self.committed_lib: Node = section(self.root, "lib")
+        self.staged: list[tuple[str, Script | None]] = []
+        self.staged_latest: dict[str, Script | None] = {}
+        self.mutations: list[dict[str, Any]] = []
+        self.changed: set[str] = set()
+        self.logs: list[dict[str, Any]] = []
+        self.messages: list[dict[str, Any]] = []
+        self.mount_writes: list[tuple[str, str, Any]] = []  # (op, path, value)
+        self.port_calls = 0
+        self.exec_depth = 0
+        self.budget = Budget(self.limits.max_steps, self.limits.max_execution_millis)
+        self.lisp_limits = lisp_limits(self.limits)
+        self._lib_view: Node | None = None
+
+    # ------------------------------------------------------------------ scripts
+    def find_script(self, name: str) -> Script:
+        if name in self.staged_latest:
+            found = self.staged_latest[name]
+            if found is None:
+                raise ScriptNotFound(name)
+            return found
+        node = tree.get(self.committed_lib, (name,))
+        if node is None or node.kind != "script":
+            raise ScriptNotFound(name)
+        return node.to_value()
+
+    def run(self, name: str, source: str, input_node: Node) -> Node:
+        """Run ``main(input)`` of one script in a fresh interpreter; returns the output node."""
+        interp = Interpreter(self.lisp_limits, self.budget, filename=script_filename(name), passthrough=(SvitError,))
+        self.install(interp, input_node)
+        try:
+            interp.run(source)
+            if not interp.has("main"):
+                raise ScriptFailed(f"{script_filename(name)}: script must define main(input)")
+            result = interp.call("main", to_lisp(input_node))
+        except LispError as exc:
+            raise compile_error_to_svit(exc) from None
+        except ScriptFailed as exc:
+            raise located(exc, name) from None
+        return to_node(result, self.limits)
+
+    # ------------------------------------------------------------------ guest functions
+    def install(self, interp: Interpreter, input_node: Node) -> None:
+        limits = self.limits
+        interp.define_value("input", to_lisp(input_node))
+        interp.define_value("*svit-version*", SVIT_VERSION)
+        fns: list[tuple[str, Callable[..., Any], int, int | None]] = [
+            ("value-get", self.fn_value_get, 2, 2),
+            ("value-map", self.fn_value_map, 0, None),
+            ("value-array", self.fn_value_array, 0, None),
+            ("value-null?", lambda v: type(v) is SvitValue and v.node.kind == "null", 1, 1),
+            ("read", self.fn_read, 1, 1),
+            ("discover", self.fn_discover, 1, 1),
+            ("stat", self.fn_stat, 1, 1),
+            ("write", self.fn_write, 2, 2),
+            ("remove", self.fn_remove, 1, 1),
+            ("exec", self.fn_exec, 2, 2),
+            ("port-call", self.fn_port_call, 2, 2),
+            ("jq", self.fn_jq, 2, 2),
+            ("search", self.fn_search, 2, 2),
+            ("log-info!", self.fn_log_info, 1, 2),
+            ("send!", self.fn_send, 2, 2),
+        ]
+        for name, fn, lo, hi in fns:
+            interp.define_function(name, _checked_arity(name, fn, lo, hi), 0, None)
+        del limits
+
+    def fn_value_get(self, value: Any, path: Any) -> Any:
+        segments = parse(_text(path, "value-get path"))
+        node = value.node if type(value) is SvitValue else to_node(value, self.limits) if type(value) is tuple else None
+        if node is None:
+            if segments:
+                raise InvalidPath(f"cannot walk through a scalar: {path}")
+            return value
+        return to_lisp(tree.get(node, segments))
+
+    def fn_value_map(self, *args: Any) -> Any:
+        if len(args) % 2:
+            raise ScriptFailed("value-map expects text/value pairs")
+        mapping: dict[str, Any] = {}
+        for i in range(0, len(args), 2):
+            key = args[i]
+            if type(key) is not str:
+                raise ScriptFailed("value-map key must be text")
+            if key in mapping:
+                raise InvalidValue(f"duplicate map key: {key}")
+            mapping[key] = args[i + 1]
+        plain = {key: to_plain(value, self.limits) for key, value in mapping.items()}
+        node = tree.from_value(plain, scripts_allowed=False)
+        tree.validate_value(node, self.limits, scripts_allowed=False)
+        return SvitValue(node)
+
+    def fn_value_array(self, *args: Any) -> Any:
+        node = tree.from_value([to_plain(a, self.limits) for a in args], scripts_allowed=False)
+        tree.validate_value(node, self.limits, scripts_allowed=False)
+        return SvitValue(node)
+
+    def view_lib(self) -> Node:
+        """``/lib`` as the guest sees it: committed plus staged, scripts shown as maps."""
+        if self._lib_view is None:
+            entries = {name: node for name, node in ((n, tree.get(self.committed_lib, (n,))) for n in self.committed_lib.child_names())}
+            scripts: dict[str, Script] = {name: node.to_value() for name, node in entries.items() if node is not None}
+            for name, script in self.staged:
+                if script is None:
+                    scripts.pop(name, None)
+                else:
+                    scripts[name] = script
+            self._lib_view = tree.from_value(
+                {name: {"documentation": s.documentation, "source": s.source} for name, s in scripts.items()},
+                scripts_allowed=False,
+            )
+        return self._lib_view
+
+    def view_get(self, segments: tuple[str, ...]) -> Node | None:
+        if not segments:
+            root = tree.set_at(self.root, ("memory",), self.memory)
+            return tree.set_at(root, ("lib",), self.view_lib())
+        head = segments[0]
+        if head == "memory":
+            return tree.get(self.memory, segments[1:])
+        if head == "lib":
+            return tree.get(self.view_lib(), segments[1:])
+        return tree.get(self.root, segments)
+
+    def fn_read(self, path: Any) -> Any:
+        segments = parse(_text(path, "read path"))
+        if len(segments) >= 2 and segments[0] == "mounts":
+            return plain_to_lisp(self.process._mount_read(segments))
+        return to_lisp(self.view_get(segments))
+
+    def fn_discover(self, path: Any) -> Any:
+        segments = parse(_text(path, "discover path"))
+        if len(segments) >= 2 and segments[0] == "mounts":
+            names = self.process._mount_discover(segments)
+        else:
+            node = self.view_get(segments)
+            if node is None or not node.is_container:
+                raise InvalidPath(f"cannot discover {format_path(segments)}")
+            names = node.child_names()
+        return SvitValue(tree.from_value(names, scripts_allowed=False))
+
+    def fn_stat(self, path: Any) -> Any:
+        text = _text(path, "stat path")
+        segments = parse(text)
+        if len(segments) >= 2 and segments[0] == "mounts":
+            return plain_to_lisp(self.process._mount_stat(segments))
+        node = self.view_get(segments)
+        if node is None:
+            return NULL_VALUE
+        return plain_to_lisp(self.process._facts(text, segments, node))
+
+    def _stage_script(self, name: str, script: Script | None) -> None:
+        if len(self.staged) >= self.limits.max_staged_scripts:
+            raise ResourceLimitExceeded("staged scripts")
+        self.staged.append((name, script))
+        self.staged_latest[name] = script
+        self._lib_view = None
+
+    def fn_write(self, path: Any, value: Any) -> Any:
+        text = _text(path, "write path")
+        segments = parse(text)
+        if segments and segments[0] == "memory":
+            node = to_node(value, self.limits)
+            self.memory = node if len(segments) == 1 else tree.set_at(self.memory, segments[1:], node)
+            tree.validate_value(self.memory, self.limits, scripts_allowed=False)
+            self.mutations.append({"operation": "set", "path": format_path(segments), "value": node})
+            self.changed.add(format_path(segments))
+            return None
+        name = lib_name(segments)
+        if name is not None:
+            script = library_record(to_plain(value, self.limits) if type(value) is not Script else value)
+            self._stage_script(name, script)
+            self.mutations.append({"operation": "set", "path": format_path(segments), "value": script})
+            self.changed.add(format_path(segments))
+            return None
+        if len(segments) >= 2 and segments[0] == "mounts":
+            self.process._mount_check_write(segments)
+            if len(self.mount_writes) >= self.limits.max_mount_writes:
+                raise ResourceLimitExceeded("mount writes")
+            self.mount_writes.append(("write", format_path(segments), to_plain(value, self.limits)))
+            return None
+        raise InvalidPath(f"path is not writable: {text}")
+
+    def fn_remove(self, path: Any) -> Any:
+        text = _text(path, "remove path")
+        segments = parse(text)
+        if segments and segments[0] == "memory":
+            if len(segments) == 1:
+                raise InvalidPath("cannot remove a namespace root")
+            self.memory = tree.remove_at(self.memory, segments[1:])
+            self.mutations.append({"operation": "remove", "path": format_path(segments)})
+            self.changed.add(format_path(segments))
+            return None
+        name = lib_name(segments)
+        if name is not None:
+            if tree.get(self.view_lib(), (name,)) is None:
+                raise InvalidPath(f"path does not exist: {text}")
+            self._stage_script(name, None)
+            self.mutations.append({"operation": "remove", "path": format_path(segments)})
+            self.changed.add(format_path(segments))
+            return None
+        if len(segments) >= 2 and segments[0] == "mounts":
+            self.process._mount_check_write(segments)
+            if len(self.mount_writes) >= self.limits.max_mount_writes:
+                raise ResourceLimitExceeded("mount writes")
+            self.mount_writes.append(("remove", format_path(segments), None))
+            return None
+        raise InvalidPath(f"path is not removable: {text}")
+
+    def fn_exec(self, path: Any, input_value: Any) -> Any:
+        if type(path) is not str:
+            if type(input_value) is str:
+                raise ScriptFailed("exec expects (exec path input); arguments appear reversed")
+            raise ScriptFailed("exec path must be text")
+        name = lib_name(parse(path))
+        if name is None:
+            raise InvalidPath(f"exec accepts only /lib/<name> paths: {path}")
+        if self.exec_depth + 1 > self.limits.max_exec_depth:
+            raise ResourceLimitExceeded("nested exec depth")
+        input_node = to_node(input_value, self.limits)
+        script = self.find_script(name)
+        self.exec_depth += 1
+        try:
+            output = self.run(name, script.source, input_node)
+        finally:
+            self.exec_depth -= 1
+        return to_lisp(output)
+
+    def fn_port_call(self, name: Any, input_value: Any) -> Any:
+        if type(name) is not str or not name or "/" in name:
+            raise ScriptFailed("port-call name must be non-empty text without '/'")
+        ports = self.process.ports
+        if ports is None:
+            raise ScriptFailed("Svit Lisp port calls require a Svit host")
+        if self.port_calls >= self.limits.max_port_calls:
+            raise ResourceLimitExceeded("port calls")
+        plain = to_plain(input_value, self.limits)
+        tree.validate_value(tree.from_value(plain, scripts_allowed=False), self.limits, scripts_allowed=False)
+        if len(json.dumps(plain, ensure_ascii=False, separators=(",", ":")).encode()) > PORT_INPUT_LIMIT:
+            raise ScriptFailed("port input limit exceeded")
+        self.port_calls += 1
+        port = ports.get(name)
+        if port is None:
+            raise ScriptFailed(f"port /ports/{name} failed: port not found")
+        context = self.process._port_context()
+        started = time.monotonic()
+        try:
+            result = port.execute(context, plain)
+        except Exception as exc:  # the port's failure, whatever its type, fails the activation
+            raise ScriptFailed(f"port /ports/{name} failed: {failure_text(exc)}") from None
+        finally:
+            # Time spent inside the port is not charged to the guest.
+            if self.budget.deadline is not None:
+                self.budget.deadline += time.monotonic() - started
+        try:
+            node = tree.from_value(result, scripts_allowed=False)
+        except SvitError as exc:
+            raise ScriptFailed(f"port /ports/{name} failed: invalid port output: {exc.detail}") from None
+        return to_lisp(node)
+
+    def fn_jq(self, filter_text: Any, value: Any) -> Any:
+        results = stdlib.run_jq(_text(filter_text, "jq filter"), to_plain(value, self.limits) if type(value) is not SvitValue else value.node.to_value())
+        node = tree.from_value(results, scripts_allowed=False)
+        tree.validate_value(node, self.limits, scripts_allowed=False)
+        return SvitValue(node)
+
+    def fn_search(self, path: Any, pattern: Any) -> Any:
+        text = _text(path, "search path")
+        pattern = _text(pattern, "search pattern")
+        try:
+            segments = parse(text)
+        except InvalidPath:
+            raise ScriptFailed("invalid search path") from None
+        if len(segments) >= 2 and segments[0] == "mounts":
+            result = self.process._mount_search(segments, pattern)
+        else:
+            node = self.view_get(segments)
+            if node is None:
+                raise InvalidPath(f"path does not exist: {text}")
+            result = stdlib.search_value(format_path(segments), node.to_value(), pattern)
+        return SvitValue(tree.from_value(result, scripts_allowed=False))
+
+    def fn_log_info(self, message: Any, fields: Any = None) -> Any:
+        if len(self.logs) >= self.limits.max_logs:
+            raise ResourceLimitExceeded("log records")
+        record = {"fields": to_plain(fields, self.limits), "message": to_plain(message, self.limits)}
+        node = tree.from_value(record, scripts_allowed=False)
+        tree.validate_value(node, self.limits, scripts_allowed=False)
+        self.logs.append({"message": record["message"], "fields": record["fields"]})
+        return None
+
+    def fn_send(self, address: Any, body: Any) -> Any:
+        if len(self.messages) >= self.limits.max_messages:
+            raise ResourceLimitExceeded("message intents")
+        validate_address(_text(address, "send! address"))
+        node = to_node(body, self.limits)
+        self.messages.append({"to": address, "body": node.to_value()})
+        return None
+
+
+def located(exc: ScriptFailed, name: str) -> ScriptFailed:
+    """Prefix a script failure with the script's virtual path, once (nested execs keep theirs)."""
+    if getattr(exc, "located", False):
+        return exc
+    prefix = script_filename(name) + ": "
+    fresh = ScriptFailed(exc.detail if exc.detail.startswith(prefix) else prefix + exc.detail)
+    fresh.located = True  # type: ignore[attr-defined]
+    return fresh
+
+
+def library_record(value: Any) -> Script:
+    """A `/lib` write's value as a Script (reference §2.4 library write rules)."""
+    if type(value) is Script:
+        return value
+    if type(value) is not dict:
+        raise InvalidValue("library writes require a script record")
+    if set(value) - {"source", "documentation"}:
+        raise InvalidValue("library writes accept only source and documentation")
+    source = value.get("source")
+    if type(source) is not str:
+        raise InvalidValue("library writes require a text source")
+    documentation = value.get("documentation", "")
+    if documentation is None:
+        documentation = ""
+    if type(documentation) is not str:
+        raise InvalidValue("library documentation must be text")
+    return Script(source, documentation)
+
+
+def _checked_arity(name: str, fn: Callable[..., Any], lo: int, hi: int | None) -> Callable[..., Any]:
+    """Svit functions report arity in the reference's words: ``<name> expects N arguments``."""
+
+    def call(*args: Any) -> Any:
+        if len(args) < lo or (hi is not None and len(args) > hi):
+            if lo == hi:
+                raise ScriptFailed(f"{name} expects {lo} argument{'s' if lo != 1 else ''}")
+            raise ScriptFailed(f"{name} expects {lo} to {hi} arguments" if hi is not None else f"{name} expects at least {lo} arguments")
+        return fn(*args)
+
+    return call

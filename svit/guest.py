@@ -1,0 +1,121 @@
+"""Crossing between Lisp values and persistent values (reference §4.3, §4.7).
+
+Persistent null, arrays and maps enter Lisp as an opaque :class:`SvitValue` (Lisp list
+functions reject it, ``=`` on two of them raises); bool, integer, number and string
+become the matching Lisp atoms. Going back, Lisp lists become arrays and unit becomes
+null; anything that cannot persist is an ``InvalidValue`` naming its Lisp type.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from lisp.values import Foreign, type_name
+
+from . import tree
+from .errors import InvalidValue
+from .limits import Limits
+from .tree import Node
+from .values import I64_MAX, I64_MIN
+
+
+class SvitValue(Foreign):
+    """A persistent null, array or map held by Lisp code."""
+
+    __slots__ = ("node",)
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    def type_name(self) -> str:
+        return "svit-value"
+
+    def memory_size(self) -> int:
+        # The reference counts a foreign value as its JSON length; text plus a few
+        # bytes per node is that estimate without serializing.
+        return self.node.text + 4 * self.node.count
+
+    def display(self) -> str:
+        return json.dumps(self.node.to_value(), ensure_ascii=False, separators=(",", ":"))
+
+
+NULL = tree.from_value(None, scripts_allowed=False)
+NULL_VALUE = SvitValue(NULL)
+
+
+def to_lisp(node: Node | None) -> Any:
+    """A committed node as a Lisp value (absent reads as a foreign null)."""
+    if node is None:
+        return NULL_VALUE
+    kind = node.kind
+    if kind in ("bool", "integer", "number", "string"):
+        return node.to_value()
+    if kind == "null":
+        return NULL_VALUE
+    if kind == "script":
+        script = node.to_value()
+        return SvitValue(tree.from_value({"documentation": script.documentation, "source": script.source}, scripts_allowed=False))
+    return SvitValue(node)
+
+
+def plain_to_lisp(value: Any) -> Any:
+    """Plain host data (e.g. a port's JSON output) as a Lisp value."""
+    if value is None or isinstance(value, (list, dict)):
+        return SvitValue(tree.from_value(value, scripts_allowed=False))
+    return value
+
+
+def to_node(value: Any, limits: Limits) -> Node:
+    """Convert a Lisp value to a validated persistent node."""
+    node = _convert(value, limits)
+    tree.validate_value(node, limits, scripts_allowed=False)
+    return node
+
+
+def _convert(value: Any, limits: Limits) -> Node:
+    t = type(value)
+    if t is SvitValue:
+        return value.node
+    plain = _to_plain(value, limits, [0], 0)
+    return tree.from_value(plain, scripts_allowed=False)
+
+
+def _to_plain(value: Any, limits: Limits, counter: list[int], depth: int) -> Any:
+    counter[0] += 1
+    if counter[0] > limits.max_value_entries:
+        raise InvalidValue("maximum value entries exceeded")
+    if depth > limits.max_value_depth:
+        raise InvalidValue("maximum nesting depth exceeded")
+    t = type(value)
+    if value is None:
+        return None
+    if t is bool or t is str:
+        return value
+    if t is int:
+        if not I64_MIN <= value <= I64_MAX:
+            raise InvalidValue("integer is outside signed 64-bit range")
+        return value
+    if t is float:
+        if not math.isfinite(value):
+            raise InvalidValue("numbers must be finite")
+        return value
+    if t is tuple:
+        return [_to_plain(item, limits, counter, depth + 1) for item in value]
+    if t is SvitValue:
+        node = value.node
+        counter[0] += node.count - 1
+        if counter[0] > limits.max_value_entries:
+            raise InvalidValue("maximum value entries exceeded")
+        return node.to_value()
+    if isinstance(value, Foreign):
+        raise InvalidValue("foreign Lisp values cannot be persisted")
+    raise InvalidValue(f"Lisp {type_name(value)} values cannot be persisted")
+
+
+def to_plain(value: Any, limits: Limits) -> Any:
+    """A Lisp value as plain data (unvalidated beyond the conversion bounds)."""
+    if type(value) is SvitValue:
+        return value.node.to_value()
+    return _to_plain(value, limits, [0], 0)

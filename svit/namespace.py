@@ -1,0 +1,256 @@
+"""The process namespace: the nine root keys, `/system` metadata, and root validation.
+
+Validation (reference §8.4) runs on every commit, restore and fork. Given the root it
+replaces, a commit re-checks only the sections whose content hash changed; restore and
+fork check everything. Whole-tree limits come from the cached node counts.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+from . import tree
+from .errors import InvalidMount, InvalidSnapshot, InvalidValue, ResourceLimitExceeded, ScriptFailed, SvitError
+from .limits import Limits
+from .paths import validate_address, validate_mount_name, validate_script_name
+from .tree import Node
+from .values import Script
+
+ROOT_KEYS = ("children", "inbox", "lib", "memory", "mounts", "ports", "system", "tasks", "thread")
+SYSTEM_KEYS = ("api", "capabilities", "identity", "limits", "lineage", "outbox", "runtime")
+LANGUAGE = "svit-lisp@2"
+SNAPSHOT_FORMAT = "svit-snapshot@1"
+API_OPERATIONS = ["discover", "exec", "read", "remove", "write"]
+MAX_THREAD_BYTES = 64 * 1024 * 1024
+MAX_THREAD_RECORDS = 100_000
+DESCRIPTOR_KEYS = frozenset({"access", "kind", "locality", "source"})
+INTENT_KEYS = frozenset({"body", "message_id", "to"})
+
+
+def system_metadata(address: str, limits: Limits, parent: str | None, outbox: list[Any]) -> dict[str, Any]:
+    """The `/system` map the runtime generates for a process."""
+    return {
+        "api": {"operations": list(API_OPERATIONS)},
+        "capabilities": [],
+        "identity": {"address": address, "authenticated": False},
+        "limits": limits.to_dict(),
+        "lineage": {"parent": parent},
+        "outbox": outbox,
+        "runtime": {"language": LANGUAGE, "snapshot_format": SNAPSHOT_FORMAT},
+    }
+
+
+def initial_root(
+    address: str,
+    limits: Limits,
+    memory: dict[str, Any],
+    library: dict[str, Script],
+    mounts: dict[str, dict[str, str]],
+    ports: dict[str, Any],
+) -> Node:
+    """Version-zero state built by the builder."""
+    return tree.from_value(
+        {
+            "children": {},
+            "inbox": [],
+            "lib": library,
+            "memory": memory,
+            "mounts": mounts,
+            "ports": ports,
+            "system": system_metadata(address, limits, None, []),
+            "tasks": {},
+            "thread": None,
+        },
+        scripts_allowed=True,
+    )
+
+
+def _expected_digests(address: str, limits: Limits) -> dict[str, bytes]:
+    meta = system_metadata(address, limits, None, [])
+    return {key: tree.from_value(meta[key], scripts_allowed=False).digest for key in ("api", "capabilities", "identity", "limits", "runtime")}
+
+
+_expected_cache: dict[tuple[str, Limits], dict[str, bytes]] = {}
+
+
+def expected_system(address: str, limits: Limits) -> dict[str, bytes]:
+    key = (address, limits)
+    found = _expected_cache.get(key)
+    if found is None:
+        if len(_expected_cache) > 1024:
+            _expected_cache.clear()
+        found = _expected_cache[key] = _expected_digests(address, limits)
+    return found
+
+
+def section(root: Node, key: str) -> Node:
+    found = tree.get(root, (key,))
+    assert found is not None
+    return found
+
+
+def validate_root(
+    root: Node,
+    address: str,
+    limits: Limits,
+    compile_script: Callable[[str, Script], None],
+    previous: Node | None = None,
+    error: type[SvitError] = InvalidSnapshot,
+) -> None:
+    """Check the whole namespace schema; sections equal to ``previous``'s are trusted."""
+    # 1. Whole-tree size, from cached counts.
+    if root.count > limits.max_tree_nodes:
+        raise ResourceLimitExceeded("process tree nodes")
+    if root.text > limits.max_tree_text_bytes:
+        raise ResourceLimitExceeded("process tree text bytes")
+    # 2. Exact key set.
+    if root.kind != "map" or root.child_names() != list(ROOT_KEYS):
+        raise error("process root does not match the conventional namespace")
+
+    def changed(key: str) -> Node | None:
+        node = section(root, key)
+        if previous is not None and section(previous, key).digest == node.digest:
+            return None
+        return node
+
+    # 3. Reserved nodes.
+    for key in ("children", "tasks"):
+        node = changed(key)
+        if node is not None and (node.kind != "map" or node.size != 0):
+            raise error(f"/{key} is reserved and must be empty in the initial slice")
+    # 4. Inbox.
+    node = changed("inbox")
+    if node is not None:
+        if node.kind != "array":
+            raise error("/inbox must be an array")
+        tree.validate_value(node, limits, scripts_allowed=False)
+    # 5. Mounts: descriptors only.
+    node = changed("mounts")
+    if node is not None:
+        if node.kind != "map":
+            raise error("/mounts must be a map")
+        tree.validate_value(node, limits, scripts_allowed=False)
+        for name, descriptor in node.to_value().items():
+            validate_mount_name(name)
+            check_descriptor(descriptor)
+    # 6. Thread metadata.
+    node = changed("thread")
+    if node is not None:
+        validate_thread(node, limits)
+    # 7. Ports catalog.
+    node = changed("ports")
+    if node is not None:
+        if node.kind != "map":
+            raise error("/ports must be a map")
+        for name in node.child_names():
+            validate_script_name(name)
+        tree.validate_value(node, limits, scripts_allowed=False)
+    # 8. Memory.
+    node = changed("memory")
+    if node is not None:
+        tree.validate_value(node, limits, scripts_allowed=False)
+    # 9. Library: every entry a named script that compiles.
+    node = changed("lib")
+    if node is not None:
+        if node.kind != "map":
+            raise error("/lib must be a map")
+        tree.validate_value(node, limits, scripts_allowed=True)
+        for name in node.child_names():
+            validate_script_name(name)
+            entry = tree.get(node, (name,))
+            if entry is None or entry.kind != "script":
+                raise InvalidValue("library writes require a script record")
+            compile_script(name, entry.to_value())
+    # 10. System metadata.
+    node = changed("system")
+    if node is not None:
+        validate_system(node, address, limits, error)
+
+
+def check_descriptor(descriptor: Any) -> None:
+    if type(descriptor) is not dict or set(descriptor) != DESCRIPTOR_KEYS:
+        raise InvalidMount("mount descriptor must have exactly access, kind, locality and source")
+    if descriptor["access"] not in ("read", "write", "read-write"):
+        raise InvalidMount("mount access must be read, write or read-write")
+    if descriptor["locality"] not in ("cache", "local", "remote"):
+        raise InvalidMount("mount locality must be cache, local or remote")
+    kind = descriptor["kind"]
+    if type(kind) is not str or not (1 <= len(kind.encode()) <= 64) or not all(c in "abcdefghijklmnopqrstuvwxyz0123456789-" for c in kind):
+        raise InvalidMount("mount kind must be 1-64 bytes of [a-z0-9-]")
+    if type(descriptor["source"]) is not str:
+        raise InvalidMount("mount source must be text")
+
+
+def validate_thread(node: Node, limits: Limits) -> None:
+    """`/thread` is null or a value; a map's entries are validated one by one."""
+    if node.kind == "null":
+        return
+    if node.kind == "map":
+        for key in node.child_names():
+            entry = tree.get(node, (key,))
+            assert entry is not None
+            if key in ("events", "messages"):
+                if entry.kind != "array":
+                    raise InvalidValue(f"/thread/{key} must be an array")
+                if entry.size > MAX_THREAD_RECORDS:
+                    raise InvalidValue("maximum thread records exceeded")
+                for index in range(entry.size):
+                    record = tree.get(entry, (str(index),))
+                    assert record is not None
+                    tree.validate_value(record, limits, scripts_allowed=False)
+            else:
+                tree.validate_value(entry, limits, scripts_allowed=False)
+    else:
+        tree.validate_value(node, limits, scripts_allowed=False)
+    if node.text + 16 * node.count > MAX_THREAD_BYTES:
+        encoded = json.dumps(node.to_value(), separators=(",", ":"), ensure_ascii=False).encode()
+        if len(encoded) > MAX_THREAD_BYTES:
+            raise InvalidValue("maximum thread bytes exceeded")
+
+
+def validate_system(node: Node, address: str, limits: Limits, error: type[SvitError] = InvalidSnapshot) -> None:
+    if node.kind != "map" or node.child_names() != list(SYSTEM_KEYS):
+        raise error("/system does not match the conventional schema")
+    expected = expected_system(address, limits)
+    for key, digest in expected.items():
+        found = tree.get(node, (key,))
+        if found is None or found.digest != digest:
+            raise error(f"/system/{key} does not match process metadata")
+    lineage = tree.get(node, ("lineage",))
+    value = lineage.to_value() if lineage is not None else None
+    if type(value) is not dict or set(value) != {"parent"}:
+        raise error("/system/lineage must be a map with exactly one key, parent")
+    if value["parent"] is not None:
+        try:
+            validate_address(value["parent"])
+        except InvalidValue:
+            raise error("/system/lineage parent must be a process address") from None
+    outbox = tree.get(node, ("outbox",))
+    if outbox is None or outbox.kind != "array":
+        raise error("/system/outbox must be an array")
+    tree.validate_value(outbox, limits, scripts_allowed=False)
+    for intent in outbox.to_value():
+        if type(intent) is not dict or set(intent) != INTENT_KEYS or type(intent["message_id"]) is not str:
+            raise error("/system/outbox items must be message intents")
+        try:
+            validate_address(intent["to"])
+        except InvalidValue:
+            raise error("/system/outbox intent has an invalid address") from None
+
+
+def compile_error_to_svit(exc: BaseException) -> SvitError:
+    """Map a Lisp failure to the host error the reference uses (§4.9)."""
+    from lisp.errors import BudgetExhausted, LimitError, LispError
+
+    from .errors import ExecutionLimitExceeded
+
+    if isinstance(exc, SvitError):
+        return exc
+    if isinstance(exc, LimitError):
+        return ResourceLimitExceeded(exc.limit)
+    if isinstance(exc, BudgetExhausted):
+        return ExecutionLimitExceeded(exc.what)
+    if isinstance(exc, LispError):
+        return ScriptFailed(exc.message)
+    return ScriptFailed("Lisp interpreter failed")

@@ -1,0 +1,609 @@
+"""The process: one addressable tree of values, changed only by whole commits.
+
+Every transition (a host write, an inbox change, an activation) builds a candidate
+root, validates it, and publishes it with the new version in one assignment. A
+failure anywhere before that leaves version, root and snapshot bytes untouched.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Protocol
+
+from lisp.errors import LispError
+
+from . import mounts as mountlib
+from . import stdlib, tree
+from .activation import (
+    INLINE_NAME,
+    Activation,
+    WorkingState,
+    compile_check,
+    library_record,
+    located,
+)
+from .errors import (
+    HookCancelled,
+    InboxConflict,
+    InvalidMount,
+    InvalidPath,
+    InvalidSnapshot,
+    InvalidValue,
+    MountUnavailable,
+    ResourceLimitExceeded,
+    ScriptFailed,
+    SvitError,
+    sanitize,
+)
+from .limits import Limits
+from .mounts import Mount, MountPath
+from .namespace import initial_root, section, system_metadata, validate_root, validate_thread
+from .paths import format_path, lib_name, parse, validate_address, validate_mount_name, validate_script_name
+from .ports import PortContext, Ports
+from .snapshot import decode_snapshot, encode_snapshot
+from .tree import Node
+from .values import Script
+
+U64_MAX = 2**64 - 1
+
+
+@dataclass(frozen=True)
+class Change:
+    """What one transition changed: sorted paths, and hashes of them and their ancestors."""
+
+    version: int
+    paths: list[str]
+    hashes: dict[str, str | None] = field(default_factory=dict)
+    mutations: list[dict[str, Any]] = field(default_factory=list, repr=False, compare=False)
+
+    def touches(self, path: str) -> bool:
+        """True when ``path`` equals, lies below, or lies above a changed path."""
+        target = parse(path)
+        for changed in self.paths:
+            other = parse(changed)
+            n = min(len(target), len(other))
+            if target[:n] == other[:n]:
+                return True
+        return False
+
+    def hash(self, path: str) -> str | None:
+        """The recorded hash of ``path`` (None when removed); KeyError when not reported."""
+        return self.hashes[format_path(parse(path))]
+
+
+@dataclass(frozen=True)
+class ActivationRequest:
+    """What a ``before_activation`` hook sees and may rewrite."""
+
+    script: str
+    input: Any
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """Returned by a ``before_activation`` hook to refuse the activation."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class ActivationEvent:
+    """What an ``after_activation`` hook receives."""
+
+    process_id: str
+    script: str
+    version_before: int
+    status: str  # "committed" or "failed"
+    version: int | None = None
+    error: str | None = None
+
+
+class ActivationHook(Protocol):
+    def before_activation(self, request: ActivationRequest) -> ActivationRequest | Cancel: ...
+
+    def after_activation(self, event: ActivationEvent) -> None: ...
+
+
+@dataclass
+class Transition:
+    """A validated candidate, handed to a durable store before it is published."""
+
+    address: str
+    version_before: int
+    version_after: int
+    root_before: Node
+    root_after: Node
+    mutations: list[dict[str, Any]]
+    source: str
+
+
+class ProcessBuilder:
+    """Collects version-zero state; :meth:`build` validates it all at once."""
+
+    def __init__(self, address: str) -> None:
+        self._address = address
+        self._memory: dict[str, Any] = {}
+        self._library: dict[str, Script] = {}
+        self._limits = Limits()
+        self._mounts: dict[str, Mount] = {}
+        self._ports: Ports | None = None
+        self._hooks: list[Any] = []
+
+    def memory(self, name: str, value: Any) -> "ProcessBuilder":
+        if type(name) is not str or not name or "/" in name:
+            raise InvalidPath(f"memory entry names are single path segments: {name!r}")
+        self._memory[name] = value
+        return self
+
+    def library(self, name: str, source: str | Script, documentation: str = "") -> "ProcessBuilder":
+        validate_script_name(name)
+        self._library[name] = source if isinstance(source, Script) else library_record({"source": source, "documentation": documentation})
+        return self
+
+    def limits(self, limits: Limits) -> "ProcessBuilder":
+        self._limits = limits
+        return self
+
+    def mount(self, name: str, mount: Mount) -> "ProcessBuilder":
+        validate_mount_name(name)
+        self._mounts[name] = mount
+        return self
+
+    def ports(self, ports: Ports) -> "ProcessBuilder":
+        self._ports = ports
+        return self
+
+    def hook(self, hook: Any) -> "ProcessBuilder":
+        self._hooks.append(hook)
+        return self
+
+    def build(self) -> "Process":
+        validate_address(self._address)
+        limits = self._limits.validate()
+        descriptors = {name: mount.descriptor() for name, mount in self._mounts.items()}
+        catalog = self._ports.catalog() if self._ports is not None else {}
+        root = initial_root(self._address, limits, self._memory, self._library, descriptors, catalog)
+        process = Process(self._address, root, 0, limits, hooks=self._hooks, mounts=dict(self._mounts), ports=self._ports)
+        validate_root(root, self._address, limits, process._compile_script, error=InvalidValue)
+        return process
+
+
+class Process:
+    """One process: address, committed root, version, limits, and host authority."""
+
+    def __init__(
+        self,
+        address: str,
+        root: Node,
+        version: int,
+        limits: Limits,
+        *,
+        hooks: Iterable[Any] = (),
+        mounts: dict[str, Mount] | None = None,
+        ports: Ports | None = None,
+    ) -> None:
+        self.address = address
+        self.limits = limits
+        self._state = (version, root)
+        self.hooks = list(hooks)
+        self.mounts: dict[str, Mount] = dict(mounts or {})
+        self.ports = ports
+        self._lock = threading.RLock()
+        #: Called with each validated Transition before it is published (durable stores).
+        self.before_publish: Callable[[Transition], None] | None = None
+
+    @staticmethod
+    def builder(address: str) -> ProcessBuilder:
+        return ProcessBuilder(address)
+
+    # ------------------------------------------------------------------ observation
+    @property
+    def version(self) -> int:
+        return self._state[0]
+
+    @property
+    def root(self) -> Node:
+        return self._state[1]
+
+    @property
+    def root_hash(self) -> str:
+        return self._state[1].hash
+
+    def node_hash(self, path: str) -> str | None:
+        """Content hash of a committed node (None for mount paths and absent nodes)."""
+        segments = parse(path)
+        if len(segments) >= 2 and segments[0] == "mounts":
+            return None
+        return tree.node_hash(self.root, segments)
+
+    def read_versioned(self, path: str) -> tuple[Any, int]:
+        version, root = self._state
+        return self._read(path, root), version
+
+    def read(self, path: str) -> Any:
+        """The committed value at ``path`` (a fresh copy), a mount node, or None."""
+        return self._read(path, self.root)
+
+    def _read(self, path: str, root: Node) -> Any:
+        segments = parse(path)
+        if len(segments) >= 2 and segments[0] == "mounts":
+            return self._mount_read(segments)
+        node = tree.get(root, segments)
+        return None if node is None else node.to_value()
+
+    def discover(self, path: str) -> list[str]:
+        segments = parse(path)
+        if len(segments) >= 2 and segments[0] == "mounts":
+            return self._mount_discover(segments)
+        node = tree.get(self.root, segments)
+        if node is None or not node.is_container:
+            raise InvalidPath(f"cannot discover {format_path(segments)}")
+        return node.child_names()
+
+    def stat(self, path: str) -> dict[str, Any] | None:
+        segments = parse(path)
+        if len(segments) >= 2 and segments[0] == "mounts":
+            return self._mount_stat(segments)
+        node = tree.get(self.root, segments)
+        return None if node is None else self._facts(path, segments, node)
+
+    @staticmethod
+    def _facts(path: str, segments: tuple[str, ...], node: Node) -> dict[str, Any]:
+        kind = node.kind
+        if kind == "map":
+            facts: dict[str, Any] = {"content": "object", "entries": node.size}
+        elif kind == "array":
+            facts = {"content": "array", "entries": node.size}
+        elif kind == "string":
+            facts = {"bytes": node.size, "content": "text/plain"}
+        elif kind == "script":
+            facts = {"bytes": node.size, "content": "svit-script"}
+        else:
+            facts = {"content": "scalar"}
+        writable = bool(segments) and (segments[0] == "memory" or (segments[0] == "lib" and len(segments) >= 2))
+        return {
+            "access": "read-write" if writable else "read",
+            "attached": True,
+            "facts": facts,
+            "hash": node.hash,
+            "kind": "directory" if node.is_container else "leaf",
+            "locality": "cache",
+            "mount": None,
+            "path": path,
+            "source": "process",
+        }
+
+    def outbox(self) -> list[dict[str, Any]]:
+        """The committed message intents at ``/system/outbox``."""
+        return self.read("/system/outbox")
+
+    def inbox_front(self) -> Any:
+        items = section(self.root, "inbox")
+        return None if items.size == 0 else tree.get(items, ("0",)).to_value()
+
+    # ------------------------------------------------------------------ commit machinery
+    def _compile_script(self, name: str, script: Script) -> None:
+        compile_check(name, script.source, self.limits)
+
+    def _publish(self, root: Node, mutations: list[dict[str, Any]], paths: Iterable[str], source: str) -> Change:
+        """Validate ``root`` against the committed one and publish it as the next version."""
+        version, previous = self._state
+        if version >= U64_MAX:
+            raise ResourceLimitExceeded("process version")
+        validate_root(root, self.address, self.limits, self._compile_script, previous=previous, error=InvalidValue)
+        transition = Transition(self.address, version, version + 1, previous, root, mutations, source)
+        if self.before_publish is not None:
+            self.before_publish(transition)
+        self._state = (version + 1, root)
+        return self._change(version + 1, root, paths, mutations)
+
+    @staticmethod
+    def _change(version: int, root: Node, paths: Iterable[str], mutations: list[dict[str, Any]]) -> Change:
+        ordered = sorted(set(paths))
+        hashes: dict[str, str | None] = {}
+        for path in ordered:
+            segments = parse(path)
+            if len(segments) >= 2 and segments[0] == "mounts":
+                continue
+            for depth in range(len(segments), -1, -1):
+                key = format_path(segments[:depth])
+                if key in hashes:
+                    continue
+                hashes[key] = tree.node_hash(root, segments[:depth])
+        return Change(version, ordered, hashes, mutations)
+
+    # ------------------------------------------------------------------ host writes
+    def write(self, path: str, value: Any) -> Change:
+        with self._lock:
+            segments = parse(path)
+            if len(segments) >= 2 and segments[0] == "mounts":
+                return self._host_mount_op("write", segments, value)
+            root = self.root
+            if segments and segments[0] == "memory":
+                node = tree.from_value(value, scripts_allowed=False)
+                tree.validate_value(node, self.limits, scripts_allowed=False)
+                candidate = tree.set_at(root, segments, node)
+            elif lib_name(segments) is not None:
+                node = tree.from_value(library_record(value), scripts_allowed=True)
+                candidate = tree.set_at(root, segments, node)
+            else:
+                raise InvalidPath(f"path is not writable: {path}")
+            canonical = format_path(segments)
+            return self._publish(candidate, [{"operation": "set", "path": canonical, "value": node}], [canonical], "host.write")
+
+    def remove(self, path: str) -> Change:
+        with self._lock:
+            segments = parse(path)
+            if len(segments) >= 2 and segments[0] == "mounts":
+                return self._host_mount_op("remove", segments, None)
+            if segments == ("memory",):
+                raise InvalidPath("cannot remove a namespace root")
+            if not ((segments and segments[0] == "memory") or lib_name(segments) is not None):
+                raise InvalidPath(f"path is not removable: {path}")
+            candidate = tree.remove_at(self.root, segments)
+            canonical = format_path(segments)
+            return self._publish(candidate, [{"operation": "remove", "path": canonical}], [canonical], "host.remove")
+
+    def enqueue_inbox(self, value: Any) -> Change:
+        with self._lock:
+            node = tree.from_value(value, scripts_allowed=False)
+            inbox = section(self.root, "inbox")
+            candidate = tree.set_at(self.root, ("inbox",), tree.from_value(inbox.to_value() + [value], scripts_allowed=False))
+            return self._publish(candidate, [{"operation": "append", "path": "/inbox", "values": [node]}], ["/inbox"], "inbox.enqueue")
+
+    def acknowledge_inbox(self, expected: Any) -> Change:
+        """Remove the inbox head only if it equals ``expected``."""
+        with self._lock:
+            inbox = section(self.root, "inbox")
+            head = tree.get(inbox, ("0",)) if inbox.size else None
+            expected_node = tree.from_value(expected, scripts_allowed=False)
+            if head is None or head.digest != expected_node.digest:
+                raise InboxConflict()
+            candidate = tree.set_at(self.root, ("inbox",), tree.remove_at(inbox, ("0",)))
+            mutation = {"operation": "remove_front", "path": "/inbox", "expected_value_hash": head.hash}
+            return self._publish(candidate, [mutation], ["/inbox"], "inbox.acknowledge")
+
+    def replace_thread_state(self, value: Any) -> Change:
+        with self._lock:
+            node = tree.from_value(value, scripts_allowed=False)
+            validate_thread(node, self.limits)
+            candidate = tree.set_at(self.root, ("thread",), node)
+            return self._publish(candidate, [{"operation": "set", "path": "/thread", "value": node}], ["/thread"], "thread.replace")
+
+    def initialize_thread_state(self, value: Any) -> Change:
+        with self._lock:
+            if section(self.root, "thread").kind != "null":
+                raise InvalidValue("/thread is already initialized")
+            return self.replace_thread_state(value)
+
+    def replace_ports(self, ports: Ports | None) -> Change | None:
+        """Attach a port registry and project its catalog; no commit when identical."""
+        with self._lock:
+            catalog = tree.from_value(ports.catalog() if ports is not None else {}, scripts_allowed=False)
+            self.ports = ports
+            if section(self.root, "ports").digest == catalog.digest:
+                return None
+            candidate = tree.set_at(self.root, ("ports",), catalog)
+            return self._publish(candidate, [{"operation": "set", "path": "/ports", "value": catalog}], ["/ports"], "ports.refresh")
+
+    def attach_mount(self, name: str, mount: Mount) -> Change | None:
+        """Attach a provider; commits the descriptor only when it differs."""
+        with self._lock:
+            validate_mount_name(name)
+            descriptor = tree.from_value(mount.descriptor(), scripts_allowed=False)
+            current = tree.get(self.root, ("mounts", name))
+            if current is not None and current.digest == descriptor.digest:
+                self.mounts[name] = mount
+                return None
+            path = f"/mounts/{name}"
+            candidate = tree.set_at(self.root, ("mounts", name), descriptor)
+            change = self._publish(candidate, [{"operation": "set", "path": path, "value": descriptor}], [path], "mounts.attach")
+            self.mounts[name] = mount
+            return change
+
+    # ------------------------------------------------------------------ mounts
+    def _mount_target(self, segments: tuple[str, ...]) -> tuple[str, dict[str, Any], Mount | None, MountPath]:
+        name = segments[1]
+        try:
+            validate_mount_name(name)
+        except SvitError:
+            raise InvalidMount(f"invalid mount name: {name}") from None
+        descriptor = tree.get(self.root, ("mounts", name))
+        if descriptor is None:
+            raise InvalidPath(f"/mounts/{name}")
+        mount_path = MountPath.parse("/" + "/".join(segments[2:]))
+        return name, descriptor.to_value(), self.mounts.get(name), mount_path
+
+    def _mount_read(self, segments: tuple[str, ...]) -> Any:
+        name, descriptor, provider, mount_path = self._mount_target(segments)
+        if provider is None:
+            if mount_path.is_root:
+                return mountlib.unattached_record(name, descriptor)
+            raise MountUnavailable(f"/mounts/{name}")
+        return mountlib.mount_read(name, provider, mount_path, self.limits)
+
+    def _mount_stat(self, segments: tuple[str, ...]) -> Any:
+        name, descriptor, provider, mount_path = self._mount_target(segments)
+        if provider is None:
+            if mount_path.is_root:
+                return mountlib.unattached_record(name, descriptor)
+            raise MountUnavailable(f"/mounts/{name}")
+        return mountlib.mount_stat(name, provider, mount_path, self.limits)
+
+    def _mount_discover(self, segments: tuple[str, ...]) -> list[str]:
+        name, _descriptor, provider, mount_path = self._mount_target(segments)
+        if provider is None:
+            raise MountUnavailable(f"/mounts/{name}")
+        return mountlib.mount_discover(name, provider, mount_path, self.limits)
+
+    def _mount_search(self, segments: tuple[str, ...], pattern: str) -> Any:
+        name, _descriptor, provider, mount_path = self._mount_target(segments)
+        if provider is None:
+            raise MountUnavailable(f"/mounts/{name}")
+        mountlib.require_read(name, provider.descriptor())
+        return stdlib.search_mount(provider, format_path(segments), mount_path, pattern, self.limits)
+
+    def _mount_check_write(self, segments: tuple[str, ...]) -> None:
+        name, descriptor, provider, mount_path = self._mount_target(segments)
+        mountlib.require_write(name, descriptor)
+        if provider is None:
+            raise MountUnavailable(f"/mounts/{name}")
+
+    def _mount_apply(self, op: str, segments: tuple[str, ...], value: Any) -> None:
+        name, _descriptor, provider, mount_path = self._mount_target(segments)
+        if provider is None:
+            raise MountUnavailable(f"/mounts/{name}")
+        if op == "write":
+            mountlib.mount_write(name, provider, mount_path, value, self.limits)
+        else:
+            mountlib.mount_remove(name, provider, mount_path, self.limits)
+
+    def _host_mount_op(self, op: str, segments: tuple[str, ...], value: Any) -> Change:
+        self._mount_check_write(segments)
+        self._mount_apply(op, segments, value)
+        return Change(self.version, [mount_change_path(segments)], {}, [])
+
+    def _port_context(self) -> PortContext:
+        return PortContext(self.read, self.stat, self.discover, self.address)
+
+    # ------------------------------------------------------------------ activations
+    def exec(self, path: str, input: Any = None) -> Activation:
+        """Run ``/lib/<name>``'s ``main(input)`` and commit one new version, or nothing."""
+        name = lib_name(parse(path)) if isinstance(path, str) else None
+        if name is None:
+            raise InvalidPath(f"exec accepts only /lib/<name> paths: {path}")
+        return self._activate(name, None, input)
+
+    def exec_inline(self, source: str, input: Any = None) -> Activation:
+        """Run a one-off script that is compiled first and never stored."""
+        if type(source) is not str:
+            raise InvalidValue("inline source must be text")
+        compile_check(INLINE_NAME, source, self.limits)
+        return self._activate(INLINE_NAME, source, input)
+
+    def _activate(self, name: str, inline_source: str | None, input: Any) -> Activation:
+        with self._lock:
+            version_before = self.version
+            request = ActivationRequest(name, input)
+            for hook in self.hooks:
+                before = getattr(hook, "before_activation", None)
+                if before is None:
+                    continue
+                outcome = before(request)
+                if isinstance(outcome, Cancel):
+                    raise HookCancelled(outcome.reason)
+                if isinstance(outcome, ActivationRequest):
+                    request = outcome
+            try:
+                activation = self._run_activation(request.script, inline_source, request.input)
+            except SvitError as exc:
+                self._after(ActivationEvent(self.address, request.script, version_before, "failed", error=exc.message))
+                raise
+            except LispError as exc:  # defensive: every Lisp error is mapped inside the run
+                error = ScriptFailed(exc.message)
+                self._after(ActivationEvent(self.address, request.script, version_before, "failed", error=error.message))
+                raise error from None
+            self._after(ActivationEvent(self.address, request.script, version_before, "committed", version=activation.version))
+            return activation
+
+    def _after(self, event: ActivationEvent) -> None:
+        for hook in self.hooks:
+            after = getattr(hook, "after_activation", None)
+            if after is not None:
+                after(event)
+
+    def _run_activation(self, name: str, inline_source: str | None, input: Any) -> Activation:
+        input_node = tree.from_value(input, scripts_allowed=False)
+        tree.validate_value(input_node, self.limits, scripts_allowed=False)
+        ws = WorkingState(self)
+        if inline_source is None:
+            if name != INLINE_NAME:
+                validate_script_name(name)
+            source = ws.find_script(name).source
+        else:
+            source = inline_source
+        output = ws.run(name, source, input_node)
+        # Validate everything the activation produced before anything is applied.
+        tree.validate_value(ws.memory, self.limits, scripts_allowed=False)
+        for staged_name, script in ws.staged:
+            if script is not None:
+                tree.validate_value(tree.from_value(script, scripts_allowed=True), self.limits, scripts_allowed=True)
+                try:
+                    compile_check(staged_name, script.source, self.limits)
+                except ScriptFailed as exc:
+                    raise located(exc, name) from None
+        version, root = self._state
+        if version >= U64_MAX:
+            raise ResourceLimitExceeded("process version")
+        next_version = version + 1
+        intents = [
+            {"body": message["body"], "message_id": f"{self.address}:{next_version}:{index}", "to": message["to"]}
+            for index, message in enumerate(ws.messages)
+        ]
+        candidate = tree.set_at(root, ("memory",), ws.memory)
+        lib = section(root, "lib")
+        for staged_name, script in ws.staged:
+            if script is None:
+                if tree.get(lib, (staged_name,)) is not None:
+                    lib = tree.remove_at(lib, (staged_name,))
+            else:
+                lib = tree.set_at(lib, (staged_name,), tree.from_value(script, scripts_allowed=True))
+        candidate = tree.set_at(candidate, ("lib",), lib)
+        mutations = list(ws.mutations)
+        changed = set(ws.changed)
+        if intents:
+            outbox = tree.get(root, ("system", "outbox"))
+            new_outbox = tree.from_value(outbox.to_value() + intents, scripts_allowed=False)
+            candidate = tree.set_at(candidate, ("system", "outbox"), new_outbox)
+            mutations.append({"operation": "append", "path": "/system/outbox", "values": [tree.from_value(i, scripts_allowed=False) for i in intents]})
+            changed.add("/system/outbox")
+        validate_root(candidate, self.address, self.limits, self._compile_script, previous=root, error=InvalidValue)
+        # External mount effects happen only once the candidate is known to be valid.
+        for op, path, value in ws.mount_writes:
+            segments = parse(path)
+            self._mount_apply(op, segments, value)
+            changed.add(mount_change_path(segments))
+        transition = Transition(self.address, version, next_version, root, candidate, mutations, "activation")
+        if self.before_publish is not None:
+            self.before_publish(transition)
+        self._state = (next_version, candidate)
+        return Activation(
+            output=output.to_value(),
+            logs=ws.logs,
+            messages=[{"message_id": i["message_id"], "to": i["to"], "body": i["body"]} for i in intents],
+            version=next_version,
+            root_hash=candidate.hash,
+            changed=sorted(changed),
+        )
+
+    # ------------------------------------------------------------------ snapshots and forks
+    def snapshot(self) -> bytes:
+        version, root = self._state
+        return encode_snapshot(self.address, version, root, self.limits)
+
+    @classmethod
+    def restore(cls, data: bytes) -> "Process":
+        """Build a process from untrusted snapshot bytes, validating everything first."""
+        address, version, root, limits = decode_snapshot(data)
+        process = cls(address, root, version, limits)
+        validate_root(root, address, limits, process._compile_script, error=InvalidSnapshot)
+        return process
+
+    def fork(self, child_address: str) -> "Process":
+        """A new process at ``child_address`` sharing this committed tree (outbox cleared)."""
+        validate_address(child_address)
+        version, root = self._state
+        system = section(root, "system")
+        system_value = system_metadata(child_address, self.limits, self.address, [])
+        system_node = tree.from_value(system_value, scripts_allowed=False)
+        candidate = tree.set_at(root, ("system",), system_node)
+        child = Process(child_address, candidate, version, self.limits, hooks=self.hooks, mounts=self.mounts, ports=self.ports)
+        validate_root(candidate, child_address, self.limits, child._compile_script, previous=root, error=InvalidValue)
+        del system
+        return child
+
+
+def mount_change_path(segments: tuple[str, ...]) -> str:
+    text = format_path(segments)
+    return text.rstrip("/") or "/"
