@@ -364,6 +364,22 @@ def _map_digest(key_bytes: list[bytes], digests: list[bytes]) -> bytes:
     )
 
 
+def _heads_of(node: Node) -> list[bytes]:
+    """``u64be(len(key)) || key`` for every key of a map node, cached on the node so that
+    repeated writes into a large map do not re-encode all of its keys."""
+    try:
+        return node._heads  # type: ignore[attr-defined]
+    except AttributeError:
+        pass
+    heads = [_Q(len(raw)) + raw for raw in _encode_keys(list(node[1]))]
+    node._heads = heads  # type: ignore[attr-defined]
+    return heads
+
+
+def _digest_from_heads(heads: list[bytes], digests: list[bytes]) -> bytes:
+    return _hash(b"".join(chain((b"\x06", _Q(len(heads))), chain.from_iterable(zip(heads, digests)))))
+
+
 def _array_digest(digests: list[bytes]) -> bytes:
     return _hash(b"\x05" + _Q(len(digests)) + b"".join(digests))
 
@@ -700,14 +716,14 @@ def _with_child(container: Node, segment: str, child: Node, segments: tuple, dep
     if container[0] == MAP:
         mapping = container[1]
         old = mapping.get(segment, _ABSENT)
-        keys = list(mapping)
-        position = bisect_left(keys, segment)
+        heads = list(_heads_of(container))
+        position = bisect_left(list(mapping), segment)
         if old is _ABSENT:
             key_raw = _encode_text(segment)
             entries = list(mapping.items())
             entries.insert(position, (segment, item))
             updated = dict(entries)
-            keys.insert(position, segment)
+            heads.insert(position, _Q(len(key_raw)) + key_raw)
             digests.insert(position, child[2])
             aggregates = _aggregate_after(container, None, new_info, updated.values(), len(key_raw))
         else:
@@ -715,8 +731,12 @@ def _with_child(container: Node, segment: str, child: Node, segments: tuple, dep
             updated[segment] = item
             digests[position] = child[2]
             aggregates = _aggregate_after(container, _item_info(old), new_info, updated.values(), 0)
-        digest = _map_digest(_encode_keys(keys), digests)
-        return _node((MAP, updated, digest, aggregates[0], aggregates[1], aggregates[2], aggregates[3], digests))
+        result = _node(
+            (MAP, updated, _digest_from_heads(heads, digests), aggregates[0], aggregates[1], aggregates[2],
+             aggregates[3], digests)
+        )
+        result._heads = heads  # type: ignore[attr-defined]
+        return result
     values = container[1]
     index = _array_index(segment, segments, depth)
     if index >= len(values):
@@ -736,18 +756,18 @@ def _without_child(container: Node, segment: str, segments: tuple, depth: int) -
         old = mapping.get(segment, _ABSENT)
         if old is _ABSENT:
             raise InvalidPath(f"path does not exist: {_fmt(segments)}")
-        keys = list(mapping)
-        position = bisect_left(keys, segment)
-        del keys[position]
+        heads = list(_heads_of(container))
+        position = bisect_left(list(mapping), segment)
+        del heads[position]
         del digests[position]
         updated = mapping.copy()
         del updated[segment]
-        key_bytes = _encode_keys(keys)
         aggregates = _aggregate_after(
             container, _item_info(old), None, updated.values(), -len(_encode_text(segment))
         )
-        digest = _map_digest(key_bytes, digests)
-        return _node((MAP, updated, digest, *aggregates, digests))
+        result = _node((MAP, updated, _digest_from_heads(heads, digests), *aggregates, digests))
+        result._heads = heads  # type: ignore[attr-defined]
+        return result
     index = _array_index(segment, segments, depth)
     values = container[1]
     if index >= len(values):
