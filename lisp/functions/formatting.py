@@ -23,7 +23,7 @@ from typing import Any
 
 from ..context import current
 from ..errors import EvalError, LimitError
-from ..values import Char, Foreign, Keyword, LispPath, Name
+from ..values import Char, Foreign, Keyword, LispPath, Name, function_label
 from . import system
 from .numbers import type_error
 
@@ -119,9 +119,8 @@ def _atom(v: Any, debug: bool) -> str:
     if isinstance(v, Foreign):
         return v.display()
     if t is FunctionType:
-        kind = getattr(v, "lisp_kind", "function")
-        name = getattr(v, "lisp_name", None)
-        return f"#<{kind} {name}>" if name else f"#<{kind}>"
+        kind, name = function_label(v)
+        return f"#<{kind} {name}>"
     return "#<object>"
 
 
