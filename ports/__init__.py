@@ -1,0 +1,5 @@
+"""Host port providers (HTTP, nested model calls, child processes, restricted Python).
+
+Each port is registered on a :class:`svit.Ports` registry by the host; scripts reach it
+with ``port-call``.
+"""
