@@ -63,6 +63,7 @@ def main() -> None:
     args = parser.parse_args()
     repeat = args.repeat
 
+    build("svit://local/bench/warm", {"x": [1.5, "y"]}).snapshot()  # one-time imports inside cbor2
     large = build("svit://local/bench/large", nested_memory(1_000, 99))
     tiny = build("svit://local/bench/tiny", None)
     print(f"large /memory nodes: {large.stat('/memory')['facts']} ({large.root.count} nodes in the tree)")

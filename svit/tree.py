@@ -554,17 +554,50 @@ def cbor_default(encoder: Any, obj: Any) -> None:
         raise InvalidValue(f"unsupported value type: {t.__name__}")
 
 
+def _cbor_head(major: int, length: int) -> bytes:
+    """The CBOR initial byte(s) for ``major`` type with a definite ``length`` (minimal form)."""
+    top = major << 5
+    if length < 24:
+        return bytes((top | length,))
+    if length < 0x100:
+        return bytes((top | 24, length))
+    if length < 0x10000:
+        return bytes((top | 25,)) + length.to_bytes(2, "big")
+    if length < 0x100000000:
+        return bytes((top | 26,)) + length.to_bytes(4, "big")
+    return bytes((top | 27,)) + length.to_bytes(8, "big")
+
+
+_KEY_CBOR: dict[str, bytes] = {}
+
+
+def _key_cbor(key: str) -> bytes:
+    found = _KEY_CBOR.get(key)
+    if found is None:
+        raw = key.encode("utf-8")
+        found = _cbor_head(3, len(raw)) + raw
+        if len(_KEY_CBOR) >= _KEY_HEADS_MAX:
+            _KEY_CBOR.clear()
+        _KEY_CBOR[key] = found
+    return found
+
+
+def _leaf_cbor(value: Any) -> bytes:
+    return cbor2.dumps(value, default=cbor_default)
+
+
 def node_cbor(node: Node) -> bytes:
     """Deterministic CBOR of a node: definite lengths, minimal integer heads, floats as
     binary64, maps in code-point key order, scripts as tag :data:`CBOR_SCRIPT_TAG`.
 
-    The encoding of a container whose children are all leaves is cached on the node, so
-    repeated snapshots re-encode only containers above changed data (caching every
-    level would multiply memory by the tree depth).
+    A container whose children are all leaves is encoded by ``cbor2`` once and the
+    bytes are cached on the node; a container holding nodes is assembled from its
+    children's encodings (the same bytes ``cbor2`` would write), so a repeated snapshot
+    re-encodes nothing below an unchanged leaf-only container.
     """
     kind = node[0]
     if kind != MAP and kind != ARRAY:
-        return cbor2.dumps(node[1], default=cbor_default)
+        return _leaf_cbor(node[1])
     try:
         return node._cbor  # type: ignore[attr-defined]
     except AttributeError:
@@ -572,19 +605,19 @@ def node_cbor(node: Node) -> bytes:
     value = node[1]
     if kind == MAP:
         if _has_nodes(value.values()):
-            encoded = cbor2.dumps(
-                {key: (Encoded(child) if type(child) is Node else child) for key, child in value.items()},
-                default=cbor_default,
-            )
-        else:
-            encoded = node._cbor = cbor2.dumps(value, default=cbor_default)  # type: ignore[attr-defined]
-    else:
-        if _has_nodes(value):
-            encoded = cbor2.dumps(
-                [(Encoded(child) if type(child) is Node else child) for child in value], default=cbor_default
-            )
-        else:
-            encoded = node._cbor = cbor2.dumps(value, default=cbor_default)  # type: ignore[attr-defined]
+            parts = [_cbor_head(5, len(value))]
+            append = parts.append
+            for key, child in value.items():
+                append(_key_cbor(key))
+                append(node_cbor(child) if type(child) is Node else _leaf_cbor(child))
+            return b"".join(parts)
+        encoded = node._cbor = cbor2.dumps(value, default=cbor_default)  # type: ignore[attr-defined]
+        return encoded
+    if _has_nodes(value):
+        parts = [_cbor_head(4, len(value))]
+        parts.extend(node_cbor(child) if type(child) is Node else _leaf_cbor(child) for child in value)
+        return b"".join(parts)
+    encoded = node._cbor = cbor2.dumps(value, default=cbor_default)  # type: ignore[attr-defined]
     return encoded
 
 
