@@ -305,17 +305,21 @@ class Run:
         for name, spec in specs.items():
             self.port_calls[name] = 0
 
-            def call(value: Any, _name: str = name, _spec: dict[str, Any] = spec) -> Any:
-                self.port_calls[_name] += 1
-                if "fails" in _spec:
-                    raise PortError(_spec["fails"])
-                if "returns" in _spec:
-                    return expand(_spec["returns"])
-                return value
-
-            call.__doc__ = spec.get("description", f"fixture port {name}")
+            call = self._port_function(name, spec)
             ports.port(name, call)
         return ports
+
+    def _port_function(self, name: str, spec: dict[str, Any]) -> Any:
+        def call(value: Any) -> Any:
+            self.port_calls[name] += 1
+            if "fails" in spec:
+                raise PortError(spec["fails"])
+            if "returns" in spec:
+                return expand(spec["returns"])
+            return value
+
+        call.__doc__ = spec.get("description", f"fixture port {name}")
+        return call
 
     def build(self) -> Process:
         setup = self.fixture.setup
@@ -367,11 +371,14 @@ def _check_error(expected: dict[str, Any], exc: BaseException | None, result: An
 def _tamper(data: bytes, spec: dict[str, Any]) -> bytes:
     """Damage or edit snapshot bytes. ``edit`` re-encodes the body and re-seals the trailer."""
     from .snapshot import MAGIC, TRAILER_BYTES
-    from .tree import from_decoded
+    from .tree import CBOR_SCRIPT_TAG, cbor_default, from_decoded
+
+    def tag_hook(tag: Any, _immutable: Any = None) -> Any:
+        return Script(*tag.value) if tag.tag == CBOR_SCRIPT_TAG else tag
 
     if "edit" in spec or "rehash" in spec:
         body = data[: len(data) - TRAILER_BYTES]
-        envelope = cbor2.loads(body)
+        envelope = cbor2.loads(body, tag_hook=tag_hook)
         for edit in spec.get("edit", []):
             target = envelope
             *parents, last = edit["at"]
@@ -383,7 +390,7 @@ def _tamper(data: bytes, spec: dict[str, Any]) -> bytes:
                 target[last] = expand(edit["value"])
         if spec.get("rehash"):
             envelope["root_hash"] = from_decoded(envelope["root"]).hash
-        body = cbor2.dumps(envelope)
+        body = cbor2.dumps(envelope, default=cbor_default)
         data = body + MAGIC + len(body).to_bytes(8, "big") + blake3.blake3(body).digest()
     if "replace_bytes_hex" in spec:
         data = bytes.fromhex(spec["replace_bytes_hex"])
