@@ -1,0 +1,310 @@
+"""The ``http`` port: allowlisted HTTP requests from scripts (reference §7.3).
+
+A script calls ``(port-call "http" {"method" "GET" "url" "https://api.example/v1/x"})``
+and gets ``{"status": int, "headers": {name: value}, "body": text}`` back. The request
+is an external effect: it happens once, in place, and is never rolled back, even if
+the activation later fails.
+
+What the port refuses, and why (each refusal is a :class:`svit.PortError` whose text
+reaches the script as ``port /ports/http failed: <text>``):
+
+* a URL outside the allowlist (``HTTP URL is not allowed``); an empty allowlist
+  denies everything, so granting HTTP is always an explicit host decision;
+* a URL that is not a plain absolute http(s) URL: credentials, fragments,
+  whitespace, control characters, backslashes, encoded slashes or dot segments
+  (``invalid HTTP URL``) — these are the usual ways of making one parser see a
+  different host or path than another;
+* methods other than GET POST PUT PATCH DELETE HEAD (``unsupported HTTP method``);
+* request bodies over 256 KiB (``HTTP request body limit exceeded``);
+* more than 64 headers, more than 64 KiB of headers, one header over 8 KiB, a
+  header name that is not an RFC 9110 token, CR/LF/NUL in a name or value, or a
+  header the port sets itself (Host, Content-Length, Transfer-Encoding, ...), in
+  the request or the response;
+* responses whose (decoded) body exceeds the response cap, 8 MiB by default,
+  counted while streaming so a huge body is never held (``response too large``);
+* anything slower than the timeout, measured as one overall deadline as well as
+  per network operation (``request timed out``); any other transport failure is
+  ``request failed``.
+
+Redirects are **never followed**: a 3xx response is returned to the script as it
+is (status, ``location`` header and body). Following it would be a second request
+to a URL nobody checked against the allowlist.
+
+The client ignores proxy and credential settings from the environment
+(``trust_env=False``), so what the allowlist says is where traffic goes.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import httpx
+
+from svit.ports import PortContext, PortDescriptor, PortError
+
+METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
+MAX_REQUEST_BODY = 256 * 1024
+MAX_HEADERS = 64
+MAX_HEADER_BYTES = 8 * 1024
+MAX_HEADERS_TOTAL = 64 * 1024
+DEFAULT_RESPONSE_LIMIT = 8 * 1024 * 1024
+DEFAULT_TIMEOUT = 30.0
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+#: Headers the port (or the HTTP client) controls; a script may not set them.
+RESERVED_REQUEST_HEADERS = frozenset(
+    {"host", "content-length", "transfer-encoding", "connection", "upgrade", "te", "trailer", "keep-alive", "proxy-authorization", "proxy-connection"}
+)
+
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_URL_START = re.compile(r"https?://", re.IGNORECASE)
+_BAD_URL_CHARS = re.compile(r"[\x00-\x20\x7f\\]")
+_ENCODED_SEPARATOR = re.compile(r"%(2f|5c|00)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class _Root:
+    """One allowlist entry, normalized for comparison."""
+
+    scheme: str
+    host: str
+    port: int
+    path: str  # without a trailing slash; "" means the whole origin
+
+    def allows(self, scheme: str, host: str, port: int, path: str) -> bool:
+        if (scheme, host, port) != (self.scheme, self.host, self.port):
+            return False
+        return self.path == "" or path == self.path or path.startswith(self.path + "/")
+
+
+def _parse(url: Any, what: str) -> tuple[httpx.URL, str, str, int, str]:
+    """Parse strictly with the client's own parser, returning the parts it will use."""
+    if type(url) is not str or not _URL_START.match(url) or _BAD_URL_CHARS.search(url) or "#" in url:
+        raise ValueError(what)
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, ValueError, TypeError):
+        raise ValueError(what) from None
+    scheme = parsed.scheme.lower()
+    host = parsed.host.lower()
+    if scheme not in DEFAULT_PORTS or not host or parsed.userinfo or parsed.fragment:
+        raise ValueError(what)
+    raw_path = parsed.raw_path.split(b"?", 1)[0].decode("ascii", "replace")
+    # httpx silently resolves dot segments; a URL that needs resolving is refused instead.
+    written = urlsplit(url).path
+    if any(unquote(segment) in (".", "..") for segment in written.split("/")):
+        raise ValueError(what)
+    if _ENCODED_SEPARATOR.search(raw_path):
+        raise ValueError(what)
+    try:
+        path = unquote(raw_path, errors="strict") if raw_path else "/"
+    except UnicodeDecodeError:
+        raise ValueError(what) from None
+    if not path.startswith("/") or any(segment in (".", "..") for segment in path.split("/")):
+        raise ValueError(what)
+    port = parsed.port if parsed.port is not None else DEFAULT_PORTS[scheme]
+    return parsed, scheme, host, port, path
+
+
+def _root(entry: Any) -> _Root:
+    text = f"invalid HTTP allowlist entry (need an http(s) root URL without credentials, query or fragment): {entry!r}"
+    try:
+        parsed, scheme, host, port, path = _parse(entry, text)
+    except ValueError:
+        raise ValueError(text) from None
+    if parsed.query:
+        raise ValueError(text)
+    return _Root(scheme, host, port, path.rstrip("/"))
+
+
+def _check_headers(pairs: list[tuple[str, str]], where: str) -> None:
+    """Shared header bounds for requests and responses (count, sizes, no CR/LF)."""
+    if len(pairs) > MAX_HEADERS:
+        raise PortError(f"HTTP {where} has too many headers (at most {MAX_HEADERS})")
+    total = 0
+    for name, value in pairs:
+        if not _TOKEN.fullmatch(name):
+            raise PortError(f"HTTP {where} header name is invalid")
+        if any(c in value for c in "\r\n\x00"):
+            raise PortError(f"HTTP {where} header contains CR, LF or NUL: {name}")
+        size = len(name.encode("utf-8")) + len(value.encode("utf-8"))
+        if size > MAX_HEADER_BYTES:
+            raise PortError(f"HTTP {where} header exceeds {MAX_HEADER_BYTES} bytes: {name}")
+        total += size
+    if total > MAX_HEADERS_TOTAL:
+        raise PortError(f"HTTP {where} headers exceed {MAX_HEADERS_TOTAL} bytes in total")
+
+
+class HttpPort:
+    """An HTTP port limited to an allowlist of root URLs.
+
+    ``transport`` is an ``httpx.BaseTransport`` (e.g. ``httpx.MockTransport`` in tests);
+    by default the real network transport is used.
+    """
+
+    def __init__(
+        self,
+        allowlist: list[str],
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        transport: httpx.BaseTransport | None = None,
+        max_response_bytes: int = DEFAULT_RESPONSE_LIMIT,
+    ) -> None:
+        if isinstance(allowlist, str):
+            raise TypeError("allowlist must be a list of root URLs, not one string")
+        self._roots: tuple[_Root, ...] | None = tuple(_root(entry) for entry in allowlist)
+        self._init(timeout, transport, max_response_bytes)
+
+    def _init(self, timeout: float, transport: httpx.BaseTransport | None, max_response_bytes: int) -> None:
+        if not (isinstance(timeout, (int, float)) and 0 < timeout <= 3600):
+            raise ValueError("timeout must be a positive number of seconds (at most 3600)")
+        if type(max_response_bytes) is not int or max_response_bytes < 0:
+            raise ValueError("max_response_bytes must be a non-negative integer")
+        self.timeout = float(timeout)
+        self.max_response_bytes = max_response_bytes
+        self._transport = transport
+
+    @classmethod
+    def unrestricted(
+        cls,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        transport: httpx.BaseTransport | None = None,
+        max_response_bytes: int = DEFAULT_RESPONSE_LIMIT,
+    ) -> "HttpPort":
+        """An explicit research grant: any http(s) URL, including private addresses.
+
+        Every other rule (methods, sizes, headers, no redirects, no credentials in the
+        URL) still applies. Use it only where a script may reach anything the host can.
+        """
+        port = cls.__new__(cls)
+        port._roots = None
+        port._init(timeout, transport, max_response_bytes)
+        return port
+
+    @property
+    def allowlist(self) -> list[str] | None:
+        """The normalized allowlist (None when unrestricted)."""
+        if self._roots is None:
+            return None
+        return [f"{r.scheme}://{r.host}:{r.port}{r.path or '/'}" for r in self._roots]
+
+    def descriptor(self) -> PortDescriptor:
+        scope = "any http(s) URL (unrestricted research grant)" if self._roots is None else "allowlisted root URLs only"
+        return PortDescriptor(
+            description=f"HTTP requests to {scope}; redirects are returned, never followed.",
+            input_schema={
+                "type": "object",
+                "required": ["method", "url"],
+                "additionalProperties": False,
+                "properties": {
+                    "method": {"enum": list(METHODS)},
+                    "url": {"type": "string"},
+                    "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "body": {"type": "string"},
+                },
+            },
+            output='{"status": integer, "headers": {name: value}, "body": UTF-8 text (invalid bytes replaced)}',
+            effect="external",
+            limits=(
+                f"request body <= {MAX_REQUEST_BODY} bytes",
+                f"headers <= {MAX_HEADERS}, each <= {MAX_HEADER_BYTES} bytes, total <= {MAX_HEADERS_TOTAL} bytes",
+                f"response body <= {self.max_response_bytes} bytes",
+                f"timeout {self.timeout:g} s",
+                "redirects are not followed",
+            ),
+        )
+
+    # ------------------------------------------------------------------ validation
+    def _check_url(self, url: Any) -> str:
+        try:
+            _parsed, scheme, host, port, path = _parse(url, "invalid HTTP URL")
+        except ValueError:
+            raise PortError("invalid HTTP URL") from None
+        if self._roots is not None and not any(root.allows(scheme, host, port, path) for root in self._roots):
+            raise PortError("HTTP URL is not allowed")
+        return url
+
+    @staticmethod
+    def _request_parts(input: Any) -> tuple[str, Any, list[tuple[str, str]], bytes | None]:
+        if type(input) is not dict:
+            raise PortError("invalid HTTP request: input must be a map with method and url")
+        unknown = sorted(set(input) - {"method", "url", "headers", "body"})
+        if unknown:
+            raise PortError(f"invalid HTTP request: unknown field {unknown[0][:64]}")
+        method = input.get("method")
+        if method not in METHODS:
+            raise PortError("unsupported HTTP method")
+        headers = input.get("headers")
+        if headers is None:
+            headers = {}
+        if type(headers) is not dict or any(type(v) is not str for v in headers.values()):
+            raise PortError("invalid HTTP request: headers must map names to text")
+        pairs = list(headers.items())
+        _check_headers(pairs, "request")
+        for name, _value in pairs:
+            if name.lower() in RESERVED_REQUEST_HEADERS:
+                raise PortError(f"HTTP request header is set by the port: {name}")
+        body = input.get("body")
+        content: bytes | None = None
+        if body is not None:
+            if type(body) is not str:
+                raise PortError("invalid HTTP request: body must be text")
+            content = body.encode("utf-8")
+            if len(content) > MAX_REQUEST_BODY:
+                raise PortError("HTTP request body limit exceeded")
+        return method, input.get("url"), pairs, content
+
+    # ------------------------------------------------------------------ execution
+    def execute(self, context: PortContext | None, input: Any) -> dict[str, Any]:
+        """Validate everything, then send exactly one request (never a redirect's)."""
+        method, url, pairs, content = self._request_parts(input)
+        url = self._check_url(url)
+        deadline = time.monotonic() + self.timeout
+        try:
+            with httpx.Client(
+                transport=self._transport,
+                timeout=httpx.Timeout(self.timeout),
+                follow_redirects=False,
+                trust_env=False,
+            ) as client:
+                with client.stream(method, url, headers=pairs, content=content) as response:
+                    headers = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in response.headers.raw]
+                    _check_headers(headers, "response")
+                    chunks: list[bytes] = []
+                    size = 0
+                    for chunk in response.iter_bytes():
+                        size += len(chunk)
+                        if size > self.max_response_bytes:
+                            raise PortError("response too large")
+                        if time.monotonic() > deadline:
+                            raise PortError("request timed out")
+                        chunks.append(chunk)
+                    status = response.status_code
+        except PortError:
+            raise
+        except httpx.TimeoutException:
+            raise PortError("request timed out") from None
+        except httpx.InvalidURL:
+            raise PortError("invalid HTTP URL") from None
+        except (httpx.HTTPError, httpx.StreamError, OSError, ValueError):
+            raise PortError("request failed") from None
+        merged: dict[str, str] = {}
+        for name, value in headers:
+            key = name.lower()
+            merged[key] = f"{merged[key]}, {value}" if key in merged else value
+        return {"status": status, "headers": merged, "body": b"".join(chunks).decode("utf-8", errors="replace")}
+
+
+def http_port(allowlist: list[str], **kwargs: Any) -> HttpPort:
+    """``Ports().port("http", http_port(["https://api.example/v1"]))``."""
+    return HttpPort(allowlist, **kwargs)
+
+
+def http_port_unrestricted(**kwargs: Any) -> HttpPort:
+    """The explicit research grant: any http(s) URL (see :meth:`HttpPort.unrestricted`)."""
+    return HttpPort.unrestricted(**kwargs)

@@ -1,0 +1,314 @@
+"""The allowlisted HTTP port, against a local server on 127.0.0.1 only."""
+
+from __future__ import annotations
+
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Iterator
+
+import httpx
+import pytest
+
+from ports.http import MAX_REQUEST_BODY, HttpPort, http_port
+from svit import PortError, Ports, Process
+from svit.errors import SvitError
+
+ADDRESS = "svit://local/test/http"
+CALL = "(define (main input) (port-call \"http\" input))"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
+        pass
+
+    def _send(self, status: int, body: bytes, headers: list[tuple[str, str]] = ()) -> None:
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _handle(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        self.server.hits.append((self.command, self.path, body, dict(self.headers)))  # type: ignore[attr-defined]
+        path = self.path
+        if path == "/api/hello":
+            self._send(200, b"hello \xff world", [("X-Reply", "yes")])
+        elif path == "/api/echo":
+            self._send(201, body, [("X-Seen", self.headers.get("X-Test", ""))])
+        elif path == "/api/redirect":
+            self._send(302, b"moved", [("Location", "/api/target")])
+        elif path == "/api/target":
+            self._send(200, b"target")
+        elif path.startswith("/api/big/"):
+            size = int(path.rsplit("/", 1)[1])
+            self.send_response(200)
+            self.send_header("Content-Length", str(size))
+            self.end_headers()
+            try:
+                for start in range(0, size, 65536):
+                    self.wfile.write(b"x" * min(65536, size - start))
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+        elif path == "/api/slow":
+            time.sleep(1.5)
+            self._send(200, b"late")
+        elif path == "/api/many-headers":
+            self._send(200, b"", [(f"X-H{i}", "v") for i in range(70)])
+        else:
+            self._send(200, b"other")
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _handle
+
+
+@pytest.fixture()
+def server() -> Iterator[ThreadingHTTPServer]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    httpd.daemon_threads = True
+    httpd.hits = []  # type: ignore[attr-defined]
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield httpd
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(5)
+
+
+def base(httpd: ThreadingHTTPServer) -> str:
+    return f"http://127.0.0.1:{httpd.server_address[1]}"
+
+
+def process(port: HttpPort, source: str = CALL) -> Process:
+    return Process.builder(ADDRESS).memory("x", 0).library("call", source).ports(Ports().port("http", port)).build()
+
+
+def refused(port: HttpPort, request: dict[str, Any]) -> str:
+    with pytest.raises(PortError) as caught:
+        port.execute(None, request)
+    return str(caught.value)
+
+
+# ---------------------------------------------------------------------------- through a script
+
+
+def test_allowlisted_request_through_port_call(server: ThreadingHTTPServer) -> None:
+    p = process(http_port([base(server) + "/api"]))
+    assert p.read("/ports/http")["effect"] == "external"
+    a = p.exec("/lib/call", {"method": "GET", "url": base(server) + "/api/hello"})
+    assert a.output["status"] == 200
+    assert a.output["body"] == "hello \ufffd world"  # UTF-8-lossy
+    assert a.output["headers"]["x-reply"] == "yes"
+    post = p.exec("/lib/call", {"method": "POST", "url": base(server) + "/api/echo", "headers": {"X-Test": "abc"}, "body": "ping"})
+    assert post.output["status"] == 201 and post.output["body"] == "ping" and post.output["headers"]["x-seen"] == "abc"
+    assert [(m, path) for m, path, _b, _h in server.hits] == [("GET", "/api/hello"), ("POST", "/api/echo")]  # type: ignore[attr-defined]
+
+
+def test_empty_allowlist_denies_everything_item_75(server: ThreadingHTTPServer) -> None:
+    p = process(http_port([]))
+    with pytest.raises(SvitError) as caught:
+        p.exec("/lib/call", {"method": "GET", "url": base(server) + "/api/hello"})
+    assert caught.value.code == "script_failed"
+    assert "port /ports/http failed: HTTP URL is not allowed" in caught.value.message
+    assert server.hits == []  # type: ignore[attr-defined]
+
+
+def test_failed_activation_keeps_the_request_but_not_the_state_item_76(server: ThreadingHTTPServer) -> None:
+    source = '(define (main input) (do (write "/memory/x" 1) (port-call "http" input) (panic "late")))'
+    p = process(http_port([base(server)]), source)
+    version, root_hash, snapshot = p.version, p.root_hash, p.snapshot()
+    with pytest.raises(SvitError) as caught:
+        p.exec("/lib/call", {"method": "GET", "url": base(server) + "/api/hello"})
+    assert "late" in caught.value.message
+    assert len(server.hits) == 1  # type: ignore[attr-defined]
+    assert p.version == version and p.root_hash == root_hash and p.snapshot() == snapshot
+    assert p.read("/memory/x") == 0
+
+
+def test_redirect_is_returned_not_followed(server: ThreadingHTTPServer) -> None:
+    p = process(http_port([base(server) + "/api"]))
+    a = p.exec("/lib/call", {"method": "GET", "url": base(server) + "/api/redirect"})
+    assert a.output["status"] == 302 and a.output["headers"]["location"] == "/api/target"
+    assert [path for _m, path, _b, _h in server.hits] == ["/api/redirect"]  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------------- allowlist rules
+
+
+def test_allowlist_matches_scheme_host_port_and_whole_path_segments(server: ThreadingHTTPServer) -> None:
+    root = base(server)
+    port = HttpPort([root + "/api"])
+    assert port.execute(None, {"method": "GET", "url": root + "/api"})["status"] == 200
+    assert port.execute(None, {"method": "GET", "url": root + "/api/x?q=1"})["status"] == 200
+    for url in (
+        root + "/apix",
+        root + "/",
+        root + "/other/api",
+        root.replace("127.0.0.1", "localhost") + "/api/x",
+        root.replace("http://", "https://") + "/api/x",
+        "http://127.0.0.1:1/api/x",
+    ):
+        assert refused(port, {"method": "GET", "url": url}) == "HTTP URL is not allowed", url
+    assert [path for _m, path, _b, _h in server.hits] == ["/api", "/api/x?q=1"]  # type: ignore[attr-defined]
+
+
+def test_default_ports_and_trailing_slash_roots() -> None:
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url))
+        return httpx.Response(204)
+
+    port = HttpPort(["https://api.example/v1/", "http://EXAMPLE.org"], transport=httpx.MockTransport(handler))
+    assert port.execute(None, {"method": "GET", "url": "https://api.example:443/v1/items"})["status"] == 204
+    assert port.execute(None, {"method": "DELETE", "url": "http://example.org:80/anything"})["status"] == 204
+    assert refused(port, {"method": "GET", "url": "https://api.example:8443/v1/items"}) == "HTTP URL is not allowed"
+    assert refused(port, {"method": "GET", "url": "http://api.example/v1/items"}) == "HTTP URL is not allowed"
+    assert len(seen) == 2
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ftp://127.0.0.1/api",
+        "file:///etc/passwd",
+        "http://user:pw@127.0.0.1/api",
+        "http://user@127.0.0.1/api",
+        "http://127.0.0.1/api#frag",
+        "http://127.0.0.1/api/%2e%2e/admin",
+        "http://127.0.0.1/api/../admin",
+        "http://127.0.0.1/api/./x",
+        "http://127.0.0.1/api%2fadmin",
+        "http://127.0.0.1/api\\..\\admin",
+        "http://127.0.0.1/api x",
+        "http://127.0.0.1/api\r\nX: y",
+        "//127.0.0.1/api",
+        "/api",
+        "",
+        42,
+    ],
+)
+def test_invalid_urls(url: Any) -> None:
+    port = HttpPort.unrestricted(transport=httpx.MockTransport(lambda r: pytest.fail("no request may be sent")))
+    assert refused(port, {"method": "GET", "url": url}) == "invalid HTTP URL"
+
+
+@pytest.mark.parametrize(
+    "entry",
+    ["ftp://h/", "http://u:p@h/", "http://h/?q=1", "http://h/#f", "h/path", "", "http://h/../x"],
+)
+def test_allowlist_entries_are_validated_at_construction(entry: str) -> None:
+    with pytest.raises(ValueError):
+        HttpPort([entry])
+    with pytest.raises(TypeError):
+        HttpPort("http://h/")  # type: ignore[arg-type]
+
+
+def test_unrestricted_is_an_explicit_grant(server: ThreadingHTTPServer) -> None:
+    port = HttpPort.unrestricted()
+    assert port.allowlist is None and "unrestricted" in port.descriptor().description
+    assert port.execute(None, {"method": "GET", "url": base(server) + "/elsewhere"})["body"] == "other"
+    assert refused(port, {"method": "GET", "url": "http://a:b@127.0.0.1/"}) == "invalid HTTP URL"
+
+
+# ---------------------------------------------------------------------------- request and response rules
+
+
+def test_methods(server: ThreadingHTTPServer) -> None:
+    port = HttpPort([base(server)])
+    for method in ("CONNECT", "TRACE", "OPTIONS", "get", "", None):
+        assert refused(port, {"method": method, "url": base(server) + "/api/hello"}) == "unsupported HTTP method"
+    head = port.execute(None, {"method": "HEAD", "url": base(server) + "/api/hello"})
+    assert head["status"] == 200 and head["body"] == ""
+    for method in ("PUT", "PATCH", "DELETE"):
+        assert port.execute(None, {"method": method, "url": base(server) + "/api/echo", "body": method})["body"] == method
+    assert [m for m, _p, _b, _h in server.hits] == ["HEAD", "PUT", "PATCH", "DELETE"]  # type: ignore[attr-defined]
+
+
+def test_oversize_request_body_is_refused_before_sending(server: ThreadingHTTPServer) -> None:
+    port = HttpPort([base(server)])
+    url = base(server) + "/api/echo"
+    assert port.execute(None, {"method": "POST", "url": url, "body": "a" * MAX_REQUEST_BODY})["status"] == 201
+    assert refused(port, {"method": "POST", "url": url, "body": "a" * (MAX_REQUEST_BODY + 1)}) == "HTTP request body limit exceeded"
+    # Bytes, not characters, are counted.
+    assert refused(port, {"method": "POST", "url": url, "body": "é" * (MAX_REQUEST_BODY // 2 + 1)}) == "HTTP request body limit exceeded"
+    assert len(server.hits) == 1  # type: ignore[attr-defined]
+
+
+def test_oversize_response_is_refused(server: ThreadingHTTPServer) -> None:
+    small = HttpPort([base(server)], max_response_bytes=1000)
+    assert small.execute(None, {"method": "GET", "url": base(server) + "/api/big/1000"})["body"] == "x" * 1000
+    assert refused(small, {"method": "GET", "url": base(server) + "/api/big/1001"}) == "response too large"
+    default = HttpPort([base(server)])
+    assert refused(default, {"method": "GET", "url": base(server) + f"/api/big/{8 * 1024 * 1024 + 1}"}) == "response too large"
+
+
+def test_response_header_limits(server: ThreadingHTTPServer) -> None:
+    port = HttpPort([base(server)])
+    assert "too many headers" in refused(port, {"method": "GET", "url": base(server) + "/api/many-headers"})
+
+
+@pytest.mark.parametrize(
+    "headers, text",
+    [
+        ({"X-A": "1\r\nX-Injected: 2"}, "CR, LF or NUL"),
+        ({"X-A": "line\nbreak"}, "CR, LF or NUL"),
+        ({"X-A\r\nX-B": "1"}, "header name is invalid"),
+        ({"Bad Name": "1"}, "header name is invalid"),
+        ({"": "1"}, "header name is invalid"),
+        ({"X-Big": "v" * (8 * 1024)}, "exceeds 8192 bytes"),
+        ({f"X-{i}": "v" for i in range(65)}, "too many headers"),
+        ({f"X-{i}": "v" * 8000 for i in range(9)}, "in total"),
+        ({"Host": "evil.example"}, "set by the port"),
+        ({"Transfer-Encoding": "chunked"}, "set by the port"),
+        ({"X-A": 1}, "headers must map names to text"),
+    ],
+)
+def test_request_header_refusals(server: ThreadingHTTPServer, headers: dict[str, Any], text: str) -> None:
+    port = HttpPort([base(server)])
+    assert text in refused(port, {"method": "GET", "url": base(server) + "/api/hello", "headers": headers})
+    assert server.hits == []  # type: ignore[attr-defined]
+
+
+def test_crlf_header_refused_through_a_script(server: ThreadingHTTPServer) -> None:
+    p = process(http_port([base(server)]))
+    with pytest.raises(SvitError) as caught:
+        p.exec("/lib/call", {"method": "GET", "url": base(server) + "/api/hello", "headers": {"X-A": "a\r\nX-B: b"}})
+    assert "port /ports/http failed: HTTP request header contains CR, LF or NUL" in caught.value.message
+    assert server.hits == []  # type: ignore[attr-defined]
+
+
+def test_timeout(server: ThreadingHTTPServer) -> None:
+    port = HttpPort([base(server)], timeout=0.3)
+    started = time.monotonic()
+    assert refused(port, {"method": "GET", "url": base(server) + "/api/slow"}) == "request timed out"
+    assert time.monotonic() - started < 1.2
+
+
+def test_transport_failure_is_request_failed() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("boom", request=request)
+
+    port = HttpPort(["http://127.0.0.1:9"], transport=httpx.MockTransport(handler))
+    assert refused(port, {"method": "GET", "url": "http://127.0.0.1:9/"}) == "request failed"
+
+
+def test_malformed_input() -> None:
+    port = HttpPort(["http://127.0.0.1:9"], transport=httpx.MockTransport(lambda r: pytest.fail("no request")))
+    assert "input must be a map" in refused(port, "GET")  # type: ignore[arg-type]
+    assert "unknown field" in refused(port, {"method": "GET", "url": "http://127.0.0.1:9/", "follow": True})
+    assert "body must be text" in refused(port, {"method": "POST", "url": "http://127.0.0.1:9/", "body": 1})
+
+
+def test_descriptor_catalog() -> None:
+    entry = Ports().port("http", http_port(["https://api.example/v1"])).catalog()["http"]
+    assert entry["effect"] == "external" and entry["name"] == "http"
+    assert any("redirects" in limit for limit in entry["limits"])
+    assert HttpPort(["https://API.example/v1/"]).allowlist == ["https://api.example:443/v1"]
