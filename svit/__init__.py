@@ -19,6 +19,7 @@ __all__ = [
     "Cancel",
     "Change",
     "Limits",
+    "Message",
     "Mount",
     "PortContext",
     "PortDescriptor",
@@ -27,5 +28,7 @@ __all__ = [
     "Process",
     "ProcessBuilder",
     "Script",
+    "Svit",
     "SvitError",
 ]
+from .loop import Svit, Message

@@ -1,0 +1,55 @@
+"""The reasoning loop: ``Svit`` (a process plus a reason/act loop), messages, tools,
+bounded observers and the canonical event log."""
+
+from .errors import (
+    Closed,
+    Empty,
+    InboxClosed,
+    InvalidThread,
+    Lagged,
+    MissingOutboxMessage,
+    MissingReasoner,
+    ObserveError,
+    ReasonerFailed,
+    ReasonerUnavailable,
+    TurnFailed,
+)
+from .events import CanonicalEvent, Committed, Event, EventLog, Failed, MemoryEventLog, MessageEvent, SvitEvent
+from .messages import Message, Reply, ToolCall
+from .observers import Observer
+from .svit import Inbox, Svit, SvitBuilder, SvitPortContext, SvitResumeBuilder, compose_system_prompt
+from .tools import TOOL_SPECS, ToolSpec
+
+__all__ = [
+    "CanonicalEvent",
+    "Closed",
+    "Committed",
+    "Empty",
+    "Event",
+    "EventLog",
+    "Failed",
+    "Inbox",
+    "InboxClosed",
+    "InvalidThread",
+    "Lagged",
+    "MemoryEventLog",
+    "Message",
+    "MessageEvent",
+    "MissingOutboxMessage",
+    "MissingReasoner",
+    "ObserveError",
+    "Observer",
+    "ReasonerFailed",
+    "ReasonerUnavailable",
+    "Reply",
+    "Svit",
+    "SvitBuilder",
+    "SvitEvent",
+    "SvitPortContext",
+    "SvitResumeBuilder",
+    "TOOL_SPECS",
+    "ToolCall",
+    "ToolSpec",
+    "TurnFailed",
+    "compose_system_prompt",
+]

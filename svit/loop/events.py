@@ -1,0 +1,163 @@
+"""Canonical reasoning events and the log that keeps them outside the process tree.
+
+Reasoning history is not process state (reference §10.8): the loop appends one event per
+conversation fact (an input message, an agent message, a tool call and its result, a
+failed turn) to an :class:`EventLog`, partitioned by process address and session id.
+Messages are a projection of those events. :class:`MemoryEventLog` is the in-memory
+implementation; a durable log only has to provide the same three methods.
+
+It also defines the runtime signals published on ``Svit.events()`` (reference §11.2).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Protocol, runtime_checkable
+
+from ..errors import InvalidValue
+from .messages import Message
+
+INPUT_MESSAGE = "input.message"
+OUTPUT_MESSAGE = "output.message.completed"
+TOOL_STARTED = "tool.call.started"
+TOOL_COMPLETED = "tool.call.completed"
+TURN_FAILED = "turn.failed"
+
+MAX_WINDOW = 4096
+
+
+@dataclass(frozen=True)
+class Event:
+    """One canonical record; ``sequence`` starts at 1 per (process, session), never reused."""
+
+    sequence: int
+    process_id: str
+    session_id: str
+    type: str
+    data: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "data": self.data,
+            "process_id": self.process_id,
+            "sequence": self.sequence,
+            "session_id": self.session_id,
+            "type": self.type,
+        }
+
+
+@runtime_checkable
+class EventLog(Protocol):
+    """Where canonical reasoning events live (in memory here; durable elsewhere)."""
+
+    def append(self, process_id: str, session_id: str, type: str, data: dict[str, Any]) -> Event: ...
+
+    def events(self, process_id: str, session_id: str, after: int = 0, limit: int = MAX_WINDOW) -> list[Event]: ...
+
+    def recent(self, process_id: str, session_id: str, limit: int) -> list[Event]: ...
+
+
+def check_window(limit: int) -> int:
+    if type(limit) is not int or not 1 <= limit <= MAX_WINDOW:
+        raise InvalidValue(f"event window must be between 1 and {MAX_WINDOW}")
+    return limit
+
+
+class MemoryEventLog:
+    """An in-process :class:`EventLog`; lost with the host, shareable between Svit instances."""
+
+    def __init__(self) -> None:
+        self._partitions: dict[tuple[str, str], list[Event]] = {}
+        self._lock = threading.Lock()
+
+    def append(self, process_id: str, session_id: str, type: str, data: dict[str, Any]) -> Event:
+        with self._lock:
+            partition = self._partitions.setdefault((process_id, session_id), [])
+            event = Event(len(partition) + 1, process_id, session_id, type, data)
+            partition.append(event)
+            return event
+
+    def events(self, process_id: str, session_id: str, after: int = 0, limit: int = MAX_WINDOW) -> list[Event]:
+        check_window(limit)
+        with self._lock:
+            partition = self._partitions.get((process_id, session_id), [])
+            start = max(after, 0)
+            return partition[start : start + limit]
+
+    def recent(self, process_id: str, session_id: str, limit: int) -> list[Event]:
+        check_window(limit)
+        with self._lock:
+            return list(self._partitions.get((process_id, session_id), [])[-limit:])
+
+    def all_events(self, process_id: str, session_id: str) -> list[Event]:
+        """Every event of one partition, paging through :meth:`events`."""
+        return read_all(self, process_id, session_id)
+
+
+def read_all(log: EventLog, process_id: str, session_id: str) -> list[Event]:
+    """Page through a log from the start (any :class:`EventLog`)."""
+    found: list[Event] = []
+    while True:
+        page = log.events(process_id, session_id, after=len(found), limit=MAX_WINDOW)
+        found.extend(page)
+        if len(page) < MAX_WINDOW:
+            return found
+
+
+def message_of(event: Event) -> Message | None:
+    """The message an event projects to (input, agent output, tool result), if any."""
+    if event.type in (INPUT_MESSAGE, OUTPUT_MESSAGE):
+        return Message.from_json(event.data["message"])
+    if event.type == TOOL_COMPLETED:
+        return Message.from_json(event.data["result"])
+    return None
+
+
+def project_messages(events: Iterable[Event], *, skip_failed_turns: bool = False) -> list[Message]:
+    """Messages in event order; optionally without the turns that failed (for a retry)."""
+    events = list(events)
+    failed = {e.data.get("turn_id") for e in events if e.type == TURN_FAILED} if skip_failed_turns else set()
+    messages = []
+    for event in events:
+        if failed and event.data.get("turn_id") in failed:
+            continue
+        message = message_of(event)
+        if message is not None:
+            messages.append(message)
+    return messages
+
+
+# ---------------------------------------------------------------------- runtime signals
+
+
+class SvitEvent:
+    """Base of what ``Svit.events()`` observers receive."""
+
+
+@dataclass(frozen=True)
+class Committed(SvitEvent):
+    """The process committed a new version (paths and hashes, no values)."""
+
+    change: Any
+
+
+@dataclass(frozen=True)
+class CanonicalEvent(SvitEvent):
+    """One canonical reasoning record was appended to the event log."""
+
+    event: Event
+
+
+@dataclass(frozen=True)
+class MessageEvent(SvitEvent):
+    """The message projected from the canonical event published just before it."""
+
+    message: Message
+
+
+@dataclass(frozen=True)
+class Failed(SvitEvent):
+    """The loop stopped because a turn failed; ``text`` is a sanitized diagnostic."""
+
+    text: str = field(default="")

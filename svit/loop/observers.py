@@ -1,0 +1,114 @@
+"""Bounded, independent observers for the outbox and the runtime event stream.
+
+Each observer keeps at most ``capacity`` undelivered items. When a slow observer
+overflows, its oldest items are dropped and its next receive raises :class:`Lagged`
+with the number lost, so loss is always reported, never silent. Publishing never blocks
+the loop.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Generic, TypeVar
+
+from .errors import Closed, Empty, Lagged
+
+T = TypeVar("T")
+CAPACITY = 64
+
+
+class Observer(Generic[T]):
+    """One subscriber's queue; receive with :meth:`recv` or :meth:`try_recv`."""
+
+    def __init__(self, capacity: int = CAPACITY) -> None:
+        self._capacity = capacity
+        self._items: deque[T] = deque()
+        self._missed = 0
+        self._closed = False
+        self._cond = threading.Condition()
+
+    def _push(self, item: T) -> None:
+        with self._cond:
+            if self._closed:
+                return
+            if len(self._items) >= self._capacity:
+                self._items.popleft()
+                self._missed += 1
+            self._items.append(item)
+            self._cond.notify_all()
+
+    def _close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def _take(self) -> T:
+        if self._missed:
+            missed, self._missed = self._missed, 0
+            raise Lagged(missed)
+        if self._items:
+            return self._items.popleft()
+        if self._closed:
+            raise Closed()
+        raise Empty()
+
+    def try_recv(self) -> T:
+        """The next item now; :class:`Empty` if none, :class:`Closed` once drained and closed."""
+        with self._cond:
+            return self._take()
+
+    def recv(self, timeout: float | None = None) -> T:
+        """Wait up to ``timeout`` seconds (forever if None); :class:`Empty` on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while not (self._items or self._missed or self._closed):
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise Empty()
+                self._cond.wait(remaining)
+            return self._take()
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._items)
+
+
+class Broadcast(Generic[T]):
+    """Fan-out to every observer subscribed so far; late subscribers see only later items."""
+
+    def __init__(self, capacity: int = CAPACITY) -> None:
+        self._capacity = capacity
+        self._observers: list[Observer[T]] = []
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def subscribe(self) -> Observer[T]:
+        observer: Observer[T] = Observer(self._capacity)
+        with self._lock:
+            if self._closed:
+                observer._close()
+            else:
+                self._observers.append(observer)
+        return observer
+
+    def publish(self, item: T) -> None:
+        with self._lock:
+            observers = list(self._observers)
+        for observer in observers:
+            observer._push(item)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            observers, self._observers = self._observers, []
+        for observer in observers:
+            observer._close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+
+__all__ = ["Broadcast", "Observer", "CAPACITY"]

@@ -1,0 +1,561 @@
+"""``Svit``: one process plus one reason/act loop over a durable inbox.
+
+The loop is a single worker thread. A message sent to the inbox is committed to
+``/inbox`` first, then the loop is woken; items are handled strictly in order, and the
+head is acknowledged only after its turn produced a final answer, so a crash or a failed
+turn leaves the item committed for recovery. The conversation itself is kept in an
+:class:`~svit.loop.events.EventLog`, outside the process tree (reference §10.8, §11.3).
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+import weakref
+from typing import Any
+
+from .. import tree
+from ..errors import ChildUnavailable, InvalidValue, PortContextUnavailable, SvitError, sanitize
+from ..limits import Limits
+from ..mounts import Mount
+from ..ports import PortContext, PortDescriptor, Ports
+from ..process import Change, Process
+from .errors import InboxClosed, InvalidThread, MissingOutboxMessage, MissingReasoner, TurnFailed
+from .events import (
+    INPUT_MESSAGE,
+    OUTPUT_MESSAGE,
+    TOOL_COMPLETED,
+    TOOL_STARTED,
+    TURN_FAILED,
+    CanonicalEvent,
+    Committed,
+    Event,
+    EventLog,
+    Failed,
+    MemoryEventLog,
+    MessageEvent,
+    SvitEvent,
+    check_window,
+    message_of,
+    project_messages,
+    read_all,
+)
+from .messages import Message, Reply
+from .observers import Broadcast, Observer
+from .tools import TOOL_SPECS, run_tool
+
+THREAD_FORMAT = "svit-thread@8"
+DEFAULT_MAX_ITERATIONS = 16
+MAX_ITERATIONS_TEXT = "maximum reason/act iterations reached before a final answer"
+
+SYSTEM_PROMPT = (
+    "You operate a Svit process: a durable tree of values that you change only through your tools "
+    "(discover, read, stat, write, remove, exec). Keep durable facts under /memory. Reusable Svit Lisp "
+    "scripts live under /lib; each defines (main input) and runs with exec, either from a /lib path or as "
+    "inline source. A write, remove or exec commits one new process version, or nothing when it fails. "
+    "Inside scripts, use jq to query and reshape values, search to find text in values and mounts, and "
+    "value-map to build maps. (port-call \"name\" input) reaches the host integrations listed under /ports; "
+    "port calls are immediate external effects: they happen once and are not rolled back if the script "
+    "later fails. Tool errors come back as text starting with \"error:\"; read them and correct course. "
+    "When the task is done, reply with a final message."
+)
+
+
+def compose_system_prompt(address: str, instructions: str | None) -> str:
+    """Fixed text, the process address, then the host's instructions when non-blank."""
+    prompt = f"{SYSTEM_PROMPT}\n\nProcess address: {address}"
+    if instructions is not None and instructions.strip():
+        prompt += f"\n\n<instructions>\n{instructions}\n</instructions>"
+    return prompt
+
+
+# ---------------------------------------------------------------------- ports with a host context
+
+
+class SvitPortContext(PortContext):
+    """The read-only port context, plus :meth:`fork` for ports that start child processes."""
+
+    def __init__(self, base: PortContext, svit: "Svit") -> None:
+        super().__init__(base.read, base.stat, base.discover, base.address)
+        self._svit = weakref.ref(svit)
+
+    def fork(self, child_address: str) -> Any:
+        """A process-only fork of the committed parent (never the activation's working copy)."""
+        svit = self._svit()
+        if svit is None:
+            raise PortContextUnavailable("the Svit host is gone")
+        return svit.fork_process(child_address)
+
+
+class _HostPort:
+    """Wraps a registered port so it receives a :class:`SvitPortContext`."""
+
+    def __init__(self, inner: Any, svit: "Svit") -> None:
+        self.inner = inner
+        self._svit = weakref.ref(svit)
+
+    def descriptor(self) -> PortDescriptor:
+        return self.inner.descriptor()
+
+    def execute(self, context: PortContext, input: Any) -> Any:
+        svit = self._svit()
+        return self.inner.execute(SvitPortContext(context, svit) if svit is not None else context, input)
+
+
+# ---------------------------------------------------------------------- builders
+
+
+class _LoopOptions:
+    """Options shared by a new build and a resume: reasoner, instructions, ports, iterations."""
+
+    def __init__(self) -> None:
+        self._instructions: str | None = None
+        self._instructions_set = False
+        self._reasoner: Any = None
+        self._max_iterations = DEFAULT_MAX_ITERATIONS
+        self._ports: Ports | None = None
+        self._event_log: EventLog | None = None
+
+    def instructions(self, text: str | None) -> Any:
+        if text is not None and type(text) is not str:
+            raise InvalidValue("instructions must be text")
+        self._instructions, self._instructions_set = text, True
+        return self
+
+    def reasoner(self, reasoner: Any) -> Any:
+        self._reasoner = reasoner
+        return self
+
+    def max_iterations(self, n: int) -> Any:
+        if type(n) is not int or n < 1:
+            raise InvalidValue("max_iterations must be a positive integer")
+        self._max_iterations = n
+        return self
+
+    def ports(self, ports: Ports) -> Any:
+        self._ports = ports
+        return self
+
+    def event_log(self, log: EventLog) -> Any:
+        """Where canonical reasoning events go (default: a fresh in-memory log)."""
+        self._event_log = log
+        return self
+
+    def _require_reasoner(self) -> None:
+        if self._reasoner is None:
+            raise MissingReasoner("call .reasoner(...) before .build()")
+        if not callable(getattr(self._reasoner, "complete", None)):
+            raise MissingReasoner("the reasoner must have a complete(system_prompt, messages, tools) method")
+
+
+class SvitBuilder(_LoopOptions):
+    """Builds a new process (version-zero state) and the loop around it."""
+
+    def __init__(self, address: str) -> None:
+        super().__init__()
+        self._process = Process.builder(address)
+        self._store: Any = None
+
+    def memory(self, name: str, value: Any) -> "SvitBuilder":
+        self._process.memory(name, value)
+        return self
+
+    def library(self, name: str, source: Any, documentation: str = "") -> "SvitBuilder":
+        self._process.library(name, source, documentation)
+        return self
+
+    def mount(self, name: str, mount: Mount) -> "SvitBuilder":
+        self._process.mount(name, mount)
+        return self
+
+    def limits(self, limits: Limits) -> "SvitBuilder":
+        self._process.limits(limits)
+        return self
+
+    def hook(self, hook: Any) -> "SvitBuilder":
+        self._process.hook(hook)
+        return self
+
+    def store(self, store: Any) -> "SvitBuilder":
+        """Make the process durable: ``store.create(process)`` supplies the handle used."""
+        if not callable(getattr(store, "create", None)):
+            raise InvalidValue("a store must provide create(process)")
+        self._store = store
+        return self
+
+    def build(self) -> "Svit":
+        self._require_reasoner()
+        # The catalog is part of version zero, so the later refresh commits nothing.
+        self._process.ports(self._ports if self._ports is not None else Ports())
+        process: Any = self._process.build()
+        if self._store is not None:
+            process = self._store.create(process)
+        return Svit._open(process, self)
+
+
+class SvitResumeBuilder(_LoopOptions):
+    """Wraps an existing process (restored, forked or durable) with the same loop options."""
+
+    def __init__(self, process: Any) -> None:
+        super().__init__()
+        self._target = process
+        self._mounts: dict[str, Mount] = {}
+
+    def mount(self, name: str, mount: Mount) -> "SvitResumeBuilder":
+        """Attach a provider for a mount whose descriptor the process already records."""
+        self._mounts[name] = mount
+        return self
+
+    def build(self) -> "Svit":
+        self._require_reasoner()
+        for name, mount in self._mounts.items():
+            self._target.attach_mount(name, mount)
+        return Svit._open(self._target, self)
+
+
+# ---------------------------------------------------------------------- the loop
+
+
+class Inbox:
+    """The sending side of a Svit's durable inbox."""
+
+    def __init__(self, svit: "Svit") -> None:
+        self._svit = svit
+
+    def send(self, message: Message | str) -> Change:
+        """Commit ``message`` to ``/inbox``, then wake the loop; :class:`InboxClosed` once sealed."""
+        return self._svit._send(Message.user(message) if isinstance(message, str) else message)
+
+
+class Svit:
+    """A process with a reasoning loop; see the module docstring for the turn contract."""
+
+    def __init__(self) -> None:  # use Svit.builder / Svit.resume
+        raise TypeError("use Svit.builder(address) or Svit.resume(process)")
+
+    @staticmethod
+    def builder(address: str) -> SvitBuilder:
+        return SvitBuilder(address)
+
+    @staticmethod
+    def resume(process: Any) -> SvitResumeBuilder:
+        return SvitResumeBuilder(process)
+
+    @staticmethod
+    def persisted(handle: Any) -> SvitResumeBuilder:
+        """A durable handle is resumed like a process (same host API)."""
+        return SvitResumeBuilder(handle)
+
+    # ------------------------------------------------------------------ opening
+    @classmethod
+    def _open(cls, process: Any, options: _LoopOptions) -> "Svit":
+        self = object.__new__(cls)
+        self._process = process
+        self._reasoner = options._reasoner
+        self._max_iterations = options._max_iterations
+        self._log = options._event_log if options._event_log is not None else MemoryEventLog()
+        self._ports = options._ports if options._ports is not None else Ports()
+        self._outbox: Broadcast[Message] = Broadcast()
+        self._events: Broadcast[SvitEvent] = Broadcast()
+        self._cond = threading.Condition()
+        self._sealed = self._stopped = self._started = False
+        self._thread: threading.Thread | None = None
+        self._failure: str | None = None
+
+        # A restored snapshot's stale /ports grants nothing: project the attached registry.
+        hosted = Ports()
+        for name in self._ports.names():
+            hosted.port(name, _HostPort(self._ports.get(name), self))
+        process.replace_ports(hosted)
+
+        address = process.address
+        thread = process.read("/thread")
+        session_id, inherited = self._thread_identity(thread, address)
+        instructions = options._instructions if options._instructions_set else inherited
+        if instructions is not None and not instructions.strip():
+            instructions = None
+        self._session_id = session_id
+        self._system_prompt = compose_system_prompt(address, instructions)
+        metadata = {
+            "format": THREAD_FORMAT,
+            "instructions": instructions,
+            "process_id": address,
+            "session_id": session_id,
+            "system_prompt": self._system_prompt,
+        }
+        if thread is None:
+            process.initialize_thread_state(metadata)
+        elif thread != metadata:
+            process.replace_thread_state(metadata)
+        return self
+
+    @staticmethod
+    def _thread_identity(thread: Any, address: str) -> tuple[str, str | None]:
+        """Keep the session for the same process; a process-only fork starts a new one."""
+        if thread is None:
+            return uuid.uuid4().hex, None
+        if not isinstance(thread, dict):
+            raise InvalidThread("/thread must be a map")
+        if "events" in thread or "messages" in thread:
+            raise InvalidThread("bounded /thread metadata contains materialized history")
+        if type(thread.get("process_id")) is not str:
+            raise InvalidThread("bounded /thread metadata lacks process_id")
+        instructions = thread.get("instructions")
+        instructions = instructions if type(instructions) is str else None
+        session = thread.get("session_id")
+        if thread["process_id"] == address and type(session) is str and session:
+            return session, instructions
+        return uuid.uuid4().hex, instructions
+
+    # ------------------------------------------------------------------ identity
+    @property
+    def process(self) -> Any:
+        """The underlying process (or durable handle)."""
+        return self._process
+
+    @property
+    def address(self) -> str:
+        return self._process.address
+
+    @property
+    def session_id(self) -> str:
+        return self._session_id
+
+    @property
+    def system_prompt(self) -> str:
+        return self._system_prompt
+
+    @property
+    def version(self) -> int:
+        return self._process.version
+
+    @property
+    def root_hash(self) -> str:
+        return self._process.root_hash
+
+    @property
+    def limits(self) -> Limits:
+        return self._process.limits
+
+    @property
+    def event_log(self) -> EventLog:
+        return self._log
+
+    # ------------------------------------------------------------------ host API
+    def read(self, path: str) -> Any:
+        return self._process.read(path)
+
+    def read_versioned(self, path: str) -> tuple[Any, int]:
+        return self._process.read_versioned(path)
+
+    def discover(self, path: str) -> list[str]:
+        return self._process.discover(path)
+
+    def stat(self, path: str) -> Any:
+        return self._process.stat(path)
+
+    def write(self, path: str, value: Any) -> Change:
+        return self._committed(self._process.write(path, value))
+
+    def remove(self, path: str) -> Change:
+        return self._committed(self._process.remove(path))
+
+    def exec(self, path: str, input: Any = None) -> Any:
+        """Run ``/lib/<name>`` with the attached ports."""
+        return self._activated(self._process.exec(path, input))
+
+    def exec_inline(self, source: str, input: Any = None) -> Any:
+        """Run one-off source with the attached ports; the source is never stored."""
+        return self._activated(self._process.exec_inline(source, input))
+
+    def attach_mount(self, name: str, mount: Mount) -> Change | None:
+        return self._committed(self._process.attach_mount(name, mount))
+
+    def message_intents(self) -> list[dict[str, Any]]:
+        return self._process.outbox()
+
+    def snapshot(self) -> bytes:
+        return self._process.snapshot()
+
+    def fork_process(self, child_address: str) -> Any:
+        """A process-only fork; its ports are the registry the host gave (no Svit context)."""
+        child = self._process.fork(child_address)
+        child.replace_ports(self._ports)
+        return child
+
+    def child_ids(self) -> list[str]:
+        """Children retained by this Svit's spawn-style ports."""
+        ids: set[str] = set()
+        for name in self._ports.names():
+            port = self._ports.get(name)
+            if callable(getattr(port, "child_ids", None)):
+                ids.update(port.child_ids())
+        return sorted(ids)
+
+    def child_snapshot(self, child_id: str) -> bytes:
+        for name in self._ports.names():
+            port = self._ports.get(name)
+            if callable(getattr(port, "child_ids", None)) and child_id in port.child_ids():
+                return port.child_snapshot(child_id)
+        raise ChildUnavailable(child_id)
+
+    # ------------------------------------------------------------------ history
+    def _session_events(self) -> list[Event]:
+        return read_all(self._log, self.address, self._session_id)
+
+    def messages(self) -> list[Message]:
+        """Every message of the current session, as recorded (failed turns included)."""
+        return project_messages(self._session_events())
+
+    def recent_events(self, n: int) -> list[Event]:
+        return self._log.recent(self.address, self._session_id, check_window(n))
+
+    def recent_messages(self, n: int) -> list[Message]:
+        check_window(n)
+        return self.messages()[-n:]
+
+    # ------------------------------------------------------------------ observers
+    def inbox(self) -> Inbox:
+        return Inbox(self)
+
+    def outbox(self) -> Observer[Message]:
+        """A new observer of completed replies (create it before start() to see them all)."""
+        return self._outbox.subscribe()
+
+    def events(self) -> Observer[SvitEvent]:
+        """A new observer of runtime signals: Committed, CanonicalEvent, MessageEvent, Failed."""
+        return self._events.subscribe()
+
+    # ------------------------------------------------------------------ loop control
+    def start(self) -> None:
+        """Start the loop thread (once); committed inbox items are processed first."""
+        with self._cond:
+            if self._started:
+                return
+            self._started = True
+            self._thread = threading.Thread(target=self._run, name=f"svit-loop {self.address}", daemon=True)
+            self._thread.start()
+
+    def block(self, timeout: float | None = None) -> None:
+        """Seal the inbox, drain what is committed, and join; raises if a turn failed."""
+        with self._cond:
+            self._sealed = True
+            self._cond.notify_all()
+        self.start()
+        assert self._thread is not None
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError("the Svit loop is still draining its inbox")
+        if self._failure is not None:
+            raise TurnFailed(self._failure)
+
+    @property
+    def failure(self) -> str | None:
+        """The sanitized diagnostic of the turn that stopped the loop, if any."""
+        return self._failure
+
+    def _send(self, message: Message) -> Change:
+        if not isinstance(message, Message):
+            raise InvalidValue("inbox messages must be Message values")
+        with self._cond:
+            if self._sealed or self._stopped:
+                raise InboxClosed()
+            change = self._process.enqueue_inbox(message.to_json())
+            self._cond.notify_all()
+        self._committed(change)
+        return change
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    while True:
+                        head = self._process.inbox_front()
+                        if head is not None:
+                            break
+                        if self._sealed:
+                            return
+                        self._cond.wait()
+                try:
+                    self._turn(head)
+                except BaseException as exc:  # any failure stops the loop; the item stays committed
+                    text = failure_text(exc)
+                    with self._cond:
+                        self._failure = text
+                        self._stopped = True
+                    self._events.publish(Failed(text))
+                    return
+        finally:
+            with self._cond:
+                self._stopped = True
+            self._outbox.close()
+            self._events.close()
+
+    def _turn(self, item: Any) -> None:
+        turn_id = uuid.uuid4().hex
+        try:
+            message = Message.from_json(item)
+            self._record(INPUT_MESSAGE, {"message": message.to_json(), "turn_id": turn_id})
+            final = self._reason(turn_id)
+        except BaseException as exc:
+            self._record(TURN_FAILED, {"error": failure_text(exc), "turn_id": turn_id})
+            raise
+        self._committed(self._process.acknowledge_inbox(item))
+        self._outbox.publish(final)
+
+    def _reason(self, turn_id: str) -> Message:
+        for _ in range(self._max_iterations):
+            conversation = project_messages(self._session_events(), skip_failed_turns=True)
+            reply = self._reasoner.complete(self._system_prompt, conversation, list(TOOL_SPECS))
+            if not isinstance(reply, Reply):
+                raise TurnFailed("the reasoner did not return a Reply")
+            if reply.is_final and reply.text is None:
+                raise MissingOutboxMessage("the reasoner returned neither tool calls nor text")
+            agent = Message.agent(reply.text or "", reply.tool_calls)
+            payload = agent.to_json()
+            # Model output that exceeds value limits fails closed.
+            tree.validate_value(tree.from_value(payload, scripts_allowed=False), self._process.limits, scripts_allowed=False)
+            self._record(OUTPUT_MESSAGE, {"message": payload, "turn_id": turn_id})
+            if reply.is_final:
+                return agent
+            for call in reply.tool_calls:
+                self._record(TOOL_STARTED, {"tool_call": call.to_json(), "turn_id": turn_id})
+                text, ok = run_tool(self, call)
+                result = Message.tool_result(call, text)
+                self._record(TOOL_COMPLETED, {"ok": ok, "result": result.to_json(), "turn_id": turn_id})
+        raise TurnFailed(MAX_ITERATIONS_TEXT)
+
+    # ------------------------------------------------------------------ publication
+    def _record(self, type: str, data: dict[str, Any]) -> Event:
+        event = self._log.append(self.address, self._session_id, type, data)
+        self._events.publish(CanonicalEvent(event))
+        message = message_of(event)
+        if message is not None:
+            self._events.publish(MessageEvent(message))
+        return event
+
+    def _committed(self, change: Any) -> Any:
+        if change is not None:
+            self._events.publish(Committed(change))
+        return change
+
+    def _activated(self, activation: Any) -> Any:
+        paths = [p for p in activation.changed]
+        hashes: dict[str, str | None] = {}
+        if self._process.version == activation.version:
+            for path in paths:
+                if not path.startswith("/mounts/"):
+                    hashes[path] = self._process.node_hash(path)
+        self._events.publish(Committed(Change(activation.version, paths, hashes)))
+        return activation
+
+
+def failure_text(exc: BaseException) -> str:
+    """A one-line, capped diagnostic: the error's own text, never a traceback."""
+    if isinstance(exc, TurnFailed):
+        text = exc.detail
+    elif isinstance(exc, SvitError):
+        text = exc.message
+    else:
+        text = str(exc) or type(exc).__name__
+    return sanitize(" ".join(text.split()))

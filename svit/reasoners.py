@@ -1,0 +1,244 @@
+"""Reasoners: what decides, given the conversation, whether to call tools or answer.
+
+A reasoner has one method, ``complete(system_prompt, messages, tools) -> Reply``. A reply
+with tool calls asks the loop to run them and ask again; a reply without tool calls is
+the final answer. :class:`ScriptedReasoner` replays fixed steps (tests, examples, no
+network); :class:`OpenAIReasoner` talks to any OpenAI-compatible chat completions API
+through the official ``openai`` client (the optional ``svit[openai]`` extra).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
+
+from .errors import sanitize
+from .loop.errors import ReasonerFailed, ReasonerUnavailable
+from .loop.messages import Message, Reply, ToolCall
+from .loop.tools import ToolSpec
+
+
+@runtime_checkable
+class Reasoner(Protocol):
+    """Decides the next step of a turn; may raise a SvitError (the turn then fails)."""
+
+    def complete(self, system_prompt: str, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Reply: ...
+
+
+# ---------------------------------------------------------------------- scripted
+
+Step = Any  # Reply | str | ToolCall | dict | list of calls | callable(messages) -> Step
+
+
+class ScriptedReasoner:
+    """Deterministic reasoner: each ``complete`` consumes the next step.
+
+    A step is a :class:`Reply`; a ``str`` (final answer); a tool call given as
+    ``{"tool": name, "arguments": {...}}`` or a :class:`ToolCall`; a list of tool calls
+    (run in order); ``{"final": text}``; or a callable taking the conversation (the
+    message list) and returning any of these. Running out of steps fails the turn, unless
+    ``repeat_last`` is set, which reuses the last step forever.
+    """
+
+    def __init__(self, steps: Iterable[Step], *, repeat_last: bool = False) -> None:
+        self._steps = list(steps)
+        self._repeat_last = repeat_last
+        self._position = 0
+        self._calls = 0
+        self._lock = threading.Lock()
+        #: Every request seen, as ``(system_prompt, messages, tool names)`` (for tests).
+        self.requests: list[tuple[str, list[Message], list[str]]] = []
+
+    @staticmethod
+    def tool(name: str, **arguments: Any) -> dict[str, Any]:
+        """A tool-call step: ``ScriptedReasoner.tool("write", path=..., value=...)``."""
+        return {"tool": name, "arguments": arguments}
+
+    @staticmethod
+    def final(text: str) -> dict[str, Any]:
+        return {"final": text}
+
+    @property
+    def remaining(self) -> int:
+        return max(len(self._steps) - self._position, 0)
+
+    def complete(self, system_prompt: str, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Reply:
+        with self._lock:
+            self.requests.append((system_prompt, list(messages), [t.name for t in tools]))
+            if self._position < len(self._steps):
+                step = self._steps[self._position]
+                self._position += 1
+            elif self._repeat_last and self._steps:
+                step = self._steps[-1]
+            else:
+                raise ReasonerFailed("scripted reasoner has no more steps")
+            if callable(step) and not isinstance(step, (Reply, ToolCall)):
+                step = step(list(messages))
+            return self._reply(step)
+
+    def _call(self, item: Any) -> ToolCall:
+        self._calls += 1
+        if isinstance(item, ToolCall):
+            return item
+        if isinstance(item, dict) and type(item.get("tool")) is str:
+            return ToolCall(f"call-{self._calls}", item["tool"], item.get("arguments", {}))
+        raise ReasonerFailed(f"unrecognised scripted tool call: {sanitize(repr(item), 200)}")
+
+    def _reply(self, step: Any) -> Reply:
+        if isinstance(step, Reply):
+            return step
+        if isinstance(step, str):
+            return Reply(text=step)
+        if isinstance(step, dict) and "final" in step:
+            return Reply(text=str(step["final"]))
+        if isinstance(step, (ToolCall, dict)):
+            return Reply(tool_calls=(self._call(step),))
+        if isinstance(step, (list, tuple)) and step:
+            return Reply(tool_calls=tuple(self._call(item) for item in step))
+        raise ReasonerFailed(f"unrecognised scripted step: {sanitize(repr(step), 200)}")
+
+
+# ---------------------------------------------------------------------- OpenAI-compatible
+
+
+def _load_openai() -> Any:
+    try:
+        import openai
+    except ImportError:
+        raise ReasonerUnavailable(
+            "OpenAIReasoner needs the openai package; install it with: pip install 'svit[openai]'"
+        ) from None
+    return openai
+
+
+def to_openai_messages(system_prompt: str, messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """The conversation in chat completions form (agent -> assistant, tool results -> tool)."""
+    wire: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}]
+    for message in messages:
+        if message.role == "user":
+            wire.append({"role": "user", "content": message.text})
+        elif message.role == "agent":
+            entry: dict[str, Any] = {"role": "assistant", "content": message.text or None}
+            if message.tool_calls:
+                entry["tool_calls"] = [
+                    {
+                        "id": call.id,
+                        "type": "function",
+                        "function": {
+                            "name": call.name,
+                            "arguments": call.arguments
+                            if isinstance(call.arguments, str)
+                            else json.dumps(call.arguments, ensure_ascii=False),
+                        },
+                    }
+                    for call in message.tool_calls
+                ]
+            wire.append(entry)
+        else:
+            wire.append({"role": "tool", "tool_call_id": message.tool_call_id, "content": message.text})
+    return wire
+
+
+def to_openai_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    return [
+        {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+        for t in tools
+    ]
+
+
+def _decode_arguments(text: Any) -> Any:
+    """Tool arguments as a JSON object; anything else stays raw for the tool to reject."""
+    if not isinstance(text, str):
+        return text if isinstance(text, dict) else {}
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, dict) else text
+
+
+class OpenAIReasoner:
+    """Chat completions with tool calling on the official ``openai`` client.
+
+    ``model``, ``base_url`` and ``api_key`` default to ``OPENAI_MODEL``,
+    ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY``. A base URL without a key (a local
+    OpenAI-compatible server) sends the placeholder key ``"unused"``. Every client
+    failure becomes a :class:`ReasonerFailed` whose text never contains the key.
+    """
+
+    def __init__(
+        self,
+        model: str | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        *,
+        max_retries: int = 2,
+        temperature: float | None = None,
+    ) -> None:
+        openai = _load_openai()
+        self.model = model or os.environ.get("OPENAI_MODEL") or ""
+        if not self.model:
+            raise ReasonerUnavailable("no model configured: pass model= or set OPENAI_MODEL")
+        self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+        key = api_key or os.environ.get("OPENAI_API_KEY") or None
+        if key is None:
+            if self.base_url is None:
+                raise ReasonerUnavailable("no API key configured: pass api_key= or set OPENAI_API_KEY (or a base URL)")
+            key = "unused"
+        self.timeout = timeout
+        self.temperature = temperature
+        self._openai = openai
+        self._client = openai.OpenAI(api_key=key, base_url=self.base_url, timeout=timeout, max_retries=max_retries)
+
+    def complete(self, system_prompt: str, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Reply:
+        request: dict[str, Any] = {"model": self.model, "messages": to_openai_messages(system_prompt, messages)}
+        if tools:
+            request["tools"] = to_openai_tools(tools)
+        if self.temperature is not None:
+            request["temperature"] = self.temperature
+        try:
+            response = self._client.chat.completions.create(**request)
+        except Exception as exc:
+            raise self._failure(exc) from None
+        choices = getattr(response, "choices", None) or []
+        if not choices:
+            raise ReasonerFailed("the model returned no choices")
+        message = choices[0].message
+        calls = []
+        for call in getattr(message, "tool_calls", None) or []:
+            function = getattr(call, "function", None)
+            if function is None:
+                raise ReasonerFailed(f"unsupported tool call type: {sanitize(str(getattr(call, 'type', '?')), 64)}")
+            calls.append(ToolCall(call.id or f"call-{len(calls) + 1}", function.name, _decode_arguments(function.arguments)))
+        if calls:
+            return Reply(text=message.content or None, tool_calls=tuple(calls))
+        return Reply(text=message.content or "")
+
+    def _failure(self, exc: Exception) -> ReasonerFailed:
+        openai = self._openai
+        if isinstance(exc, openai.APITimeoutError):
+            return ReasonerFailed(f"model request timed out after {self.timeout:g}s")
+        if isinstance(exc, openai.APIStatusError):
+            detail = _status_detail(exc)
+            return ReasonerFailed(f"model provider returned HTTP {exc.status_code}" + (f": {detail}" if detail else ""))
+        if isinstance(exc, openai.APIConnectionError):
+            return ReasonerFailed("could not connect to the model provider")
+        return ReasonerFailed(f"model request failed: {sanitize(' '.join(str(exc).split()), 300)}")
+
+
+def _status_detail(exc: Any) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        message = error.get("message") if isinstance(error, dict) else error
+        if isinstance(message, str):
+            return sanitize(" ".join(message.split()), 300)
+    return ""
+
+
+__all__ = ["OpenAIReasoner", "Reasoner", "Reply", "ScriptedReasoner", "ToolCall", "to_openai_messages", "to_openai_tools"]
