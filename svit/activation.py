@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
+from lisp import context as lisp_context
 from lisp.budget import Budget
 from lisp.context import LispLimits
 from lisp.errors import LispError
@@ -81,6 +82,13 @@ def compile_check(name: str, source: str, limits: Any) -> None:
         interp.compile(source)
     except LispError as exc:
         raise compile_error_to_svit(exc) from None
+
+
+def held(node: Node) -> SvitValue:
+    """A persistent value entering Lisp, charged against guest memory like any string or list."""
+    value = SvitValue(node)
+    lisp_context.current().allocate(value.memory_size())
+    return value
 
 
 def _text(value: Any, what: str) -> str:
@@ -187,12 +195,12 @@ class WorkingState:
         plain = {key: to_plain(value, self.limits) for key, value in mapping.items()}
         node = tree.from_value(plain, scripts_allowed=False)
         tree.validate_value(node, self.limits, scripts_allowed=False)
-        return SvitValue(node)
+        return held(node)
 
     def fn_value_array(self, *args: Any) -> Any:
         node = tree.from_value([to_plain(a, self.limits) for a in args], scripts_allowed=False)
         tree.validate_value(node, self.limits, scripts_allowed=False)
-        return SvitValue(node)
+        return held(node)
 
     def view_lib(self) -> Node:
         """``/lib`` as the guest sees it: committed plus staged, scripts shown as maps."""
@@ -236,7 +244,7 @@ class WorkingState:
             if node is None or not node.is_container:
                 raise InvalidPath(f"cannot discover {format_path(segments)}")
             names = node.child_names()
-        return SvitValue(tree.from_value(names, scripts_allowed=False))
+        return held(tree.from_value(names, scripts_allowed=False))
 
     def fn_stat(self, path: Any) -> Any:
         text = _text(path, "stat path")
@@ -361,7 +369,7 @@ class WorkingState:
         results = stdlib.run_jq(_text(filter_text, "jq filter"), to_plain(value, self.limits) if type(value) is not SvitValue else value.node.to_value())
         node = tree.from_value(results, scripts_allowed=False)
         tree.validate_value(node, self.limits, scripts_allowed=False)
-        return SvitValue(node)
+        return held(node)
 
     def fn_search(self, path: Any, pattern: Any) -> Any:
         text = _text(path, "search path")
@@ -377,7 +385,7 @@ class WorkingState:
             if node is None:
                 raise InvalidPath(f"path does not exist: {text}")
             result = stdlib.search_value(format_path(segments), node.to_value(), pattern)
-        return SvitValue(tree.from_value(result, scripts_allowed=False))
+        return held(tree.from_value(result, scripts_allowed=False))
 
     def fn_log_info(self, message: Any, fields: Any = None) -> Any:
         if len(self.logs) >= self.limits.max_logs:

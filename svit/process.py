@@ -41,7 +41,7 @@ from .mounts import Mount, MountPath
 from .namespace import initial_root, section, system_metadata, validate_root, validate_thread
 from .paths import format_path, lib_name, parse, validate_address, validate_mount_name, validate_script_name
 from .ports import PortContext, Ports
-from .snapshot import decode_snapshot, encode_snapshot
+from .snapshot import check_root_hash, decode_snapshot_unverified, encode_snapshot
 from .tree import Node
 from .values import Script
 
@@ -585,9 +585,10 @@ class Process:
     @classmethod
     def restore(cls, data: bytes) -> "Process":
         """Build a process from untrusted snapshot bytes, validating everything first."""
-        address, version, root, limits = decode_snapshot(data)
+        address, version, root, limits, claimed = decode_snapshot_unverified(data)
         process = cls(address, root, version, limits)
         validate_root(root, address, limits, process._compile_script, error=InvalidSnapshot)
+        check_root_hash(root, claimed)
         return process
 
     def fork(self, child_address: str) -> "Process":

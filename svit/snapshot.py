@@ -135,9 +135,17 @@ def _decode_body(body: bytes) -> Any:
 
 
 def decode_snapshot(data: bytes, *, max_bytes: int = MAX_SNAPSHOT_BYTES) -> tuple[str, int, Node, Limits]:
-    """Validate and decode snapshot bytes into ``(address, version, root, limits)``.
+    """Decode and verify snapshot bytes: the root hash is checked before returning."""
+    address, version, root, limits, claimed = decode_snapshot_unverified(data, max_bytes=max_bytes)
+    check_root_hash(root, claimed)
+    return address, version, root, limits
 
-    Raises only :class:`~svit.errors.SvitError` subclasses: ``InvalidSnapshot`` for
+
+def decode_snapshot_unverified(data: bytes, *, max_bytes: int = MAX_SNAPSHOT_BYTES) -> tuple[str, int, Node, Limits, str]:
+    """Decode snapshot bytes into ``(address, version, root, limits, claimed_root_hash)``.
+
+    The caller validates the root schema and then calls :func:`check_root_hash`, the
+    reference's order (a forged identity reports the identity, not the hash). Raises only :class:`~svit.errors.SvitError` subclasses: ``InvalidSnapshot`` for
     anything wrong with the bytes or the envelope, ``InvalidLimits`` for limits outside
     their hard maxima. Root-schema validation belongs to the process layer.
     """
@@ -151,7 +159,7 @@ def decode_snapshot(data: bytes, *, max_bytes: int = MAX_SNAPSHOT_BYTES) -> tupl
         raise InvalidSnapshot(f"snapshot is malformed: {type(exc).__name__}") from None
 
 
-def _decode(data: Any, max_bytes: int) -> tuple[str, int, Node, Limits]:
+def _decode(data: Any, max_bytes: int) -> tuple[str, int, Node, Limits, str]:
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise InvalidSnapshot("snapshot must be bytes")
     if isinstance(data, memoryview):
@@ -196,9 +204,13 @@ def _decode(data: Any, max_bytes: int) -> tuple[str, int, Node, Limits]:
     finally:
         if gc_was_enabled:
             gc.enable()
+    return address, version, root, limits, claimed
+
+
+def check_root_hash(root: Node, claimed: str) -> None:
+    """The last restore step (after schema validation, as the reference orders it)."""
     if root.hash != claimed:
         raise InvalidSnapshot("root hash mismatch")
-    return address, version, root, limits
 
 
 __all__ = [
@@ -208,4 +220,6 @@ __all__ = [
     "TRAILER_BYTES",
     "encode_snapshot",
     "decode_snapshot",
+    "decode_snapshot_unverified",
+    "check_root_hash",
 ]
