@@ -84,6 +84,64 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_spec(args: argparse.Namespace) -> int:
+    from .spec import FixtureError, run_directory
+
+    directory = Path(args.directory) if args.directory else Path("spec") / "fixtures"
+    if not directory.is_dir():
+        raise CliError("file_not_found", f"no fixture directory: {directory}")
+    try:
+        passed, failed, failures = run_directory(directory)
+    except FixtureError as exc:
+        raise CliError("invalid_fixture", str(exc)) from None
+    for name, message in failures:
+        sys.stderr.write(f"FAIL {name}: {message.splitlines()[0] if message else ''}\n")
+    sys.stdout.write(f"{passed} passed, {failed} failed\n")
+    return 0 if failed == 0 else 1
+
+
+def cmd_repl(args: argparse.Namespace) -> int:
+    from .console import Repl
+
+    process = open_process_for(args)
+    interactive = sys.stdin.isatty()
+    if interactive:
+        try:
+            import readline  # noqa: F401 - line editing and history for input()
+        except ImportError:  # pragma: no cover - not on every platform
+            pass
+        sys.stdout.write("Svit REPL on " + process.address + " (:help for commands, :quit to leave)\n")
+
+        def lines():
+            prompt = "svit> "
+            while True:
+                try:
+                    line = input(prompt)
+                except EOFError:
+                    return
+                yield line
+                prompt = "svit> "
+
+        Repl(process, sys.stdout).run(lines())
+    else:
+        Repl(process, sys.stdout).run(iter(sys.stdin))
+    return 0
+
+
+def open_process_for(args: argparse.Namespace):
+    """The process a command acts on: in memory when no address is given."""
+    from .process import Process
+
+    address = getattr(args, "address", None)
+    if address is None:
+        return Process.builder("svit://local/cli/repl").build()
+    return open_store(args).resume(address)
+
+
+def open_store(args: argparse.Namespace):  # replaced once the durable store commands exist
+    raise CliError("persistence_unavailable", "durable processes need the store")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="svit", description="Svit: an embedded scripting sandbox for agents.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -99,6 +157,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", help="a Svit Lisp source file")
     p.add_argument("--compact", action="store_true", help="print JSON on one line")
     p.set_defaults(run=cmd_check)
+
+    p = commands.add_parser("spec", help="run the conformance fixtures in DIR (default spec/fixtures)")
+    p.add_argument("directory", nargs="?", help="a directory of fixture files")
+    p.set_defaults(run=cmd_spec)
+
+    p = commands.add_parser("repl", help="evaluate forms as activations (in memory when no address)")
+    p.add_argument("address", nargs="?", help="a durable process address")
+    p.set_defaults(run=cmd_repl)
     return parser
 
 
