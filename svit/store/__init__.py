@@ -1,0 +1,26 @@
+"""The durable process store (RocksDB): history of record, derived indexes, durable handles.
+
+    from svit.store import ProcessStore
+    store = ProcessStore.open("/path/to/store")
+    h = store.create(process)            # or import_, resume, fork
+    h.exec("/lib/counter", {"by": 1})    # acknowledged only after a synced write
+    h.query(path_prefix="/memory"); h.snapshot(); h.cut()
+
+See :mod:`svit.store.store` for the contract and :mod:`svit.store.keys` for the layout.
+"""
+
+from .keys import IRREPLACEABLE, KEY_CLASSES, REBUILDABLE, KeyClass
+from .store import DurableProcess, Head, ProcessStore, StoreSnapshot, Transaction, apply_mutations
+
+__all__ = [
+    "ProcessStore",
+    "DurableProcess",
+    "StoreSnapshot",
+    "Transaction",
+    "Head",
+    "KeyClass",
+    "KEY_CLASSES",
+    "IRREPLACEABLE",
+    "REBUILDABLE",
+    "apply_mutations",
+]

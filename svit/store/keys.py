@@ -1,0 +1,142 @@
+"""The store's key classes: every column family and key prefix, and what it may hold.
+
+Durability requirement 1 (declared classes, fail-closed): a key is writable only when
+it falls under a registered ``(column family, prefix)``; each class is either
+``irreplaceable`` (the history of record: losing it loses a process) or
+``rebuildable`` (derived from the history by :meth:`ProcessStore.reset_index`). A write
+to anything else raises, and a reset path may only touch rebuildable classes.
+
+Layout (addresses and paths are escaped so that one is never a prefix of another by
+accident; ``SEP`` ends an escaped component)::
+
+    default  m/format                         store format marker            irreplaceable
+    record   b/<addr>                         base envelope                  irreplaceable
+    record   h/<addr>                         head record                    irreplaceable
+    record   t/<addr>SEP<u64 position>        transaction envelope           irreplaceable
+    record   s/<addr>SEP<snapshot hash>       store snapshot                 irreplaceable
+    record   f/<child addr>                   fork reference (child->parent) irreplaceable
+    nodes    n/<32-byte digest>               content-addressed tree node    irreplaceable
+    index    p/<addr>SEP<path>SEP<u64 pos>    path index (queries)           rebuildable
+    index    c/<parent addr>SEP<child addr>   fork children (cut/remove)     rebuildable
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from ..errors import InvalidPersistence
+
+IRREPLACEABLE = "irreplaceable"
+REBUILDABLE = "rebuildable"
+
+CF_DEFAULT = "default"
+CF_RECORD = "record"
+CF_NODES = "nodes"
+CF_INDEX = "index"
+COLUMN_FAMILIES = (CF_DEFAULT, CF_RECORD, CF_NODES, CF_INDEX)
+
+SEP = b"\x00\x00"
+_U64 = struct.Struct(">Q")
+
+
+@dataclass(frozen=True)
+class KeyClass:
+    """One registered key class: where it lives, its prefix, and whether it can be rebuilt."""
+
+    name: str
+    column_family: str
+    prefix: bytes
+    durability: str
+    meaning: str
+
+
+KEY_CLASSES: tuple[KeyClass, ...] = (
+    KeyClass("meta", CF_DEFAULT, b"m/", IRREPLACEABLE, "store format marker"),
+    KeyClass("base", CF_RECORD, b"b/", IRREPLACEABLE, "base envelope of each address"),
+    KeyClass("head", CF_RECORD, b"h/", IRREPLACEABLE, "head of each address (compare-and-swap target)"),
+    KeyClass("transaction", CF_RECORD, b"t/", IRREPLACEABLE, "hash-chained transaction envelopes"),
+    KeyClass("snapshot", CF_RECORD, b"s/", IRREPLACEABLE, "store snapshots (cut bases and explicit snapshots)"),
+    KeyClass("fork", CF_RECORD, b"f/", IRREPLACEABLE, "fork references, child to parent boundary"),
+    KeyClass("node", CF_NODES, b"n/", IRREPLACEABLE, "content-addressed container nodes of committed trees"),
+    KeyClass("path_index", CF_INDEX, b"p/", REBUILDABLE, "transactions by touched path"),
+    KeyClass("child_index", CF_INDEX, b"c/", REBUILDABLE, "fork children by parent"),
+)
+
+BY_NAME = {kc.name: kc for kc in KEY_CLASSES}
+
+
+def classify(column_family: str, key: bytes) -> KeyClass:
+    """The registered class of ``key`` in ``column_family``; unregistered keys are refused."""
+    for kc in KEY_CLASSES:
+        if kc.column_family == column_family and key.startswith(kc.prefix):
+            return kc
+    raise InvalidPersistence(f"write to an unregistered key class in column family {column_family!r}")
+
+
+def escape(text: str) -> bytes:
+    """UTF-8 with NUL doubled as ``00 01``: prefix-preserving, and ``SEP`` never occurs inside."""
+    return text.encode("utf-8", "surrogatepass").replace(b"\x00", b"\x00\x01")
+
+
+def unescape(raw: bytes) -> str:
+    return raw.replace(b"\x00\x01", b"\x00").decode("utf-8", "surrogatepass")
+
+
+def u64(value: int) -> bytes:
+    return _U64.pack(value)
+
+
+def from_u64(raw: bytes) -> int:
+    return _U64.unpack(raw)[0]
+
+
+FORMAT_KEY = b"m/format"
+
+
+def base_key(address: str) -> bytes:
+    return b"b/" + escape(address)
+
+
+def head_key(address: str) -> bytes:
+    return b"h/" + escape(address)
+
+
+def transaction_prefix(address: str) -> bytes:
+    return b"t/" + escape(address) + SEP
+
+
+def transaction_key(address: str, position: int) -> bytes:
+    return transaction_prefix(address) + u64(position)
+
+
+def snapshot_prefix(address: str) -> bytes:
+    return b"s/" + escape(address) + SEP
+
+
+def snapshot_key(address: str, snapshot_hash: str) -> bytes:
+    return snapshot_prefix(address) + snapshot_hash.encode("ascii")
+
+
+def fork_key(child: str) -> bytes:
+    return b"f/" + escape(child)
+
+
+def node_key(digest: bytes) -> bytes:
+    return b"n/" + digest
+
+
+def path_prefix_key(address: str) -> bytes:
+    return b"p/" + escape(address) + SEP
+
+
+def path_key(address: str, path: str, position: int) -> bytes:
+    return path_prefix_key(address) + escape(path) + SEP + u64(position)
+
+
+def children_prefix(parent: str) -> bytes:
+    return b"c/" + escape(parent) + SEP
+
+
+def child_key(parent: str, child: str) -> bytes:
+    return children_prefix(parent) + escape(child)
