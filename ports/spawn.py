@@ -105,7 +105,11 @@ class SpawnPort:
 
     def _run_child(self, fork: Any, child_id: str, task: str) -> tuple[bytes, str]:
         try:
-            builder = Svit.resume(fork(child_id)).reasoner(self.reasoner).ports(self.child_ports or Ports())
+            process = fork(child_id)
+            # The parent's pending inbox items are the parent's to answer, not the child's.
+            while (head := process.inbox_front()) is not None:
+                process.acknowledge_inbox(head)
+            builder = Svit.resume(process).reasoner(self.reasoner).ports(self.child_ports or Ports())
             if self.max_iterations is not None:
                 builder.max_iterations(self.max_iterations)
             child = builder.build()
