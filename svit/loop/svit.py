@@ -497,10 +497,11 @@ class Svit:
             message = Message.from_json(item)
             self._record(INPUT_MESSAGE, {"message": message.to_json(), "turn_id": turn_id})
             final = self._reason(turn_id)
+            # Only a successful turn removes its item, and only if it is still the head.
+            self._committed(self._process.acknowledge_inbox(item))
         except BaseException as exc:
             self._record(TURN_FAILED, {"error": failure_text(exc), "turn_id": turn_id})
             raise
-        self._committed(self._process.acknowledge_inbox(item))
         self._outbox.publish(final)
 
     def _reason(self, turn_id: str) -> Message:

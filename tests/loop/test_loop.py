@@ -553,3 +553,25 @@ def test_model_spawns_a_child_through_the_exec_tool():
     child = Process.restore(agent.child_snapshot("svit://local/tests/kid"))
     assert child.read("/inbox") == []
     assert child_reasoner.requests[0][1][0].text == "Say hi."
+
+
+def test_acknowledgement_conflict_fails_the_turn_without_a_reply():
+    holder = {}
+
+    def meddle(conversation):
+        # Someone else changes the committed inbox head while the turn runs.
+        process = holder["agent"].process
+        process.acknowledge_inbox(process.inbox_front())
+        process.enqueue_inbox(Message.user("replacement").to_json())
+        return "answer"
+
+    agent = make(ScriptedReasoner([meddle]))
+    holder["agent"] = agent
+    replies = agent.outbox()
+    agent.inbox().send("original")
+    with pytest.raises(TurnFailed, match="inbox_conflict|inbox head changed"):
+        agent.block()
+    with pytest.raises(Closed):
+        replies.recv(timeout=1)
+    assert [e.type for e in agent.recent_events(10)][-1] == "turn.failed"
+    assert agent.read("/inbox")[0]["content"][0]["text"] == "replacement"
