@@ -18,6 +18,7 @@ tree without rebuilding it.
 from __future__ import annotations
 
 import os
+import re
 import struct
 from typing import Any, Iterable
 
@@ -170,8 +171,11 @@ def decode_record(data: bytes, fields: tuple[str, ...], hash_field: str, what: s
     return decoded
 
 
+_HEX_HASH = re.compile(r"[0-9a-f]{64}\Z")
+
+
 def is_hex_hash(value: Any) -> bool:
-    return type(value) is str and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+    return type(value) is str and _HEX_HASH.match(value) is not None
 
 
 def is_u64(value: Any) -> bool:

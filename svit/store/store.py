@@ -209,6 +209,7 @@ class ProcessStore:
         self._failed: str | None = None
         self._closed = False
         self._known_nodes: set[bytes] = set()
+        self._head_cache: dict[str, tuple[bytes, dict[str, Any]]] = {}
         #: Latest committed state per address seen by this store object (a cache; fork uses it).
         self._latest: dict[str, _State] = {}
         #: The one synced write path (``faults.FailingWrites`` wraps it in tests).
@@ -334,6 +335,10 @@ class ProcessStore:
         raw = self._get(CF_RECORD, keys.head_key(address))
         if raw is None:
             return None
+        cached = self._head_cache.get(address)
+        if cached is not None and cached[0] == raw:
+            # Byte-identical to a head this store verified or wrote itself.
+            return dict(cached[1])
         head = codec.decode_record(raw, codec.HEAD_FIELDS, "head_check", f"head of {address}")
         if head["head_format"] != codec.HEAD_FORMAT or head["address"] != address:
             raise InvalidPersistence(f"head of {address}: wrong format or address")
@@ -345,6 +350,7 @@ class ProcessStore:
             and codec.is_hex_hash(head["root_hash"])
         ):
             raise InvalidPersistence(f"head of {address}: malformed fields")
+        self._head_cache[address] = (raw, dict(head))
         return head
 
     @staticmethod
@@ -884,9 +890,14 @@ class ProcessStore:
             pending = self._stage_nodes(batch, transition.root_after, mutations)
             for path in values["touched_paths"]:
                 batch.put(CF_INDEX, keys.path_key(address, path, position), b"")
-            batch.put(CF_RECORD, keys.head_key(address), self._head_record(
-                address, head["base_hash"], new_head, transition.version_after, transition.root_after.hash))
+            head_bytes = self._head_record(
+                address, head["base_hash"], new_head, transition.version_after, transition.root_after.hash)
+            batch.put(CF_RECORD, keys.head_key(address), head_bytes)
             self._write(batch)
+            self._head_cache[address] = (head_bytes, {
+                "head_format": codec.HEAD_FORMAT, "address": address, "base_hash": head["base_hash"],
+                "position": position, "hash": event_hash, "process_version": transition.version_after,
+                "root_hash": transition.root_after.hash})
             self._remember_nodes(pending)
             handle._head = new_head
             self._latest[address] = _State(transition.version_after, transition.root_after, handle.limits,
