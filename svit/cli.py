@@ -138,12 +138,179 @@ def open_process_for(args: argparse.Namespace):
     return open_store(args).resume(address)
 
 
-def open_store(args: argparse.Namespace):  # replaced once the durable store commands exist
-    raise CliError("persistence_unavailable", "durable processes need the store")
+def store_path(args: argparse.Namespace) -> Path:
+    """``--store``, else ``SVIT_STORE``, else the platform user-data directory."""
+    explicit = getattr(args, "store", None) or os.environ.get("SVIT_STORE")
+    if explicit:
+        return Path(explicit).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("svit", appauthor=False)) / "store"
+
+
+_open_stores: list = []
+
+
+def open_store(args: argparse.Namespace):
+    """Open (creating, and saying where, the first time) the embedded store."""
+    from .store import ProcessStore
+
+    path = store_path(args)
+    fresh = not (path / "CURRENT").exists()
+    store = ProcessStore.open(path)
+    _open_stores.append(store)
+    if fresh:
+        sys.stderr.write(f"svit: created a process store at {path}\n")
+    return store
+
+
+def close_stores() -> None:
+    while _open_stores:
+        _open_stores.pop().close()
+
+
+def output(args: argparse.Namespace, value: Any) -> None:
+    emit(value, getattr(args, "pretty", False))
+
+
+def change_record(change: Any) -> dict[str, Any]:
+    if change is None:
+        return {"committed": False}
+    return {"committed": True, "paths": change.paths, "version": change.version}
+
+
+def cmd_new(args: argparse.Namespace) -> int:
+    from .process import Process
+
+    builder = Process.builder(args.address)
+    for item in args.memory or []:
+        name, _, text = item.partition("=")
+        builder.memory(name, parse_json(text, f"memory value {name}"))
+    store = open_store(args)
+    handle = store.create(builder.build())
+    output(args, {"address": handle.address, "root_hash": handle.root_hash, "version": handle.version})
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    handle = open_store(args).resume(args.address)
+    input_value = parse_json(args.input)
+    if args.target.startswith("/"):
+        activation = handle.exec(args.target, input_value)
+    else:
+        activation = handle.exec_inline(read_source(args.target), input_value)
+    output(args, {
+        "changed": activation.changed,
+        "logs": activation.logs,
+        "messages": activation.messages,
+        "output": activation.output,
+        "version": activation.version,
+    })
+    return 0
+
+
+def cmd_read(args: argparse.Namespace) -> int:
+    handle = open_store(args).resume(args.address)
+    value = handle.read(args.path)
+    if hasattr(value, "source") and hasattr(value, "documentation"):
+        value = {"documentation": value.documentation, "source": value.source}
+    output(args, value)
+    return 0
+
+
+def cmd_discover(args: argparse.Namespace) -> int:
+    output(args, open_store(args).resume(args.address).discover(args.path))
+    return 0
+
+
+def cmd_stat(args: argparse.Namespace) -> int:
+    output(args, open_store(args).resume(args.address).stat(args.path))
+    return 0
+
+
+def cmd_write(args: argparse.Namespace) -> int:
+    value = parse_json(args.value, "value")
+    output(args, change_record(open_store(args).resume(args.address).write(args.path, value)))
+    return 0
+
+
+def cmd_remove(args: argparse.Namespace) -> int:
+    output(args, change_record(open_store(args).resume(args.address).remove(args.path)))
+    return 0
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    handle = open_store(args).resume(args.address)
+    blob = bytes(handle.snapshot())
+    try:
+        Path(args.file).write_bytes(blob)
+    except OSError as exc:
+        raise CliError("io_error", f"cannot write {args.file}: {exc.strerror}") from None
+    output(args, {"address": handle.address, "bytes": len(blob), "file": args.file, "root_hash": handle.root_hash, "version": handle.version})
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    from .process import Process
+
+    try:
+        blob = Path(args.file).read_bytes()
+    except FileNotFoundError:
+        raise CliError("file_not_found", f"no such file: {args.file}") from None
+    except OSError as exc:
+        raise CliError("io_error", f"cannot read {args.file}: {exc.strerror}") from None
+    process = Process.restore(blob)
+    if args.address and args.address != process.address:
+        # A snapshot taken elsewhere becomes a new process descended from it.
+        process = process.fork(args.address)
+    handle = open_store(args).import_(process)
+    output(args, {"address": handle.address, "root_hash": handle.root_hash, "version": handle.version})
+    return 0
+
+
+def cmd_fork(args: argparse.Namespace) -> int:
+    handle = open_store(args).fork(args.address, args.child)
+    output(args, {"address": handle.address, "parent": args.address, "root_hash": handle.root_hash, "version": handle.version})
+    return 0
+
+
+def cmd_log(args: argparse.Namespace) -> int:
+    handle = open_store(args).resume(args.address)
+    found = handle.query(path_prefix=args.path, limit=args.limit, after_position=args.after)
+    output(args, [
+        {
+            "hash": t.hash,
+            "position": t.position,
+            "source": t.source,
+            "touched_paths": t.touched_paths,
+            "version": t.process_version_after,
+        }
+        for t in found
+    ])
+    return 0
+
+
+def cmd_tree(args: argparse.Namespace) -> int:
+    from .console import render_tree
+
+    if args.depth < 0:
+        raise CliError("invalid_value", "--depth must be zero or more")
+    handle = open_store(args).resume(args.address)
+    sys.stdout.write(render_tree(handle, args.path, args.depth) + "\n")
+    return 0
+
+
+def cmd_reset_index(args: argparse.Namespace) -> int:
+    output(args, open_store(args).reset_index())
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="svit", description="Svit: an embedded scripting sandbox for agents.")
+    parser.add_argument("--store", default=None, help="the store directory (default: $SVIT_STORE or the user data directory)")
+    common = _Parser(add_help=False)
+    common.add_argument("--store", default=argparse.SUPPRESS, help="the store directory (default: $SVIT_STORE or the user data directory)")
+    common.add_argument("--pretty", action="store_true", help="indent JSON output")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
 
@@ -162,9 +329,47 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("directory", nargs="?", help="a directory of fixture files")
     p.set_defaults(run=cmd_spec)
 
-    p = commands.add_parser("repl", help="evaluate forms as activations (in memory when no address)")
+    p = commands.add_parser("repl", help="evaluate forms as activations (in memory when no address)", parents=[common])
     p.add_argument("address", nargs="?", help="a durable process address")
     p.set_defaults(run=cmd_repl)
+
+    def durable(name: str, help_text: str, run: Any, *arguments: tuple[str, str]) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text, parents=[common])
+        for argument, argument_help in arguments:
+            if argument.endswith("?"):
+                sub.add_argument(argument[:-1], nargs="?", help=argument_help)
+            else:
+                sub.add_argument(argument, help=argument_help)
+        sub.set_defaults(run=run)
+        return sub
+
+    p = durable("new", "create a durable process", cmd_new, ("address", "svit://... address"))
+    p.add_argument("--memory", action="append", metavar="NAME=JSON", help="an initial /memory entry (repeatable)")
+    durable("run", "run /lib/NAME or a script file as one durable activation", cmd_run,
+            ("address", "process address"), ("target", "/lib/NAME or a script file (run once, not stored)"),
+            ("input?", "the input as JSON (default: null)"))
+    durable("read", "print the value at PATH", cmd_read, ("address", "process address"), ("path", "absolute path"))
+    durable("discover", "list the children of PATH", cmd_discover, ("address", "process address"), ("path", "absolute path"))
+    durable("stat", "print the facts record of PATH", cmd_stat, ("address", "process address"), ("path", "absolute path"))
+    durable("write", "write a JSON value at PATH (one commit)", cmd_write,
+            ("address", "process address"), ("path", "absolute path"), ("value", "the value as JSON"))
+    durable("remove", "remove PATH (one commit)", cmd_remove, ("address", "process address"), ("path", "absolute path"))
+    durable("snapshot", "write the process snapshot to FILE", cmd_snapshot, ("address", "process address"), ("file", "output file"))
+    durable("restore", "import a snapshot file (at ADDR: as a new process descended from it)", cmd_restore,
+            ("file", "a snapshot file"), ("address?", "address for the restored process"))
+    durable("fork", "fork ADDR into CHILD", cmd_fork, ("address", "parent address"), ("child", "child address"))
+    p = durable("log", "list committed transactions", cmd_log, ("address", "process address"))
+    p.add_argument("--path", default=None, help="only transactions touching this path or below")
+    p.add_argument("--limit", type=int, default=1024, help="at most this many (1-4096)")
+    p.add_argument("--after", type=int, default=None, help="only positions after this one")
+    p = durable("tree", "draw the process tree for a person", cmd_tree, ("address", "process address"), ("path?", "start path (default /)"))
+    p.add_argument("--depth", type=int, default=2, help="levels to draw (default 2)")
+    p.set_defaults(path="/")
+    store_cmd = commands.add_parser("store", help="store maintenance")
+    store_sub = store_cmd.add_subparsers(dest="store_command", metavar="ACTION", parser_class=_Parser)
+    store_sub.required = True
+    p = store_sub.add_parser("reset-index", help="rebuild derived indexes; history and state stay byte-identical", parents=[common])
+    p.set_defaults(run=cmd_reset_index)
     return parser
 
 
@@ -174,6 +379,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.run(args))
     except (SvitError, CliError) as exc:
+        close_stores()
         if os.environ.get("SVIT_DEBUG") == "1":
             raise
         message = exc.message if isinstance(exc, CliError) else exc.message
@@ -182,6 +388,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("svit: interrupted\n")
         return 130
+    finally:
+        close_stores()
 
 
 if __name__ == "__main__":  # pragma: no cover
