@@ -262,15 +262,16 @@ class Svit:
         self._thread: threading.Thread | None = None
         self._failure: str | None = None
 
+        address = process.address
+        thread = process.read("/thread")
+        session_id, inherited = self._thread_identity(thread, address)  # refuse before committing
+
         # A restored snapshot's stale /ports grants nothing: project the attached registry.
         hosted = Ports()
         for name in self._ports.names():
             hosted.port(name, _HostPort(self._ports.get(name), self))
         process.replace_ports(hosted)
 
-        address = process.address
-        thread = process.read("/thread")
-        session_id, inherited = self._thread_identity(thread, address)
         instructions = options._instructions if options._instructions_set else inherited
         if instructions is not None and not instructions.strip():
             instructions = None

@@ -103,8 +103,10 @@ def test_resume_keeps_session_and_fork_starts_a_new_one():
 def test_resume_rejects_materialized_history_and_missing_process_id():
     process = Process.builder(ADDRESS).build()
     process.replace_thread_state({"format": "svit-thread@8", "process_id": ADDRESS, "events": []})
+    version = process.version
     with pytest.raises(InvalidThread, match="materialized history"):
-        Svit.resume(process).reasoner(ScriptedReasoner([])).build()
+        Svit.resume(process).ports(Ports().port("echo", lambda i: i)).reasoner(ScriptedReasoner([])).build()
+    assert process.version == version and process.read("/ports") == {}  # refused before any commit
     process.replace_thread_state({"format": "svit-thread@8"})
     with pytest.raises(InvalidThread, match="process_id"):
         Svit.resume(process).reasoner(ScriptedReasoner([])).build()
