@@ -195,7 +195,7 @@ def cmd_new(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     handle = open_store(args).resume(args.address)
     input_value = parse_json(args.input)
-    if args.target.startswith("/"):
+    if args.target.startswith("/lib/"):
         activation = handle.exec(args.target, input_value)
     else:
         activation = handle.exec_inline(read_source(args.target), input_value)
