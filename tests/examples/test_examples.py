@@ -12,6 +12,7 @@ import pytest
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 EXPECTED = {
+    "durable_counter.py": r"^durable-counter: resumed_at=2 count=10 transactions=3$",
     "atomic_outbox.py": r"^atomic-outbox: failure=script_failed rolled_back=True balance=75 intent=svit://local/examples/payer:2:0$",
     "fork_research.py": r"^fork-research: optimist=25 skeptic=-5 parent_has_analysis=False lineage=svit://local/examples/research$",
     "sandbox_limits.py": r"^sandbox-limits: recursion=call stack spin=steps bomb=guest memory huge=integer bits use=script_failed memory_intact=True$",
