@@ -76,17 +76,28 @@ class Observer(Generic[T]):
 
 
 class Broadcast(Generic[T]):
-    """Fan-out to every observer subscribed so far; late subscribers see only later items."""
+    """Fan-out to every observer subscribed so far; late subscribers see only later items.
 
-    def __init__(self, capacity: int = CAPACITY) -> None:
+    With ``retain_unobserved``, items published while nobody is subscribed are kept (up
+    to ``capacity``, with loss reported as :class:`Lagged`) and handed to the next
+    subscriber, so ``send`` followed by ``outbox().recv()`` cannot miss a fast reply.
+    """
+
+    def __init__(self, capacity: int = CAPACITY, *, retain_unobserved: bool = False) -> None:
         self._capacity = capacity
         self._observers: list[Observer[T]] = []
         self._closed = False
         self._lock = threading.Lock()
+        self._retain = retain_unobserved
+        self._pending: Observer[T] = Observer(capacity)
 
     def subscribe(self) -> Observer[T]:
-        observer: Observer[T] = Observer(self._capacity)
         with self._lock:
+            held = self._pending
+            if self._retain and (held._items or held._missed):
+                observer, self._pending = held, Observer(self._capacity)
+            else:
+                observer = Observer(self._capacity)
             if self._closed:
                 observer._close()
             else:
@@ -96,6 +107,8 @@ class Broadcast(Generic[T]):
     def publish(self, item: T) -> None:
         with self._lock:
             observers = list(self._observers)
+            if not observers and self._retain and not self._closed:
+                observers = [self._pending]
         for observer in observers:
             observer._push(item)
 

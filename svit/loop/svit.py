@@ -255,7 +255,7 @@ class Svit:
         self._max_iterations = options._max_iterations
         self._log = options._event_log if options._event_log is not None else MemoryEventLog()
         self._ports = options._ports if options._ports is not None else Ports()
-        self._outbox: Broadcast[Message] = Broadcast()
+        self._outbox: Broadcast[Message] = Broadcast(retain_unobserved=True)
         self._events: Broadcast[SvitEvent] = Broadcast()
         self._cond = threading.Condition()
         self._sealed = self._stopped = self._started = False
@@ -420,7 +420,8 @@ class Svit:
         return Inbox(self)
 
     def outbox(self) -> Observer[Message]:
-        """A new observer of completed replies (create it before start() to see them all)."""
+        """A new observer of completed replies from now on; replies published while no
+        outbox observer existed are handed to the next one created."""
         return self._outbox.subscribe()
 
     def events(self) -> Observer[SvitEvent]:

@@ -577,3 +577,31 @@ def test_acknowledgement_conflict_fails_the_turn_without_a_reply():
         replies.recv(timeout=1)
     assert [e.type for e in agent.recent_events(10)][-1] == "turn.failed"
     assert agent.read("/inbox")[0]["content"][0]["text"] == "replacement"
+
+
+def test_design_snippet_order_send_then_subscribe():
+    """DESIGN.md §3 subscribes to the outbox after sending; a fast reply is not lost."""
+    agent = make(ScriptedReasoner(["Remembered."]))
+    agent.start()
+    agent.inbox().send(Message.user("Remember blue."))
+    agent.block()  # the reply is certainly published before anyone subscribed
+    first = agent.outbox()
+    assert first.recv(timeout=10).text == "Remembered."
+    with pytest.raises(Closed):
+        first.recv(timeout=1)
+    with pytest.raises(Closed):  # handed over once, not replayed to every later observer
+        agent.outbox().recv(timeout=1)
+
+
+def test_unobserved_retention_is_bounded_and_reports_loss():
+    hub: Broadcast[int] = Broadcast(capacity=3, retain_unobserved=True)
+    for i in range(5):
+        hub.publish(i)
+    observer = hub.subscribe()
+    with pytest.raises(Lagged) as info:
+        observer.try_recv()
+    assert info.value.missed == 2
+    assert drain(observer) == [2, 3, 4]
+    other = hub.subscribe()
+    hub.publish(5)
+    assert observer.try_recv() == 5 and other.try_recv() == 5
