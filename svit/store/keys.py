@@ -10,6 +10,9 @@ Layout (addresses and paths are escaped so that one is never a prefix of another
 accident; ``SEP`` ends an escaped component)::
 
     default  m/format                         store format marker            irreplaceable
+    default  m/store_id                       store id (archive headers)     irreplaceable
+    default  r/restore                        memory-archive restore marker  irreplaceable
+    default  d/<addr>                         tombstone of a removed address irreplaceable
     record   b/<addr>                         base envelope                  irreplaceable
     record   h/<addr>                         head record                    irreplaceable
     record   t/<addr>SEP<u64 position>        transaction envelope           irreplaceable
@@ -52,12 +55,16 @@ class KeyClass:
 
 
 KEY_CLASSES: tuple[KeyClass, ...] = (
-    KeyClass("meta", CF_DEFAULT, b"m/", IRREPLACEABLE, "store format marker"),
+    KeyClass("meta", CF_DEFAULT, b"m/", IRREPLACEABLE, "store format marker and store id"),
+    KeyClass("restore_marker", CF_DEFAULT, b"r/", IRREPLACEABLE,
+             "memory-archive restore marker (outside every process; never exported)"),
     KeyClass("base", CF_RECORD, b"b/", IRREPLACEABLE, "base envelope of each address"),
     KeyClass("head", CF_RECORD, b"h/", IRREPLACEABLE, "head of each address (compare-and-swap target)"),
     KeyClass("transaction", CF_RECORD, b"t/", IRREPLACEABLE, "hash-chained transaction envelopes"),
     KeyClass("snapshot", CF_RECORD, b"s/", IRREPLACEABLE, "store snapshots (cut bases and explicit snapshots)"),
     KeyClass("fork", CF_RECORD, b"f/", IRREPLACEABLE, "fork references, child to parent boundary"),
+    KeyClass("tombstone", CF_DEFAULT, b"d/", IRREPLACEABLE,
+             "removed addresses (so an archive export can tell a removal from a loss)"),
     KeyClass("node", CF_NODES, b"n/", IRREPLACEABLE, "content-addressed container nodes of committed trees"),
     KeyClass("path_index", CF_INDEX, b"p/", REBUILDABLE, "transactions by touched path"),
     KeyClass("child_index", CF_INDEX, b"c/", REBUILDABLE, "fork children by parent"),
@@ -92,6 +99,12 @@ def from_u64(raw: bytes) -> int:
 
 
 FORMAT_KEY = b"m/format"
+STORE_ID_KEY = b"m/store_id"
+RESTORE_MARKER_KEY = b"r/restore"
+
+
+def tombstone_key(address: str) -> bytes:
+    return b"d/" + escape(address)
 
 
 def base_key(address: str) -> bytes:

@@ -599,6 +599,7 @@ class ProcessStore:
             if self._children(address):
                 raise PersistenceReferenced(f"{address} is referenced by fork {self._children(address)[0]}")
             batch = self._batch()
+            self._stage_tombstone(batch, address)
             self._stage_detach(batch, address)
             batch.delete(CF_RECORD, keys.base_key(address))
             batch.delete(CF_RECORD, keys.head_key(address))
@@ -608,6 +609,129 @@ class ProcessStore:
                     batch.delete(cf, key)
             self._write(batch)
             self._latest.pop(address, None)
+
+    def _stage_tombstone(self, batch: _Batch, address: str) -> None:
+        """Record that ``address`` was removed on purpose (the archive's shrink guard reads it)."""
+        head = self._read_head(address)
+        if head is None:
+            return
+        import time
+
+        import cbor2
+
+        record = {"address": address, "process_version": head["process_version"], "root_hash": head["root_hash"],
+                  "removed_at": int(time.time())}
+        batch.put(CF_DEFAULT, keys.tombstone_key(address), cbor2.dumps(record, canonical=True))
+
+    # ------------------------------------------------------------------ memory archive support
+    def store_id(self) -> str:
+        """A random id minted once per store directory (archive generations name it)."""
+        import uuid
+
+        with self._lock:
+            self._check()
+            raw = self._get(CF_DEFAULT, keys.STORE_ID_KEY)
+            if raw is not None:
+                return raw.decode("ascii", "replace")
+            value = uuid.uuid4().hex
+            batch = self._batch()
+            batch.put(CF_DEFAULT, keys.STORE_ID_KEY, value.encode("ascii"))
+            self._write(batch)
+            return value
+
+    def archive_cut(self) -> dict[str, Any]:
+        """A point-in-time export of every address, taken under the store lock.
+
+        Every durable write holds the same lock, so the cut is consistent and carries
+        the RocksDB sequence number it was taken at. Each address is validated as
+        :meth:`resume` does (or taken from the verified latest-state cache when its
+        stored head matches). Read or decode errors raise; they never yield "empty".
+        """
+        import cbor2
+
+        with self._lock:
+            self._check()
+            sequence = int(self._db.latest_sequence_number())
+            processes = []
+            for key, _ in self._scan(CF_RECORD, b"h/"):
+                address = keys.unescape(key[2:])
+                head = self._read_head(address)
+                state = self._latest.get(address)
+                if head is None or state is None or state.head.hash != head["hash"] \
+                        or state.head.position != head["position"]:
+                    self.resume(address)
+                    state = self._latest[address]
+                data = Process(address, state.root, state.version, state.limits).snapshot()
+                processes.append({"address": address, "version": state.version, "root_hash": state.root.hash,
+                                  "process_snapshot": data})
+            tombstones = []
+            for key, raw in self._scan(CF_DEFAULT, b"d/"):
+                try:
+                    record = cbor2.loads(raw)
+                    tombstones.append({"address": keys.unescape(key[2:]), "version": int(record["process_version"]),
+                                       "root_hash": str(record["root_hash"]), "removed_at": int(record["removed_at"])})
+                except Exception:
+                    raise InvalidPersistence(f"tombstone of {keys.unescape(key[2:])} does not decode") from None
+            return {"sequence": sequence, "processes": processes, "tombstones": tombstones}
+
+    def archive_heads(self) -> dict[str, tuple[int, str]]:
+        """``{address: (process version, root hash)}`` from the stored heads (restore verification)."""
+        with self._lock:
+            self._check()
+            out: dict[str, tuple[int, str]] = {}
+            for key, _ in self._scan(CF_RECORD, b"h/"):
+                address = keys.unescape(key[2:])
+                head = self._read_head(address)
+                if head is not None:
+                    out[address] = (head["process_version"], head["root_hash"])
+            return out
+
+    def read_restore_marker(self) -> bytes | None:
+        """The raw restore marker (outside every process), or None."""
+        with self._lock:
+            self._check()
+            return self._get(CF_DEFAULT, keys.RESTORE_MARKER_KEY)
+
+    def write_restore_marker(self, value: bytes) -> None:
+        """Write the restore marker with a synced write (a failure makes the store terminal)."""
+        with self._lock:
+            self._check()
+            batch = self._batch()
+            batch.put(CF_DEFAULT, keys.RESTORE_MARKER_KEY, value)
+            self._write(batch)
+
+    def install_archived(self, process: Process) -> None:
+        """Store ``process`` as an imported base, replacing the address if present, in ONE synced batch.
+
+        Used by the memory archive when its join says the archived state wins. A
+        present address with fork children is refused (their bases name its history).
+        """
+        if not isinstance(process, Process) or process.before_publish is not None:
+            raise InvalidPersistence("install_archived needs a detached Process")
+        with process._lock, self._lock:
+            self._check()
+            address = process.address
+            batch = self._batch()
+            if self._exists(address):
+                if self._children(address):
+                    raise PersistenceReferenced(f"{address} is referenced by fork {self._children(address)[0]}")
+                self._stage_detach(batch, address)
+                for prefix, cf in ((keys.transaction_prefix(address), CF_RECORD),
+                                   (keys.snapshot_prefix(address), CF_RECORD),
+                                   (keys.path_prefix_key(address), CF_INDEX)):
+                    for key, _ in self._scan(cf, prefix):
+                        batch.delete(cf, key)
+            version, root = process.version, process.root
+            origin = {"origin": "imported", "process_snapshot": process.snapshot()}
+            base_bytes, base_hash = self._base_record(address, None, None, version, root.hash, origin)
+            head = Head(None, base_hash)
+            batch.put(CF_RECORD, keys.base_key(address), base_bytes)
+            batch.put(CF_RECORD, keys.head_key(address), self._head_record(address, base_hash, head, version, root.hash))
+            pending = self._stage_nodes(batch, root, None)
+            self._write(batch)
+            self._remember_nodes(pending)
+            self._head_cache.pop(address, None)
+            self._latest[address] = _State(version, root, process.limits, head, base_hash)
 
     def _stage_detach(self, batch: _Batch, address: str) -> None:
         """Delete this address's own fork reference and its parent's child-index entry."""
