@@ -45,8 +45,20 @@ _ARITH = {"+": ("+", "_add2"), "-": ("-", "_sub2"), "*": ("*", "_mul2")}
 _COMPARE = {"<": ("<", "_lt2"), ">": (">", "_gt2"), "<=": ("<=", "_le2"), ">=": (">=", "_ge2")}
 
 
+_MANGLED: dict[str, str] = {}
+
+
 def mangle(name: str) -> str:
-    """An injective map from Lisp names to Python identifier tails."""
+    """An injective map from Lisp names to Python identifier tails (memoized)."""
+    found = _MANGLED.get(name)
+    if found is None:
+        found = _mangle(name)
+        if len(_MANGLED) < 65536:
+            _MANGLED[name] = found
+    return found
+
+
+def _mangle(name: str) -> str:
     out = []
     for ch in name:
         if ch.isascii() and ch.isalnum():

@@ -216,7 +216,7 @@ class Interpreter:
         def host(_d: int, *args: Any) -> Any:
             n = len(args)
             if n < min_args or (max_args is not None and n > max_args):
-                raise EvalError(_arity_message(name, _expected(min_args, max_args), n))
+                raise EvalError(f"{name} expects {_expected(min_args, max_args)}")
             # Return the unused slice so nested runs draw from the same budget exactly.
             unused = g["_s"]
             if unused > 0:

@@ -169,7 +169,7 @@ class WorkingState:
             ("send!", self.fn_send, 2, 2),
         ]
         for name, fn, lo, hi in fns:
-            interp.define_function(name, _checked_arity(name, fn, lo, hi), 0, None)
+            interp.define_function(name, fn, lo, hi)
         del limits
 
     def fn_value_get(self, value: Any, path: Any) -> Any:
@@ -432,16 +432,3 @@ def library_record(value: Any) -> Script:
     if type(documentation) is not str:
         raise InvalidValue("library documentation must be text")
     return Script(source, documentation)
-
-
-def _checked_arity(name: str, fn: Callable[..., Any], lo: int, hi: int | None) -> Callable[..., Any]:
-    """Svit functions report arity in the reference's words: ``<name> expects N arguments``."""
-
-    def call(*args: Any) -> Any:
-        if len(args) < lo or (hi is not None and len(args) > hi):
-            if lo == hi:
-                raise ScriptFailed(f"{name} expects {lo} argument{'s' if lo != 1 else ''}")
-            raise ScriptFailed(f"{name} expects {lo} to {hi} arguments" if hi is not None else f"{name} expects at least {lo} arguments")
-        return fn(*args)
-
-    return call
