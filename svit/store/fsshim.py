@@ -1,0 +1,139 @@
+"""The memory archive's filesystem layer, injectable so tests can fail, hold or kill any step.
+
+Every file operation the archive performs goes through a :class:`FileSystem`. Each
+operation first calls :meth:`FileSystem.step` with its step name, so a
+:class:`FaultyFileSystem` can raise there, block there until released, or SIGKILL
+the whole process there (crash drills in subprocesses: a same-process test cannot
+show what survives a crash, because the page cache hides a missing fsync).
+
+Step names, in the order one export uses them: ``sweep`` (unlink a stale temp file),
+``open`` (O_EXCL create of the temp file), ``write``, ``fsync``, ``close``,
+``reread`` (read-back verify), ``replace`` (``os.replace`` to the generation name),
+``dir_fsync``, ``prune`` (unlink an old generation). Reads use ``read`` and ``list``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from typing import Callable
+
+STEPS = ("sweep", "open", "write", "fsync", "close", "reread", "replace", "dir_fsync", "prune")
+
+
+class FileSystem:
+    """Plain POSIX operations (the production layer)."""
+
+    def step(self, name: str, path: str) -> None:
+        """Hook before every operation; the production layer does nothing here."""
+
+    def open_exclusive(self, path: str) -> int:
+        self.step("open", path)
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+
+    def write(self, fd: int, data: bytes, path: str = "") -> None:
+        self.step("write", path)
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+
+    def fsync(self, fd: int, path: str = "") -> None:
+        self.step("fsync", path)
+        os.fsync(fd)
+
+    def close(self, fd: int, path: str = "") -> None:
+        self.step("close", path)
+        os.close(fd)
+
+    def read(self, path: str, step: str = "read") -> bytes:
+        self.step(step, path)
+        with open(path, "rb") as handle:
+            return handle.read()
+
+    def replace(self, source: str, target: str) -> None:
+        self.step("replace", target)
+        os.replace(source, target)
+
+    def fsync_dir(self, path: str) -> None:
+        self.step("dir_fsync", path)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def unlink(self, path: str, step: str) -> None:
+        self.step(step, path)
+        os.unlink(path)
+
+    def listdir(self, path: str) -> list[str]:
+        self.step("list", path)
+        return sorted(os.listdir(path))
+
+    def makedirs(self, path: str) -> None:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+
+    def stat(self, path: str) -> os.stat_result:
+        return os.stat(path)
+
+    def exists(self, path: str) -> bool:
+        return os.path.lexists(path)
+
+
+class InjectedFault(OSError):
+    """The error a :class:`FaultyFileSystem` raises at a failing step."""
+
+
+class FaultyFileSystem(FileSystem):
+    """A :class:`FileSystem` that records steps and can fail, hold or kill at chosen ones.
+
+    ``fail``: step name -> 1-based occurrence that raises :class:`InjectedFault`.
+    ``hold``: step names that block until :attr:`release` is set (:attr:`holding` is
+    set while blocked). ``kill``: step name -> occurrence that SIGKILLs this process.
+    ``devices``: path prefix -> fake ``st_dev`` (location-check fixtures).
+    """
+
+    def __init__(
+        self,
+        *,
+        fail: dict[str, int] | None = None,
+        hold: tuple[str, ...] = (),
+        kill: dict[str, int] | None = None,
+        devices: dict[str, int] | None = None,
+        on_step: Callable[[str, str], None] | None = None,
+    ) -> None:
+        self.fail = dict(fail or {})
+        self.hold = tuple(hold)
+        self.kill = dict(kill or {})
+        self.devices = dict(devices or {})
+        self.on_step = on_step
+        self.calls: list[tuple[str, str]] = []
+        self.counts: dict[str, int] = {}
+        self.failed: list[str] = []
+        self.holding = threading.Event()
+        self.release = threading.Event()
+
+    def step(self, name: str, path: str) -> None:
+        self.calls.append((name, path))
+        count = self.counts[name] = self.counts.get(name, 0) + 1
+        if self.on_step is not None:
+            self.on_step(name, path)
+        if self.kill.get(name) == count:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if name in self.hold:
+            self.holding.set()
+            self.release.wait()
+        if self.fail.get(name) == count:
+            self.failed.append(name)
+            raise InjectedFault(f"injected failure at step {name}")
+
+    def stat(self, path: str) -> os.stat_result:
+        result = os.stat(path)
+        for prefix, device in sorted(self.devices.items(), key=lambda item: -len(item[0])):
+            if path == prefix or path.startswith(prefix.rstrip(os.sep) + os.sep):
+                values = list(result)
+                values[2] = device  # st_dev
+                return os.stat_result(values)
+        return result
