@@ -563,9 +563,9 @@ class MemoryArchive:
         since = "no good export yet" if self._last_good is None else f"last good export at {int(self._last_good)}"
         return f"{ONLY_IN_STORE} ({since})"
 
-    def export(self, store: Any) -> ExportResult:
+    def export(self, store: Any, *, _epoch: int | None = None) -> ExportResult:
         """Write one generation (or refuse); never raises for store or file errors, reports them."""
-        epoch = next(self._epochs)
+        epoch = next(self._epochs) if _epoch is None else _epoch
         with self._export_lock:
             result = self._export(store, epoch)
         self._count(result.outcome)
@@ -707,15 +707,16 @@ class MemoryArchive:
         deadline = time.monotonic() + budget
         self._stop.set()
         box: list[ExportResult] = []
-        epoch_bound = next(self._epochs) + 1  # this final export and every export started before it
-        worker = threading.Thread(target=lambda: box.append(self.export(store)), name=f"{self.identity}-final",
-                                  daemon=True)
+        epoch = next(self._epochs)
+        worker = threading.Thread(target=lambda: box.append(self.export(store, _epoch=epoch)),
+                                  name=f"{self.identity}-final", daemon=True)
         worker.start()
         worker.join(max(0.0, deadline - time.monotonic()))
         self._thread = None
         if box:
             return box[0]
-        self._cancel_below = max(self._cancel_below, epoch_bound + 2)
+        # Cancel this final export and every export that started before it (a stalled periodic one).
+        self._cancel_below = max(self._cancel_below, epoch + 1)
         self.counters["export_incomplete"] += 1
         message = f"final export did not finish within {budget:g} s; old generations kept; {self._only_in_store()}"
         log.warning("memory archive final export incomplete: %s", message)
