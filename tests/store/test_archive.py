@@ -746,3 +746,19 @@ def test_periodic_exporter_runs(populated):
 
 def test_injected_fault_type_is_an_oserror():
     assert issubclass(InjectedFault, OSError)
+
+
+# ---------------------------------------------------------------------- the operator's page
+def test_operator_page_runs_verbatim(tmp_path):
+    """Every ```python block of docs/durability.md, in order, in one fresh interpreter."""
+    page = open(os.path.join(os.path.dirname(os.path.dirname(HERE)), "docs", "durability.md")).read()
+    blocks = [part.split("```", 1)[0] for part in page.split("```python\n")[1:]]
+    assert len(blocks) >= 5
+    env = _env()
+    env.update(SVIT_STORE_DIR=str(tmp_path / "store"), SVIT_ARCHIVE_DIR=str(tmp_path / "archive"))
+    proc = subprocess.run([sys.executable, "-c", "\n".join(blocks)], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "restore decision: nothing_to_restore" in proc.stdout
+    assert "restore: restored ('svit://local/ops/notes',)" in proc.stdout
+    assert "export: written" in proc.stdout
