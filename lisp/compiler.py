@@ -82,8 +82,16 @@ def demangle(tail: str) -> str:
     return "".join(out)
 
 
+_GLOBAL_NAMES: dict[str, str] = {}
+
+
 def global_name(name: str) -> str:
-    return "g_" + mangle(name)
+    found = _GLOBAL_NAMES.get(name)
+    if found is None:
+        found = "g_" + mangle(name)
+        if len(_GLOBAL_NAMES) < 65536:
+            _GLOBAL_NAMES[name] = found
+    return found
 
 
 def lisp_name_of(python_name: str) -> str:
@@ -123,6 +131,19 @@ class Compiled:
     python_source: str
     line_table: dict[int, int]
     filename: str
+    #: Every guest global the code can mention (host functions it never names need not exist).
+    referenced: frozenset[str] = frozenset()
+
+
+def referenced_globals(code: Any) -> frozenset[str]:
+    """The ``g_`` names used anywhere in a code object and the code objects inside it."""
+    found: set[str] = set()
+    stack = [code]
+    while stack:
+        current = stack.pop()
+        found.update(name for name in current.co_names if name.startswith("g_"))
+        stack.extend(const for const in current.co_consts if hasattr(const, "co_names"))
+    return frozenset(found)
 
 
 class Scope:

@@ -21,7 +21,7 @@ import blake3
 
 from . import context as run_context
 from .budget import Budget
-from .compiler import Compiled, Compiler, check_program_limits, global_name, lisp_name_of, mangle
+from .compiler import Compiled, Compiler, check_program_limits, global_name, lisp_name_of, mangle, referenced_globals
 from .context import Context, LispLimits
 from .errors import BudgetExhausted, EvalError, Frame, InternalError, LimitError, LispError
 from .functions import SYSTEM_FUNCTIONS
@@ -205,11 +205,23 @@ class Interpreter:
         self.globals["_define_check"] = self._define_check
         self.globals["_define_global"] = self._define_global
         self.defined: set[str] = set()
+        self.pending: dict[str, tuple[str, Callable[..., Any], int, int | None]] = {}
         self.compiled: Compiled | None = None
 
     # ------------------------------------------------------------------ host installation
     def define_function(self, name: str, fn: Callable[..., Any], min_args: int = 0, max_args: int | None = None) -> None:
-        """Install a host function; it receives Lisp values and returns one."""
+        """Install a host function; it receives Lisp values and returns one.
+
+        The function counts in the namespace at once, but its wrapper is only built when
+        a program that names it runs (most scripts use a few of the host's functions).
+        """
+        gname = global_name(name)
+        self.defined.add(gname)
+        self.globals.pop(gname, None)
+        self.pending[gname] = (name, fn, min_args, max_args)
+
+    def _materialize(self, gname: str) -> None:
+        name, fn, min_args, max_args = self.pending.pop(gname)
         g = self.globals
         budget = self.budget
 
@@ -225,17 +237,17 @@ class Interpreter:
             budget.charge(1)
             return fn(*args)
 
-        self._bind(global_name(name), mark_function(host, name))
+        g[gname] = mark_function(host, name)
 
     def define_value(self, name: str, value: Any) -> None:
-        self._bind(global_name(name), value)
-
-    def _bind(self, gname: str, value: Any) -> None:
+        gname = global_name(name)
+        self.pending.pop(gname, None)
         self.defined.add(gname)
         self.globals[gname] = value
 
     def has(self, name: str) -> bool:
-        return global_name(name) in self.globals
+        gname = global_name(name)
+        return gname in self.globals or gname in self.pending
 
     # ------------------------------------------------------------------ runtime hooks
     def _tick(self) -> None:
@@ -249,6 +261,7 @@ class Interpreter:
 
     def _define_global(self, gname: str, value: Any, name: Name) -> Name:
         self._define_check(gname)
+        self.pending.pop(gname, None)
         self.globals[gname] = value
         return name
 
@@ -300,7 +313,7 @@ class Interpreter:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # e.g. "int is not callable": reported at run time instead
             code = compile(python_source, self.filename, "exec")
-        return Compiled(code, tuple(compiler.constants), python_source, table, self.filename)
+        return Compiled(code, tuple(compiler.constants), python_source, table, self.filename, referenced_globals(code))
 
     def _evaluate_at_compile_time(self, kind: str, payload: Any, compiler: Compiler) -> Any:
         """Run macro bodies and consts in a throwaway namespace under the same limits."""
@@ -324,6 +337,9 @@ class Interpreter:
 
     def _execute(self, compiled: Compiled) -> Any:
         g = self.globals
+        if self.pending:
+            for gname in compiled.referenced.intersection(self.pending):
+                self._materialize(gname)
         g["_K"] = compiled.constants
         g["_last"] = None
         exec(compiled.code, g)
@@ -331,7 +347,10 @@ class Interpreter:
 
     def call(self, name: str, *args: Any) -> Any:
         """Call the guest global ``name`` with Lisp values."""
-        fn = self.globals.get(global_name(name))
+        gname = global_name(name)
+        if gname in self.pending:
+            self._materialize(gname)
+        fn = self.globals.get(gname)
         with self._guard(self.compiled):
             if fn is None:
                 raise EvalError(f"unbound name `{name}`")
