@@ -104,7 +104,8 @@ class WorkingState:
         self.process = process
         self.limits = process.limits
         self.root = process.root
-        self.memory: Node = section(self.root, "memory")
+        self.committed_memory: Node = section(self.root, "memory")
+        self.memory: Node = self.committed_memory
         self.committed_lib: Node = section(self.root, "lib")
         self.staged: list[tuple[str, Script | None]] = []
         self.staged_latest: dict[str, Script | None] = {}

@@ -18,6 +18,7 @@ from .tree import Node
 from .values import Script
 
 ROOT_KEYS = ("children", "inbox", "lib", "memory", "mounts", "ports", "system", "tasks", "thread")
+ROOT_INDEX = {key: index for index, key in enumerate(ROOT_KEYS)}
 SYSTEM_KEYS = ("api", "capabilities", "identity", "limits", "lineage", "outbox", "runtime")
 LANGUAGE = "svit-lisp@2"
 SNAPSHOT_FORMAT = "svit-snapshot@1"
@@ -108,11 +109,16 @@ def validate_root(
     if root.kind != "map" or root.child_names() != list(ROOT_KEYS):
         raise error("process root does not match the conventional namespace")
 
+    # The root's key set is fixed and ordered, so child digests line up by position.
+    digests = root[7]
+    previous_digests = previous[7] if previous is not None else None
+
     def changed(key: str) -> Node | None:
-        node = section(root, key)
-        if previous is not None and section(previous, key).digest == node.digest:
-            return None
-        return node
+        if previous_digests is not None:
+            index = ROOT_INDEX[key]
+            if digests[index] == previous_digests[index]:
+                return None
+        return section(root, key)
 
     # 3. Reserved nodes.
     for key in ("children", "tasks"):

@@ -541,15 +541,18 @@ class Process:
             {"body": message["body"], "message_id": f"{self.address}:{next_version}:{index}", "to": message["to"]}
             for index, message in enumerate(ws.messages)
         ]
-        candidate = tree.set_at(root, ("memory",), ws.memory)
-        lib = section(root, "lib")
-        for staged_name, script in ws.staged:
-            if script is None:
-                if tree.get(lib, (staged_name,)) is not None:
-                    lib = tree.remove_at(lib, (staged_name,))
-            else:
-                lib = tree.set_at(lib, (staged_name,), tree.from_value(script, scripts_allowed=True))
-        candidate = tree.set_at(candidate, ("lib",), lib)
+        candidate = root
+        if ws.memory.digest != ws.committed_memory.digest:
+            candidate = tree.set_at(candidate, ("memory",), ws.memory)
+        if ws.staged:
+            lib = ws.committed_lib
+            for staged_name, script in ws.staged:
+                if script is None:
+                    if tree.get(lib, (staged_name,)) is not None:
+                        lib = tree.remove_at(lib, (staged_name,))
+                else:
+                    lib = tree.set_at(lib, (staged_name,), tree.from_value(script, scripts_allowed=True))
+            candidate = tree.set_at(candidate, ("lib",), lib)
         mutations = list(ws.mutations)
         changed = set(ws.changed)
         if intents:
