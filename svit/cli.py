@@ -300,6 +300,40 @@ def cmd_tree(args: argparse.Namespace) -> int:
     return 0
 
 
+def archive_for(args: argparse.Namespace):
+    """The archive the user named (``--archive`` or ``SVIT_ARCHIVE``); never a default."""
+    from .store.archive import MemoryArchive
+
+    directory = getattr(args, "archive", None) or os.environ.get("SVIT_ARCHIVE")
+    if not directory:
+        raise CliError("archive_not_configured", "name the archive directory with --archive DIR or SVIT_ARCHIVE")
+    return MemoryArchive(os.path.abspath(os.path.expanduser(directory)))
+
+
+def cmd_archive_export(args: argparse.Namespace) -> int:
+    archive = archive_for(args)
+    result = archive.export(open_store(args))
+    output(args, {key: value for key, value in result.__dict__.items()})
+    if result.outcome != "written":
+        raise CliError(f"archive_{result.outcome}", result.message or f"export {result.outcome}")
+    return 0
+
+
+def cmd_archive_restore(args: argparse.Namespace) -> int:
+    archive = archive_for(args)
+    result = archive.restore(open_store(args), mode=args.mode)
+    output(args, {key: value for key, value in result.__dict__.items()})
+    if result.outcome in ("failed", "partial"):
+        raise CliError(f"archive_restore_{result.outcome}", result.message or f"restore {result.outcome}")
+    return 0
+
+
+def cmd_archive_status(args: argparse.Namespace) -> int:
+    archive = archive_for(args)
+    output(args, archive.status(str(store_path(args))))
+    return 0
+
+
 def cmd_reset_index(args: argparse.Namespace) -> int:
     output(args, open_store(args).reset_index())
     return 0
@@ -365,6 +399,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = durable("tree", "draw the process tree for a person", cmd_tree, ("address", "process address"), ("path?", "start path (default /)"))
     p.add_argument("--depth", type=int, default=2, help="levels to draw (default 2)")
     p.set_defaults(path="/")
+    archive_cmd = commands.add_parser("archive", help="the memory archive: verified snapshot generations outside the store")
+    archive_sub = archive_cmd.add_subparsers(dest="archive_command", metavar="ACTION", parser_class=_Parser)
+    archive_sub.required = True
+    archive_common = _Parser(add_help=False)
+    archive_common.add_argument("--archive", default=None, help="the archive directory (or SVIT_ARCHIVE); never defaulted")
+    p = archive_sub.add_parser("export", help="write a new verified generation of every process", parents=[common, archive_common])
+    p.set_defaults(run=cmd_archive_export)
+    p = archive_sub.add_parser("restore", help="restore processes from the newest valid generation", parents=[common, archive_common])
+    p.add_argument("--mode", default="auto", choices=["auto", "always", "off"],
+                   help="auto: only into an empty store (or finish a partial restore); always: join into any store")
+    p.set_defaults(run=cmd_archive_restore)
+    p = archive_sub.add_parser("status", help="generations, counters and where the archive lives", parents=[common, archive_common])
+    p.set_defaults(run=cmd_archive_status)
+
     store_cmd = commands.add_parser("store", help="store maintenance")
     store_sub = store_cmd.add_subparsers(dest="store_command", metavar="ACTION", parser_class=_Parser)
     store_sub.required = True

@@ -192,3 +192,22 @@ def test_spec_command_runs_fixtures(svit) -> None:
     fixtures = Path(__file__).resolve().parents[2] / "spec" / "fixtures" / "reference"
     result = svit("spec", str(fixtures))
     assert result.returncode == 0 and result.stdout.strip().endswith("0 failed")
+
+
+def test_archive_flow(svit, tmp_path: Path) -> None:
+    fails(svit("archive", "export"), "archive_not_configured")
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    ok(svit("new", "svit://local/cli/keep", "--memory", "n=7"))
+    written = ok(svit("archive", "export", "--archive", str(archive)))
+    assert written["outcome"] == "written" and written["record_count"] == 1
+    status = ok(svit("archive", "status", "--archive", str(archive)))
+    assert len(status["generations"]) == 1 and status["flags"]["archive_inside_store"] is False
+    import shutil
+
+    shutil.rmtree(tmp_path / "store")
+    refused = svit("archive", "export", "--archive", str(archive))
+    assert refused.returncode == 1 and "archive_refused_empty" in refused.stderr
+    restored = ok(svit("archive", "restore", "--archive", str(archive)))
+    assert restored["outcome"] == "restored" and restored["written"] == ["svit://local/cli/keep"]
+    assert ok(svit("read", "svit://local/cli/keep", "/memory/n")) == 7
