@@ -18,6 +18,7 @@ accident; ``SEP`` ends an escaped component)::
     record   t/<addr>SEP<u64 position>        transaction envelope           irreplaceable
     record   s/<addr>SEP<snapshot hash>       store snapshot                 irreplaceable
     record   f/<child addr>                   fork reference (child->parent) irreplaceable
+    record   e/<addr>SEP<session>SEP<u64 seq> reasoning event (not state)    irreplaceable
     nodes    n/<32-byte digest>               content-addressed tree node    irreplaceable
     index    p/<addr>SEP<path>SEP<u64 pos>    path index (queries)           rebuildable
     index    c/<parent addr>SEP<child addr>   fork children (cut/remove)     rebuildable
@@ -63,6 +64,8 @@ KEY_CLASSES: tuple[KeyClass, ...] = (
     KeyClass("transaction", CF_RECORD, b"t/", IRREPLACEABLE, "hash-chained transaction envelopes"),
     KeyClass("snapshot", CF_RECORD, b"s/", IRREPLACEABLE, "store snapshots (cut bases and explicit snapshots)"),
     KeyClass("fork", CF_RECORD, b"f/", IRREPLACEABLE, "fork references, child to parent boundary"),
+    KeyClass("thread_event", CF_RECORD, b"e/", IRREPLACEABLE,
+             "canonical reasoning events by address, session id and sequence (not process state)"),
     KeyClass("tombstone", CF_DEFAULT, b"d/", IRREPLACEABLE,
              "removed addresses (so an archive export can tell a removal from a loss)"),
     KeyClass("node", CF_NODES, b"n/", IRREPLACEABLE, "content-addressed container nodes of committed trees"),
@@ -133,6 +136,20 @@ def snapshot_key(address: str, snapshot_hash: str) -> bytes:
 
 def fork_key(child: str) -> bytes:
     return b"f/" + escape(child)
+
+
+def thread_events_prefix(address: str) -> bytes:
+    """Every reasoning event of ``address`` (all sessions)."""
+    return b"e/" + escape(address) + SEP
+
+
+def thread_session_prefix(address: str, session_id: str) -> bytes:
+    return thread_events_prefix(address) + escape(session_id) + SEP
+
+
+def thread_event_key(address: str, session_id: str, sequence: int) -> bytes:
+    """Sequences are fixed-width (zero-padded big-endian u64), so key order is sequence order."""
+    return thread_session_prefix(address, session_id) + u64(sequence)
 
 
 def node_key(digest: bytes) -> bytes:

@@ -522,7 +522,11 @@ class ProcessStore:
             return DurableProcess(self, Process(address, state.root, state.version, state.limits), state.head)
 
     def fork(self, parent_address: str, child_address: str) -> "DurableProcess":
-        """A durable child whose base points at the parent's exact head."""
+        """A durable child whose base points at the parent's exact head.
+
+        The parent's current reasoning session (named by its ``/thread``) is copied to the
+        child under the same session id, so a Svit over the child continues it.
+        """
         validate_address(parent_address)
         validate_address(child_address)
         with self._lock:
@@ -567,6 +571,10 @@ class ProcessStore:
                       self._head_record(child_address, base_hash, child_head, child.version, child.root_hash))
             batch.put(CF_INDEX, keys.child_key(parent_address, child_address), b"")
             pending = self._stage_nodes(batch, child.root, [{"path": "/system"}])
+            # The child keeps the parent's reasoning session: copied in this same batch.
+            from .events import stage_fork_copy
+
+            stage_fork_copy(self, batch, parent_address, child_address, parent.read("/thread"))
             self._write(batch)
             self._remember_nodes(pending)
             self._latest[child_address] = _State(child.version, child.root, child.limits, child_head, base_hash)
@@ -585,7 +593,7 @@ class ProcessStore:
         return depth
 
     def remove(self, address: str) -> None:
-        """Drop an address, its history, snapshots and fork reference (the only destructive gesture).
+        """Drop an address, its history, snapshots, reasoning events and fork reference (the only destructive gesture).
 
         Refused with ``PersistenceReferenced`` while a fork child references it: a
         child's resume replays the parent's history, so cut or remove children first.
@@ -604,7 +612,7 @@ class ProcessStore:
             batch.delete(CF_RECORD, keys.base_key(address))
             batch.delete(CF_RECORD, keys.head_key(address))
             for prefix, cf in ((keys.transaction_prefix(address), CF_RECORD), (keys.snapshot_prefix(address), CF_RECORD),
-                               (keys.path_prefix_key(address), CF_INDEX)):
+                               (keys.thread_events_prefix(address), CF_RECORD), (keys.path_prefix_key(address), CF_INDEX)):
                 for key, _ in self._scan(cf, prefix):
                     batch.delete(cf, key)
             self._write(batch)
