@@ -220,6 +220,13 @@ class Interpreter:
         self.globals.pop(gname, None)
         self.pending[gname] = (name, fn, min_args, max_args)
 
+    def define_functions(self, entries: dict[str, tuple[str, Callable[..., Any], int, int | None]]) -> None:
+        """Install many host functions at once: ``{global_name(name): (name, fn, min, max)}``."""
+        for gname in entries:
+            self.globals.pop(gname, None)
+        self.defined.update(entries)
+        self.pending.update(entries)
+
     def _materialize(self, gname: str) -> None:
         name, fn, min_args, max_args = self.pending.pop(gname)
         g = self.globals

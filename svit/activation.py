@@ -18,6 +18,7 @@ from lisp import context as lisp_context
 from lisp.budget import Budget
 from lisp.context import LispLimits
 from lisp.errors import LispError
+from lisp.compiler import global_name
 from lisp.interpreter import Interpreter
 
 from . import stdlib, tree
@@ -149,29 +150,12 @@ class WorkingState:
 
     # ------------------------------------------------------------------ guest functions
     def install(self, interp: Interpreter, input_node: Node) -> None:
-        limits = self.limits
         interp.define_value("input", to_lisp(input_node))
         interp.define_value("*svit-version*", SVIT_VERSION)
-        fns: list[tuple[str, Callable[..., Any], int, int | None]] = [
-            ("value-get", self.fn_value_get, 2, 2),
-            ("value-map", self.fn_value_map, 0, None),
-            ("value-array", self.fn_value_array, 0, None),
-            ("value-null?", lambda v: type(v) is SvitValue and v.node.kind == "null", 1, 1),
-            ("read", self.fn_read, 1, 1),
-            ("discover", self.fn_discover, 1, 1),
-            ("stat", self.fn_stat, 1, 1),
-            ("write", self.fn_write, 2, 2),
-            ("remove", self.fn_remove, 1, 1),
-            ("exec", self.fn_exec, 2, 2),
-            ("port-call", self.fn_port_call, 2, 2),
-            ("jq", self.fn_jq, 2, 2),
-            ("search", self.fn_search, 2, 2),
-            ("log-info!", self.fn_log_info, 1, 2),
-            ("send!", self.fn_send, 2, 2),
-        ]
-        for name, fn, lo, hi in fns:
-            interp.define_function(name, fn, lo, hi)
-        del limits
+        interp.define_functions({
+            gname: (name, getattr(self, method) if method else _value_is_null, lo, hi)
+            for gname, name, method, lo, hi in _GUEST_FUNCTIONS
+        })
 
     def fn_value_get(self, value: Any, path: Any) -> Any:
         segments = parse(_text(path, "value-get path"))
@@ -414,6 +398,33 @@ def located(exc: ScriptFailed, name: str) -> ScriptFailed:
     fresh = ScriptFailed(exc.detail if exc.detail.startswith(prefix) else prefix + exc.detail)
     fresh.located = True  # type: ignore[attr-defined]
     return fresh
+
+
+def _value_is_null(value: Any) -> bool:
+    return type(value) is SvitValue and value.node.kind == "null"
+
+
+#: The 15 guest functions: (global name, Lisp name, WorkingState method, min args, max args).
+_GUEST_FUNCTIONS = tuple(
+    (global_name(name), name, method, lo, hi)
+    for name, method, lo, hi in (
+        ("value-get", "fn_value_get", 2, 2),
+        ("value-map", "fn_value_map", 0, None),
+        ("value-array", "fn_value_array", 0, None),
+        ("value-null?", None, 1, 1),
+        ("read", "fn_read", 1, 1),
+        ("discover", "fn_discover", 1, 1),
+        ("stat", "fn_stat", 1, 1),
+        ("write", "fn_write", 2, 2),
+        ("remove", "fn_remove", 1, 1),
+        ("exec", "fn_exec", 2, 2),
+        ("port-call", "fn_port_call", 2, 2),
+        ("jq", "fn_jq", 2, 2),
+        ("search", "fn_search", 2, 2),
+        ("log-info!", "fn_log_info", 1, 2),
+        ("send!", "fn_send", 2, 2),
+    )
+)
 
 
 def library_record(value: Any) -> Script:

@@ -18,6 +18,7 @@ from .tree import Node
 from .values import Script
 
 ROOT_KEYS = ("children", "inbox", "lib", "memory", "mounts", "ports", "system", "tasks", "thread")
+ROOT_KEY_SET = frozenset(ROOT_KEYS)
 ROOT_INDEX = {key: index for index, key in enumerate(ROOT_KEYS)}
 SYSTEM_KEYS = ("api", "capabilities", "identity", "limits", "lineage", "outbox", "runtime")
 LANGUAGE = "svit-lisp@2"
@@ -106,7 +107,8 @@ def validate_root(
     if root.text > limits.max_tree_text_bytes:
         raise ResourceLimitExceeded("process tree text bytes")
     # 2. Exact key set.
-    if root.kind != "map" or root.child_names() != list(ROOT_KEYS):
+    # Map keys are kept in canonical order, so the set decides the sequence too.
+    if root[0] != tree.MAP or root[1].keys() != ROOT_KEY_SET:
         raise error("process root does not match the conventional namespace")
 
     # The root's key set is fixed and ordered, so child digests line up by position.
