@@ -5,6 +5,19 @@ The loop is a single worker thread. A message sent to the inbox is committed to
 head is acknowledged only after its turn produced a final answer, so a crash or a failed
 turn leaves the item committed for recovery. The conversation itself is kept in an
 :class:`~svit.loop.events.EventLog`, outside the process tree (reference §10.8, §11.3).
+
+Durable Svits: ``Svit.builder(addr)...store(store).build()`` creates the process in the
+store, and any Svit opened over a durable handle keeps its conversation in that store's
+:class:`~svit.store.events.StoreEventLog` (unless ``.event_log(...)`` says otherwise).
+A host resumes one, conversation and pending inbox included, with::
+
+    store = ProcessStore.open(path)
+    agent = Svit.persisted(store.resume(address)).reasoner(reasoner).build()
+    agent.start()
+
+A turn left unfinished by a host that went away (its input recorded, neither a final
+answer nor a failure) is recorded as failed when the loop next runs, and its inbox item
+is retried.
 """
 
 from __future__ import annotations
@@ -15,7 +28,7 @@ import weakref
 from typing import Any
 
 from .. import tree
-from ..errors import ChildUnavailable, InvalidValue, PortContextUnavailable, SvitError, sanitize
+from ..errors import ChildUnavailable, InvalidValue, PortContextUnavailable, ResourceLimitExceeded, SvitError, sanitize
 from ..limits import Limits
 from ..mounts import Mount
 from ..ports import PortContext, PortDescriptor, Ports
@@ -23,6 +36,7 @@ from ..process import Change, Process
 from .errors import InboxClosed, InvalidThread, MissingOutboxMessage, MissingReasoner, TurnFailed
 from .events import (
     INPUT_MESSAGE,
+    MAX_WINDOW,
     OUTPUT_MESSAGE,
     TOOL_COMPLETED,
     TOOL_STARTED,
@@ -47,6 +61,7 @@ from .tools import TOOL_SPECS, run_tool
 THREAD_FORMAT = "svit-thread@8"
 DEFAULT_MAX_ITERATIONS = 16
 MAX_ITERATIONS_TEXT = "maximum reason/act iterations reached before a final answer"
+INTERRUPTED_TEXT = "the turn was interrupted before it completed"
 
 SYSTEM_PROMPT = (
     "You operate a Svit process: a durable tree of values that you change only through your tools "
@@ -137,7 +152,8 @@ class _LoopOptions:
         return self
 
     def event_log(self, log: EventLog) -> Any:
-        """Where canonical reasoning events go (default: a fresh in-memory log)."""
+        """Where canonical reasoning events go (default: the store's log for a durable
+        process, else a fresh in-memory log)."""
         self._event_log = log
         return self
 
@@ -177,7 +193,8 @@ class SvitBuilder(_LoopOptions):
         return self
 
     def store(self, store: Any) -> "SvitBuilder":
-        """Make the process durable: ``store.create(process)`` supplies the handle used."""
+        """Make the process durable: ``store.create(process)`` supplies the handle used, and
+        the conversation is kept in the store's event log."""
         if not callable(getattr(store, "create", None)):
             raise InvalidValue("a store must provide create(process)")
         self._store = store
@@ -243,7 +260,8 @@ class Svit:
 
     @staticmethod
     def persisted(handle: Any) -> SvitResumeBuilder:
-        """A durable handle is resumed like a process (same host API)."""
+        """Resume a durable handle (``store.resume(address)``): same host API, and the
+        conversation continues from the handle's store."""
         return SvitResumeBuilder(handle)
 
     # ------------------------------------------------------------------ opening
@@ -253,7 +271,7 @@ class Svit:
         self._process = process
         self._reasoner = options._reasoner
         self._max_iterations = options._max_iterations
-        self._log = options._event_log if options._event_log is not None else MemoryEventLog()
+        self._log = options._event_log if options._event_log is not None else _default_log(process)
         self._ports = options._ports if options._ports is not None else Ports()
         self._outbox: Broadcast[Message] = Broadcast(retain_unobserved=True)
         self._events: Broadcast[SvitEvent] = Broadcast()
@@ -261,10 +279,11 @@ class Svit:
         self._sealed = self._stopped = self._started = False
         self._thread: threading.Thread | None = None
         self._failure: str | None = None
+        self._tail_checked = False
 
         address = process.address
         thread = process.read("/thread")
-        session_id, inherited = self._thread_identity(thread, address)  # refuse before committing
+        session_id, inherited = self._thread_identity(thread, address, self._log)  # refuse before committing
 
         # A restored snapshot's stale /ports grants nothing: project the attached registry.
         hosted = Ports()
@@ -291,8 +310,9 @@ class Svit:
         return self
 
     @staticmethod
-    def _thread_identity(thread: Any, address: str) -> tuple[str, str | None]:
-        """Keep the session for the same process; a process-only fork starts a new one."""
+    def _thread_identity(thread: Any, address: str, log: Any) -> tuple[str, str | None]:
+        """Keep the session for the same process or a durable fork that continues it (the
+        log says so); a process-only fork starts a new one."""
         if thread is None:
             return uuid.uuid4().hex, None
         if not isinstance(thread, dict):
@@ -304,8 +324,12 @@ class Svit:
         instructions = thread.get("instructions")
         instructions = instructions if type(instructions) is str else None
         session = thread.get("session_id")
-        if thread["process_id"] == address and type(session) is str and session:
-            return session, instructions
+        if type(session) is str and session:
+            if thread["process_id"] == address:
+                return session, instructions
+            continues = getattr(log, "continues", None)
+            if callable(continues) and continues(address, thread["process_id"], session):
+                return session, instructions
         return uuid.uuid4().hex, instructions
 
     # ------------------------------------------------------------------ identity
@@ -409,10 +433,11 @@ class Svit:
         return project_messages(self._session_events())
 
     def recent_events(self, n: int) -> list[Event]:
-        return self._log.recent(self.address, self._session_id, check_window(n))
+        """The newest ``n`` events; more than 4096 is ``ResourceLimitExceeded("recent thread events")``."""
+        return self._log.recent(self.address, self._session_id, _recent_window(n))
 
     def recent_messages(self, n: int) -> list[Message]:
-        check_window(n)
+        _recent_window(n)
         return self.messages()[-n:]
 
     # ------------------------------------------------------------------ observers
@@ -494,6 +519,9 @@ class Svit:
             self._events.close()
 
     def _turn(self, item: Any) -> None:
+        if not self._tail_checked:
+            self._close_interrupted_turn()
+            self._tail_checked = True
         turn_id = uuid.uuid4().hex
         try:
             message = Message.from_json(item)
@@ -505,6 +533,20 @@ class Svit:
             self._record(TURN_FAILED, {"error": failure_text(exc), "turn_id": turn_id})
             raise
         self._outbox.publish(final)
+
+    def _close_interrupted_turn(self) -> None:
+        """Mark the session's last turn failed if it neither finished nor failed (its host
+        went away mid-turn), so the retry does not show the model its partial steps."""
+        for event in reversed(self._log.recent(self.address, self._session_id, MAX_WINDOW)):
+            if event.type == TURN_FAILED:
+                return
+            if event.type == OUTPUT_MESSAGE:
+                message = message_of(event)
+                if message is not None and not message.tool_calls:
+                    return
+            if event.type == INPUT_MESSAGE:
+                self._record(TURN_FAILED, {"error": INTERRUPTED_TEXT, "turn_id": event.data.get("turn_id")})
+                return
 
     def _reason(self, turn_id: str) -> Message:
         for _ in range(self._max_iterations):
@@ -551,6 +593,24 @@ class Svit:
                     hashes[path] = self._process.node_hash(path)
         self._events.publish(Committed(Change(activation.version, paths, hashes)))
         return activation
+
+
+def _recent_window(n: int) -> int:
+    if type(n) is int and n > MAX_WINDOW:
+        raise ResourceLimitExceeded("recent thread events")
+    return check_window(n)
+
+
+def _default_log(process: Any) -> EventLog:
+    """The store's event log for a durable handle, else a fresh in-memory log."""
+    try:
+        from ..store.events import StoreEventLog
+        from ..store.store import DurableProcess
+    except ImportError:  # pragma: no cover - the store is an install-time dependency
+        return MemoryEventLog()
+    if isinstance(process, DurableProcess):
+        return StoreEventLog(process.store)
+    return MemoryEventLog()
 
 
 def failure_text(exc: BaseException) -> str:
