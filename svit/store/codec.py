@@ -267,10 +267,36 @@ def _ref_default(encoder: Any, obj: Any) -> None:
         cbor_default(encoder, obj)
 
 
+_REF_HEAD = tree._cbor_head(6, NODE_TAG) + tree._cbor_head(2, 32)
+_MAP_PREFIX = b"\x82\x61m"
+_ARRAY_PREFIX = b"\x82\x61a"
+
+
 def encode_node(node: Node) -> bytes:
-    """A container node with its child containers as digest references."""
-    # The tuple layout (kind, items, ...) is documented in svit.tree's module docstring;
-    # a Node is a tuple, so child containers must be swapped for references explicitly.
+    """A container node with its child containers as digest references.
+
+    The bytes are exactly ``cbor2.dumps(["m", {key: tag(NODE_TAG, digest) | leaf}])``
+    (``"a"`` and a list for arrays), assembled directly: a commit stages a few of these
+    and a per-child encoder callback would dominate its cost.
+    """
+    # The tuple layout (kind, items, ...) is documented in svit.tree's module docstring.
+    kind, items = node[0], node[1]
+    leaf = tree._leaf_cbor
+    if kind == tree.MAP:
+        key_cbor = tree._key_cbor
+        parts = [_MAP_PREFIX, tree._cbor_head(5, len(items))]
+        append = parts.append
+        for key, value in items.items():
+            append(key_cbor(key))
+            append(_REF_HEAD + value[2] if type(value) is Node else leaf(value))
+        return b"".join(parts)
+    parts = [_ARRAY_PREFIX, tree._cbor_head(4, len(items))]
+    parts.extend(_REF_HEAD + value[2] if type(value) is Node else leaf(value) for value in items)
+    return b"".join(parts)
+
+
+def _encode_node_reference(node: Node) -> bytes:
+    """The same encoding through cbor2 (kept to check :func:`encode_node` against)."""
     kind, items = node[0], node[1]
     if kind == tree.MAP:
         body: Any = {k: (Ref(v[2]) if type(v) is Node else v) for k, v in items.items()}
