@@ -57,7 +57,20 @@ class Activation:
     changed: list[str]
 
 
+_LISP_LIMITS: dict[Any, LispLimits] = {}
+
+
 def lisp_limits(limits: Any) -> LispLimits:
+    """The language's share of a process's limits (memoized: limits are frozen values)."""
+    found = _LISP_LIMITS.get(limits)
+    if found is None:
+        if len(_LISP_LIMITS) > 256:
+            _LISP_LIMITS.clear()
+        found = _LISP_LIMITS[limits] = _lisp_limits(limits)
+    return found
+
+
+def _lisp_limits(limits: Any) -> LispLimits:
     return LispLimits(
         max_call_stack=limits.max_call_stack,
         max_value_stack=limits.max_value_stack,

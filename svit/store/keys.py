@@ -76,8 +76,14 @@ KEY_CLASSES: tuple[KeyClass, ...] = (
 BY_NAME = {kc.name: kc for kc in KEY_CLASSES}
 
 
+_BY_PREFIX = {(kc.column_family, kc.prefix): kc for kc in KEY_CLASSES}
+
+
 def classify(column_family: str, key: bytes) -> KeyClass:
     """The registered class of ``key`` in ``column_family``; unregistered keys are refused."""
+    found = _BY_PREFIX.get((column_family, key[:2]))
+    if found is not None:
+        return found
     for kc in KEY_CLASSES:
         if kc.column_family == column_family and key.startswith(kc.prefix):
             return kc
