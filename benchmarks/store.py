@@ -79,7 +79,7 @@ def raw_batch_writer(path: str):
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=11)
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="svit-store-bench-")
     try:

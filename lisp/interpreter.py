@@ -205,7 +205,8 @@ class Interpreter:
         self.globals["_define_check"] = self._define_check
         self.globals["_define_global"] = self._define_global
         self.defined: set[str] = set()
-        self.pending: dict[str, tuple[str, Callable[..., Any], int, int | None]] = {}
+        self.pending: dict[str, tuple[str, Any, int, int | None]] = {}
+        self.owner: Any = None
         self.compiled: Compiled | None = None
 
     # ------------------------------------------------------------------ host installation
@@ -220,15 +221,21 @@ class Interpreter:
         self.globals.pop(gname, None)
         self.pending[gname] = (name, fn, min_args, max_args)
 
-    def define_functions(self, entries: dict[str, tuple[str, Callable[..., Any], int, int | None]]) -> None:
-        """Install many host functions at once: ``{global_name(name): (name, fn, min, max)}``."""
+    def define_functions(self, entries: dict[str, tuple[str, Any, int, int | None]], owner: Any = None) -> None:
+        """Install many host functions at once: ``{global_name(name): (name, fn, min, max)}``.
+
+        ``fn`` may be the name of a method of ``owner``, looked up only if a program uses it.
+        """
         for gname in entries:
             self.globals.pop(gname, None)
         self.defined.update(entries)
         self.pending.update(entries)
+        self.owner = owner
 
     def _materialize(self, gname: str) -> None:
         name, fn, min_args, max_args = self.pending.pop(gname)
+        if type(fn) is str:
+            fn = getattr(self.owner, fn)
         g = self.globals
         budget = self.budget
 

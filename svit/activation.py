@@ -165,10 +165,7 @@ class WorkingState:
     def install(self, interp: Interpreter, input_node: Node) -> None:
         interp.define_value("input", to_lisp(input_node))
         interp.define_value("*svit-version*", SVIT_VERSION)
-        interp.define_functions({
-            gname: (name, getattr(self, method) if method else _value_is_null, lo, hi)
-            for gname, name, method, lo, hi in _GUEST_FUNCTIONS
-        })
+        interp.define_functions(_GUEST_FUNCTIONS, owner=self)
 
     def fn_value_get(self, value: Any, path: Any) -> Any:
         segments = parse(_text(path, "value-get path"))
@@ -417,9 +414,9 @@ def _value_is_null(value: Any) -> bool:
     return type(value) is SvitValue and value.node.kind == "null"
 
 
-#: The 15 guest functions: (global name, Lisp name, WorkingState method, min args, max args).
-_GUEST_FUNCTIONS = tuple(
-    (global_name(name), name, method, lo, hi)
+#: The 15 guest functions: global name -> (Lisp name, WorkingState method or function, min, max).
+_GUEST_FUNCTIONS = {
+    global_name(name): (name, method or _value_is_null, lo, hi)
     for name, method, lo, hi in (
         ("value-get", "fn_value_get", 2, 2),
         ("value-map", "fn_value_map", 0, None),
@@ -437,7 +434,7 @@ _GUEST_FUNCTIONS = tuple(
         ("log-info!", "fn_log_info", 1, 2),
         ("send!", "fn_send", 2, 2),
     )
-)
+}
 
 
 def library_record(value: Any) -> Script:

@@ -434,7 +434,9 @@ class ProcessStore:
                 except SvitError:
                     current = None
         for node in chains:
-            if not self._node_present(node.digest, pending):
+            # Ancestors of a change are new in all but rare cases; writing a node that
+            # exists rewrites identical bytes (content addressed), cheaper than a lookup.
+            if node.digest not in pending:
                 batch.put(CF_NODES, keys.node_key(node.digest), codec.encode_node(node))
                 pending.add(node.digest)
         return pending
