@@ -304,9 +304,10 @@ class Process:
         hashes: dict[str, str | None] = {}
         for path in ordered:
             segments = parse(path)
-            if len(segments) >= 2 and segments[0] == "mounts":
-                continue
-            for depth in range(len(segments), -1, -1):
+            top = len(segments)
+            if top >= 2 and segments[0] == "mounts":
+                top = 1  # a mount path carries no hash; /mounts and / are committed state
+            for depth in range(top, -1, -1):
                 key = format_path(segments[:depth])
                 if key in hashes:
                     continue
@@ -381,11 +382,14 @@ class Process:
         """Attach a port registry and project its catalog; no commit when identical."""
         with self._lock:
             catalog = tree.from_value(ports.catalog() if ports is not None else {}, scripts_allowed=False)
-            self.ports = ports
             if section(self.root, "ports").digest == catalog.digest:
+                self.ports = ports
                 return None
             candidate = tree.set_at(self.root, ("ports",), catalog)
-            return self._publish(candidate, [{"operation": "set", "path": "/ports", "value": catalog}], ["/ports"], "ports.refresh")
+            change = self._publish(candidate, [{"operation": "set", "path": "/ports", "value": catalog}], ["/ports"], "ports.refresh")
+            # Attached only once the catalog describing it is committed (a failure changes nothing).
+            self.ports = ports
+            return change
 
     def attach_mount(self, name: str, mount: Mount) -> Change | None:
         """Attach a provider; commits the descriptor only when it differs."""

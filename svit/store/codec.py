@@ -333,6 +333,8 @@ def verify_node(digest: bytes, data: bytes) -> list[bytes]:
         if type(items) is not dict:
             raise InvalidPersistence(f"{what}: malformed map node")
         keys = list(items)
+        if any(type(key) is not str for key in keys):
+            raise InvalidPersistence(f"{what}: map keys must be text")
         if keys != sorted(keys):
             raise InvalidPersistence(f"{what}: map keys are not in canonical order")
         parts = [b"\x06", _Q(len(keys))]

@@ -387,8 +387,19 @@ class ProcessStore:
         )
 
     def _children(self, address: str) -> list[str]:
+        """Fork children of ``address``: the child index, and the (irreplaceable) fork references.
+
+        The index is derived and may be lost before ``reset_index`` runs; the refusal to
+        remove, cut or replace a referenced address must not depend on it alone.
+        """
         prefix = keys.children_prefix(address)
-        return [keys.unescape(key[len(prefix):]) for key, _ in self._scan(CF_INDEX, prefix)]
+        found = {keys.unescape(key[len(prefix):]) for key, _ in self._scan(CF_INDEX, prefix)}
+        for key, raw in self._scan(CF_RECORD, b"f/"):
+            child = keys.unescape(key[2:])
+            ref = codec.decode_record(raw, codec.FORK_FIELDS, "fork_hash", f"fork reference of {child}")
+            if ref["parent_address"] == address:
+                found.add(child)
+        return sorted(found)
 
     # ------------------------------------------------------------------ nodes
     def _node_present(self, digest: bytes, pending: set[bytes]) -> bool:

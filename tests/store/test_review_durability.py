@@ -1,0 +1,65 @@
+"""Review findings on the durable store: failures change nothing; referenced data is never dropped;
+tampered records are always InvalidPersistence."""
+
+from __future__ import annotations
+
+import cbor2
+import pytest
+
+from svit import Ports, Process, tree
+from svit.errors import InvalidPersistence, PersistenceConflict, PersistenceReferenced
+from svit.store import REBUILDABLE, ProcessStore, keys
+
+from .test_store import ADDR, CHILD, counter, tamper
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = ProcessStore.open(str(tmp_path / "store"))
+    yield s
+    s.close()
+
+
+def test_stale_handle_replace_ports_conflict_keeps_old_registry(store):
+    old = Ports().port("echo", lambda x: x)
+    stale = store.create(counter())
+    stale.replace_ports(old)
+    fresh = store.resume(ADDR)
+    fresh.write("/memory/count", 7)
+    new = Ports().port("other", lambda x: x)
+    version, root = stale.version, stale.root_hash
+    with pytest.raises(PersistenceConflict):
+        stale.replace_ports(new)
+    assert (stale.version, stale.root_hash) == (version, root)
+    assert stale.process.ports is old
+
+
+def _wipe_index(store):
+    batch = store._batch(allowed=(REBUILDABLE,))
+    for key, _ in list(store._scan("index", b"")):
+        batch.delete("index", key)
+    store._write(batch)
+
+
+def test_lost_child_index_does_not_let_remove_drop_a_forked_parent(store):
+    parent = store.create(counter())
+    parent.exec("/lib/counter", 1)
+    store.fork(ADDR, CHILD)
+    _wipe_index(store)  # derived state: losing it must not lose data
+    with pytest.raises(PersistenceReferenced):
+        store.remove(ADDR)
+    with pytest.raises(PersistenceReferenced):
+        parent.cut()
+    assert store.resume(CHILD).read("/memory/count") == 1
+
+
+def test_tampered_node_with_non_text_key_is_invalid_persistence(store):
+    h = store.create(Process.builder(ADDR).memory("m", {"k": [1, 2]}).build())
+    h.write("/memory/x", 1)
+    digest = tree.get(h.process.root, ("memory", "m")).digest
+    store = tamper(store, "nodes", keys.node_key(digest), lambda _old: cbor2.dumps(["m", {1: 2}]))
+    try:
+        with pytest.raises(InvalidPersistence):
+            store.resume(ADDR)
+    finally:
+        store.close()
