@@ -134,14 +134,14 @@ def _decode_body(body: bytes) -> Any:
     return decoded[0]
 
 
-def decode_snapshot(data: bytes, *, max_bytes: int = MAX_SNAPSHOT_BYTES) -> tuple[str, int, Node, Limits]:
+def decode_snapshot(data: bytes, *, max_bytes: int | None = None) -> tuple[str, int, Node, Limits]:
     """Decode and verify snapshot bytes: the root hash is checked before returning."""
     address, version, root, limits, claimed = decode_snapshot_unverified(data, max_bytes=max_bytes)
     check_root_hash(root, claimed)
     return address, version, root, limits
 
 
-def decode_snapshot_unverified(data: bytes, *, max_bytes: int = MAX_SNAPSHOT_BYTES) -> tuple[str, int, Node, Limits, str]:
+def decode_snapshot_unverified(data: bytes, *, max_bytes: int | None = None) -> tuple[str, int, Node, Limits, str]:
     """Decode snapshot bytes into ``(address, version, root, limits, claimed_root_hash)``.
 
     The caller validates the root schema and then calls :func:`check_root_hash`, the
@@ -150,7 +150,7 @@ def decode_snapshot_unverified(data: bytes, *, max_bytes: int = MAX_SNAPSHOT_BYT
     their hard maxima. Root-schema validation belongs to the process layer.
     """
     try:
-        return _decode(data, max_bytes)
+        return _decode(data, MAX_SNAPSHOT_BYTES if max_bytes is None else max_bytes)
     except SvitError:
         raise
     except RecursionError:

@@ -36,6 +36,7 @@ from typing import Any, Callable, Iterator
 
 import rocksdict
 
+from .. import snapshot as snapshot_module
 from .. import tree
 from ..activation import compile_check
 from ..errors import (
@@ -155,6 +156,18 @@ class _Batch:
     def delete(self, column_family: str, key: bytes) -> None:
         handle = self._check(column_family, key)
         self.batch.delete(key, handle)
+
+
+def _readable_snapshot(process: Process) -> bytes:
+    """The process snapshot for a stored record, refused when restore could not read it back.
+
+    Raised limits allow a valid tree whose snapshot exceeds the restore byte bound; a base
+    or store snapshot of it would make the address unresumable (a cut deletes the history).
+    """
+    data = process.snapshot()
+    if len(data) > snapshot_module.MAX_SNAPSHOT_BYTES:
+        raise ResourceLimitExceeded("snapshot bytes")
+    return data
 
 
 def _compiler(limits: Limits) -> Callable[[str, Any], None]:
@@ -502,7 +515,7 @@ class ProcessStore:
             if self._exists(address):
                 raise PersistenceAlreadyExists(address)
             version, root = process.version, process.root
-            origin = {"origin": kind, "process_snapshot": process.snapshot()}
+            origin = {"origin": kind, "process_snapshot": _readable_snapshot(process)}
             base_bytes, base_hash = self._base_record(address, None, None, version, root.hash, origin)
             head = Head(None, base_hash)
             batch = self._batch()
@@ -682,7 +695,7 @@ class ProcessStore:
                         or state.head.position != head["position"]:
                     self.resume(address)
                     state = self._latest[address]
-                data = Process(address, state.root, state.version, state.limits).snapshot()
+                data = _readable_snapshot(Process(address, state.root, state.version, state.limits))
                 processes.append({"address": address, "version": state.version, "root_hash": state.root.hash,
                                   "process_snapshot": data})
             tombstones = []
@@ -743,7 +756,7 @@ class ProcessStore:
                     for key, _ in self._scan(cf, prefix):
                         batch.delete(cf, key)
             version, root = process.version, process.root
-            origin = {"origin": "imported", "process_snapshot": process.snapshot()}
+            origin = {"origin": "imported", "process_snapshot": _readable_snapshot(process)}
             base_bytes, base_hash = self._base_record(address, None, None, version, root.hash, origin)
             head = Head(None, base_hash)
             batch.put(CF_RECORD, keys.base_key(address), base_bytes)
@@ -1079,7 +1092,7 @@ class ProcessStore:
             return record[1]
 
     def _snapshot_record(self, address: str, head: Head, process: Process) -> tuple[tuple[bytes, StoreSnapshot], str]:
-        data = process.snapshot()
+        data = _readable_snapshot(process)
         values = {
             "snapshot_format": codec.SNAPSHOT_FORMAT,
             "address": address,

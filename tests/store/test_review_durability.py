@@ -63,3 +63,23 @@ def test_tampered_node_with_non_text_key_is_invalid_persistence(store):
             store.resume(ADDR)
     finally:
         store.close()
+
+
+def test_cut_never_writes_a_base_resume_cannot_read(store, monkeypatch):
+    """A valid process can snapshot to more than the restore byte bound (raised limits allow a
+    tree far above 128 MiB). cut() deletes the history, so writing such a base would make the
+    address unresumable. Modelled at small scale by lowering the bound."""
+    import svit.snapshot as snapshot_module
+    from svit.errors import ResourceLimitExceeded
+
+    h = store.create(counter())
+    h.write("/memory/big", "x" * 8192)
+    monkeypatch.setattr(snapshot_module, "MAX_SNAPSHOT_BYTES", 4096)
+    with pytest.raises(ResourceLimitExceeded):
+        h.cut()
+    assert store.resume(ADDR).read("/memory/big") == "x" * 8192  # history intact
+    with pytest.raises(ResourceLimitExceeded):
+        h.snapshot()
+    with pytest.raises(ResourceLimitExceeded):
+        store.import_(Process.builder("svit://local/test/big").memory("big", "y" * 8192).build())
+    assert "svit://local/test/big" not in store.addresses()
