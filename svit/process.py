@@ -7,6 +7,7 @@ failure anywhere before that leaves version, root and snapshot bytes untouched.
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Protocol
@@ -46,6 +47,7 @@ from .tree import Node
 from .values import Script
 
 U64_MAX = 2**64 - 1
+_log = logging.getLogger("svit")
 
 
 @dataclass(frozen=True)
@@ -512,10 +514,15 @@ class Process:
             return activation
 
     def _after(self, event: ActivationEvent) -> None:
+        # The activation's outcome is already decided; a failing observer must not turn a
+        # committed activation into an error (a caller would retry and commit twice).
         for hook in self.hooks:
             after = getattr(hook, "after_activation", None)
             if after is not None:
-                after(event)
+                try:
+                    after(event)
+                except Exception as exc:  # host code; reported, never propagated
+                    _log.warning("after_activation hook failed: %s", sanitize(str(exc) or type(exc).__name__))
 
     def _run_activation(self, name: str, inline_source: str | None, input: Any) -> Activation:
         input_node = tree.from_value(input, scripts_allowed=False)

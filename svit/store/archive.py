@@ -766,10 +766,15 @@ class MemoryArchive:
             return RestoreResult("failed", generation.generation,
                                  message=f"writing the partial marker failed ({_describe(exc)}); restore aborted")
         heads = store.archive_heads()
+        # A removal this store recorded outlives every archived copy up to that version:
+        # restore never brings back what was deliberately removed (G4).
+        removed = {t["address"]: t["version"] for t in store.archive_tombstones() if t["address"] not in heads}
         written: list[str] = []
         problems: list[str] = []
         for address in sorted(generation.processes):
             record = generation.processes[address]
+            if removed.get(address, -1) >= record.version:
+                continue
             current = heads.get(address)
             current_entry = Entry(True, *current) if current is not None else None
             if dominates(current_entry, record.entry()):
@@ -790,6 +795,8 @@ class MemoryArchive:
                                  f"verification could not read the store ({_describe(exc)})")
         missing = []
         for address, record in sorted(generation.processes.items()):
+            if removed.get(address, -1) >= record.version and address not in heads:
+                continue
             current = heads.get(address)
             if not dominates(Entry(True, *current) if current is not None else None, record.entry()):
                 missing.append(address)

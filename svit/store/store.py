@@ -698,6 +698,14 @@ class ProcessStore:
                 data = _readable_snapshot(Process(address, state.root, state.version, state.limits))
                 processes.append({"address": address, "version": state.version, "root_hash": state.root.hash,
                                   "process_snapshot": data})
+            return {"sequence": sequence, "processes": processes, "tombstones": self.archive_tombstones()}
+
+    def archive_tombstones(self) -> list[dict[str, Any]]:
+        """Every address removed from this store: ``{address, version, root_hash, removed_at}``."""
+        import cbor2
+
+        with self._lock:
+            self._check()
             tombstones = []
             for key, raw in self._scan(CF_DEFAULT, b"d/"):
                 try:
@@ -706,7 +714,7 @@ class ProcessStore:
                                        "root_hash": str(record["root_hash"]), "removed_at": int(record["removed_at"])})
                 except Exception:
                     raise InvalidPersistence(f"tombstone of {keys.unescape(key[2:])} does not decode") from None
-            return {"sequence": sequence, "processes": processes, "tombstones": tombstones}
+            return tombstones
 
     def archive_heads(self) -> dict[str, tuple[int, str]]:
         """``{address: (process version, root hash)}`` from the stored heads (restore verification)."""

@@ -343,3 +343,31 @@ def test_mutated_snapshot_bytes_never_crash(data) -> None:
         assert error.code in ("invalid_snapshot", "invalid_limits", "invalid_value")
     else:
         assert restored.root_hash == restored.node_hash("/")
+
+
+def test_hooks_rewrite_cancel_and_observe_and_a_failing_observer_changes_nothing() -> None:
+    from svit import ActivationRequest, Cancel
+
+    events = []
+
+    class Doubler:
+        def before_activation(self, request):
+            if request.input == "stop":
+                return Cancel("not today")
+            return ActivationRequest(request.script, {"by": request.input["by"] * 2})
+
+        def after_activation(self, event):
+            events.append((event.status, event.version))
+
+    class Broken:
+        def after_activation(self, event):
+            raise RuntimeError("observer fell over")
+
+    source = '(define (main input) (do (write "/memory/n" (value-get input "/by")) (read "/memory/n")))'
+    p = Process.builder(ADDRESS).memory("n", 0).library("s", source).hook(Doubler()).hook(Broken()).build()
+    assert p.exec("/lib/s", {"by": 2}).output == 4  # rewritten by the hook; the broken observer is reported, not raised
+    assert events == [("committed", 1)] and p.version == 1
+    with pytest.raises(SvitError) as caught:
+        p.exec("/lib/s", "stop")
+    assert caught.value.code == "hook_cancelled" and "not today" in caught.value.message
+    assert p.version == 1

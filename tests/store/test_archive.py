@@ -418,13 +418,18 @@ def test_remove_exports_a_tombstone_and_stays_removed(populated):
     # restore `always` onto the store: B stays deleted (G4)
     assert archive.restore(store, mode="always").outcome == "restored"
     assert store.addresses() == [A]
-    # control: without the tombstone (an older generation) the removal would be undone
+    # the store's own tombstone also holds against an older generation that still has B
     store.close()
     for name in sorted(generation_files(archive_path))[1:]:
         os.unlink(os.path.join(archive_path, name))
     other = ProcessStore.open(store_path)
-    assert MemoryArchive(archive_path).restore(other, mode="always").written == (B,)
+    assert MemoryArchive(archive_path).restore(other, mode="always").outcome == "restored"
+    assert other.addresses() == [A]
     other.close()
+    # control: a store that never saw the removal gets B back from that generation
+    fresh = ProcessStore.open(store_path + "-fresh")
+    assert MemoryArchive(archive_path).restore(fresh, mode="always").written == (A, B)
+    fresh.close()
 
 
 def test_unreadable_previous_generation_counts_as_non_empty(populated):
