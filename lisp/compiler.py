@@ -198,6 +198,8 @@ class Compiler:
         self.current_line: int | None = None
         self.macros: dict[str, _Macro] = {}
         self.consts: dict[str, Any] = {}
+        #: The budget shared by all compile-time evaluation (set by the interpreter).
+        self.compile_budget: Any = None
 
     # ------------------------------------------------------------------ helpers
     def fresh(self, stem: str = "t") -> str:

@@ -15,6 +15,7 @@ import threading
 import warnings
 from collections import OrderedDict
 from fractions import Fraction
+from types import FunctionType
 from typing import Any, Callable, Iterable
 
 import blake3
@@ -23,7 +24,7 @@ from . import context as run_context
 from .budget import Budget
 from .compiler import Compiled, Compiler, check_program_limits, global_name, lisp_name_of, mangle, referenced_globals
 from .context import Context, LispLimits
-from .errors import BudgetExhausted, EvalError, Frame, InternalError, LimitError, LispError
+from .errors import BudgetExhausted, CompileError, EvalError, Frame, InternalError, LimitError, LispError
 from .functions import SYSTEM_FUNCTIONS
 from .functions.compare import equal
 from .functions.numbers import add2, ge2, gt2, le2, lt2, mul2, sub2
@@ -107,13 +108,17 @@ def _splice(value: Any) -> tuple:
 
 
 def _qq(*segments: tuple) -> Any:
-    items: tuple = ()
+    # Measure first: splicing a big list many times must be refused before it is built.
+    total = 0
     for segment in segments:
-        items += segment
-    if not items:
+        total += len(segment)
+    if not total:
         return None
-    run_context.current().allocate(8 * len(items))
-    return items
+    run_context.current().allocate(8 * total)
+    items: list = []
+    for segment in segments:
+        items.extend(segment)
+    return tuple(items)
 
 
 def _apply(_d: int, fn: Any, *args: Any) -> Any:
@@ -320,26 +325,41 @@ class Interpreter:
         if parent is not None:
             compiler.macros = parent.macros
             compiler.consts = parent.consts
+            compiler.compile_budget = parent.compile_budget
+        else:
+            # All compile-time work of one compilation (every const and macro expansion)
+            # shares one budget: compiling cannot multiply the fuel.
+            compiler.compile_budget = Budget(self.limits.max_steps, self.limits.max_execution_millis)
         try:
             python_source, table = compiler.compile_module()
         except RecursionError:
             raise LimitError("syntax depth") from None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # e.g. "int is not callable": reported at run time instead
-            code = compile(python_source, self.filename, "exec")
+            try:
+                code = compile(python_source, self.filename, "exec")
+            except RecursionError:
+                raise LimitError("syntax depth") from None
+            except SyntaxError as error:
+                # CPython's parser refuses more than 200 nested parentheses: a program
+                # within a large max_syntax_depth can still nest too deeply for it.
+                if "too many nested" in str(error) or "too complex" in str(error):
+                    raise LimitError("syntax depth") from None
+                raise
         return Compiled(code, tuple(compiler.constants), python_source, table, self.filename, referenced_globals(code))
 
     def _evaluate_at_compile_time(self, kind: str, payload: Any, compiler: Compiler) -> Any:
         """Run macro bodies and consts in a throwaway namespace under the same limits."""
-        helper = Interpreter(self.limits, Budget(self.limits.max_steps, self.limits.max_execution_millis), filename=self.filename)
+        helper = Interpreter(self.limits, compiler.compile_budget, filename=self.filename)
         if kind == "expand":
             fn, args = payload
             with helper._guard(None):
-                return fn(1, *args)
+                return _compile_time_value(fn(1, *args))
         program = Program((payload,), compiler.program.spans, compiler.program.depth, 0)
         compiled = helper._compile_program(program, parent=compiler)
         with helper._guard(compiled):
-            return helper._execute(compiled)
+            value = helper._execute(compiled)
+            return value if kind == "macro" else _compile_time_value(value)
 
     # ------------------------------------------------------------------ run
     def run(self, source: str | Program) -> Any:
@@ -376,6 +396,29 @@ class Interpreter:
     # ------------------------------------------------------------------ errors
     def _guard(self, compiled: Compiled | None) -> "_Guard":
         return _Guard(self, compiled)
+
+
+_SYSTEM_CALLABLES = frozenset(id(_BASE["_F_" + mangle(_name)]) for _name in SYSTEM_FUNCTIONS)
+
+
+def _compile_time_value(value: Any) -> Any:
+    """A const or macro expansion, refused if it holds a function the script made.
+
+    Such a closure belongs to the compile-time namespace: run later, it would draw on
+    the compile-time budget (kept alive by the compile cache) instead of the run's.
+    """
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        t = type(item)
+        if t is tuple:
+            if id(item) not in seen:
+                seen.add(id(item))
+                stack.extend(item)
+        elif t is FunctionType and id(item) not in _SYSTEM_CALLABLES:
+            raise CompileError("a const or macro expansion cannot hold a function defined by the script")
+    return value
 
 
 class _Guard:

@@ -36,6 +36,22 @@ def _foreign_error(a: Any, b: Any) -> EvalError:
     return type_error(b.type_name(), a)
 
 
+#: Comparing texts charges one step per this many characters (as building them does).
+_CHARS_PER_STEP = 64
+
+
+def _charge_text(a: Any, b: Any) -> None:
+    """Charge for comparing two long texts (or paths) character by character."""
+    t = type(a)
+    if t is LispPath:
+        a, b = a.path, b.path
+    elif t is not str and t is not bytes:
+        return
+    n = min(len(a), len(b))
+    if n >= _CHARS_PER_STEP and a is not b:
+        current().budget.charge(n // _CHARS_PER_STEP)
+
+
 def _equal_scalar(a: Any, b: Any) -> bool:
     """Equality of two values that are not both lists."""
     ta = type(a)
@@ -44,6 +60,8 @@ def _equal_scalar(a: Any, b: Any) -> bool:
         return num_eq(a, b)
     if ta is tb:
         if ta in _PLAIN:
+            if ta is str or ta is bytes or ta is LispPath:
+                _charge_text(a, b)
             return a == b
         if ta is FunctionType:
             return a is b
@@ -103,13 +121,17 @@ def _compare_scalar(a: Any, b: Any) -> int:
     if ta is tb:
         if ta is type(None):
             return 0
-        if ta is bool or ta is str or ta is bytes:
+        if ta is bool:
+            return (a > b) - (a < b)
+        if ta is str or ta is bytes:
+            _charge_text(a, b)
             return (a > b) - (a < b)
         if ta is Char:
             return (a.char > b.char) - (a.char < b.char)
         if ta is Name or ta is Keyword:
             return (a.name > b.name) - (a.name < b.name)
         if ta is LispPath:
+            _charge_text(a, b)
             return (a.path > b.path) - (a.path < b.path)
         if ta is FunctionType:
             raise EvalError(f"cannot compare values of type {getattr(a, 'lisp_kind', 'function')}")

@@ -32,6 +32,10 @@ _CHARS_PER_STEP = 64
 _STEP_EVERY = 1024
 #: Nesting of format groups and ``~?`` indirections.
 _MAX_FORMAT_DEPTH = 32
+#: Parsing a format string charges one step per this many characters.
+_PARSE_CHARS_PER_STEP = 16
+#: Running format directives charges one step per this many directives executed.
+_NODES_PER_STEP = 16
 #: Largest numeric directive parameter (as Ketos).
 _MAX_FIELD = 100
 
@@ -131,10 +135,20 @@ class _Cut(Exception):
     pass
 
 
+def _clip(v: Any, limit: int) -> Any:
+    """With ``cut``, only the first ``limit + 1`` characters of a long text can show."""
+    t = type(v)
+    if (t is str or t is bytes) and len(v) > limit:
+        return v[: limit + 1]
+    if t is LispPath and len(v.path) > limit:
+        return LispPath(v.path[: limit + 1])
+    return v
+
+
 def _render(value: Any, debug: bool, limit: int, cut: bool = False) -> str:
     """Render ``value``; past ``limit`` characters raise (or, with ``cut``, stop)."""
     if type(value) is not tuple:
-        s = _atom(value, debug)
+        s = _atom(_clip(value, limit) if cut else value, debug)
         if len(s) > limit:
             if cut:
                 return s[:limit] + "…"
@@ -174,7 +188,7 @@ def _render(value: Any, debug: bool, limit: int, cut: bool = False) -> str:
             out.extend(out[first:end])
             total += chars
         else:
-            emit(_atom(v, debug))
+            emit(_atom(_clip(v, limit) if cut else v, debug))
 
     try:
         enter(value)
@@ -359,6 +373,9 @@ def _parse(tokens: list, pos: int, closer: str | None, group: _Group | None, dep
 
 
 def _compile(fmt: str, depth: int = 0) -> list:
+    # Parsing is a Python loop over every character: charge it like the text it reads.
+    if len(fmt) >= _PARSE_CHARS_PER_STEP:
+        current().budget.charge(len(fmt) // _PARSE_CHARS_PER_STEP)
     root = _Group(_Dir("", False, False, []))
     _parse(_tokenize(fmt), 0, None, root, depth)
     return root.clauses[0]
@@ -368,12 +385,15 @@ def _compile(fmt: str, depth: int = 0) -> list:
 
 
 class _Out:
-    __slots__ = ("parts", "total", "limit")
+    __slots__ = ("parts", "total", "limit", "col", "work", "budget")
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, budget: Any) -> None:
         self.parts: list[str] = []
         self.total = 0
         self.limit = limit
+        self.col = 0  # characters since the last newline
+        self.work = 0  # directives run since the last charge
+        self.budget = budget
 
     def emit(self, s: str) -> None:
         if s:
@@ -381,21 +401,21 @@ class _Out:
             if self.total > self.limit:
                 raise LimitError("guest memory")
             self.parts.append(s)
+            k = s.rfind("\n")
+            self.col = self.col + len(s) if k < 0 else len(s) - k - 1
+
+    def spend(self, nodes: int) -> None:
+        """Charge for running ``nodes`` directives (iterations can repeat them without output)."""
+        self.work += nodes
+        if self.work >= _NODES_PER_STEP:
+            self.budget.charge(self.work // _NODES_PER_STEP)
+            self.work %= _NODES_PER_STEP
 
     def column(self) -> int:
-        col = 0
-        for p in reversed(self.parts):
-            k = p.rfind("\n")
-            if k >= 0:
-                return col + len(p) - k - 1
-            col += len(p)
-        return col
+        return self.col
 
     def at_line_start(self) -> bool:
-        for p in reversed(self.parts):
-            if p:
-                return p.endswith("\n")
-        return True
+        return self.col == 0
 
 
 class _Stop(Exception):
@@ -567,6 +587,7 @@ class _Formatter:
 
     def run(self, nodes: list) -> None:
         emit = self.out.emit
+        self.out.spend(len(nodes) or 1)
         for node in nodes:
             if type(node) is str:
                 emit(node)
@@ -721,12 +742,10 @@ class _Formatter:
         n = self.integer(self.next_arg())
         digits = _to_radix(abs(n), radix)
         if d.colon and interval:
-            groups = []
-            while len(digits) > interval:
-                groups.append(digits[-interval:])
-                digits = digits[:-interval]
-            groups.append(digits)
-            digits = comma.join(reversed(groups))
+            # groups of ``interval`` digits from the right (the first group may be shorter)
+            head = len(digits) % interval or interval
+            groups = [digits[:head]] + [digits[i : i + interval] for i in range(head, len(digits), interval)]
+            digits = comma.join(groups)
         if n < 0:
             digits = "-" + digits
         elif d.at:
@@ -831,6 +850,7 @@ class _Formatter:
         self.no_more(d.params, 0)
         parts = self.out.parts
         start = len(parts)
+        col_before = self.out.col
         self.run(g.clauses[0])
         text = "".join(parts[start:])
         del parts[start:]
@@ -843,6 +863,9 @@ class _Formatter:
         else:
             text = text.lower()
         parts.append(text)
+        # case conversion can change lengths ("ß" -> "SS"): recompute the column
+        k = text.rfind("\n")
+        self.out.col = col_before + len(text) if k < 0 else len(text) - k - 1
 
 
 def _title(text: str) -> str:
@@ -907,7 +930,7 @@ def format_text(fmt: Any, args: tuple) -> str:
     if type(fmt) is not str:
         raise type_error("string", fmt)
     ctx = current()
-    out = _Out(ctx.max_memory)
+    out = _Out(ctx.max_memory, ctx.budget)
     try:
         _Formatter(args, out, 0).run(_compile(fmt))
     except _Stop:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..context import current
+from ..context import UNITS_PER_STEP, current
 from ..errors import EvalError
 from ..values import Char, LispPath
 from . import system
@@ -45,8 +45,17 @@ def out_of_bounds(n: int) -> EvalError:
     return EvalError(f"index out of bounds: {n}")
 
 
+def scan(units: int) -> None:
+    """Charge for reading ``units`` of an existing value (one step per 64, like building)."""
+    if units >= UNITS_PER_STEP:
+        current().budget.charge(units // UNITS_PER_STEP)
+
+
 def _utf8_len(s: str) -> int:
-    return len(s) if s.isascii() else len(s.encode("utf-8"))
+    if s.isascii():  # O(1) for str
+        return len(s)
+    scan(len(s))
+    return len(s.encode("utf-8"))
 
 
 @system("list", 0, None)
@@ -123,13 +132,6 @@ def _concat_bytes(args: tuple, sep: bytes = b"") -> bytes:
     return sep.join(pieces)
 
 
-def _join_path(base: str, piece: str) -> str:
-    # Like a path push: an absolute piece replaces, otherwise one separator joins.
-    if piece.startswith("/") or not base:
-        return piece
-    return base + piece if base.endswith("/") else base + "/" + piece
-
-
 @system("concat", 1, None)
 def fn_concat(*args: Any) -> Any:
     first = args[0]
@@ -143,12 +145,30 @@ def fn_concat(*args: Any) -> Any:
     if t is bytes:
         return first if len(args) == 1 else _concat_bytes(args)
     if t is LispPath:
-        path = ""
         for a in args:
             if type(a) is not LispPath:
                 raise type_error("path", a)
-            path = _join_path(path, a.path)
-        return LispPath(_string(path))
+        # Plan the join first (no text is built), so a long result is refused up front.
+        plan: list[str] = []
+        size = 0
+        last = ""  # the last character of the path so far
+        for a in args:
+            piece = a.path
+            if piece.startswith("/") or size == 0:
+                plan = [piece]
+                size = len(piece)
+                last = piece[-1:]
+                continue
+            if last != "/":
+                plan.append("/")
+                size += 1
+                last = "/"
+            plan.append(piece)
+            size += len(piece)
+            if piece:
+                last = piece[-1]
+        current().allocate(size)
+        return LispPath("".join(plan))
     raise type_error("list or string", first)
 
 
@@ -201,6 +221,7 @@ def _slice_str(s: str, begin: int, end: int | None) -> str:
         if end is not None and end > n:
             raise out_of_bounds(end)
         return s[begin:end]
+    scan(len(s))
     raw = s.encode("utf-8")
     n = len(raw)
     if begin > n:

@@ -18,7 +18,8 @@ def fn_chars(s: Any) -> tuple | None:
         raise type_error("string", s)
     if not s:
         return None
-    return make_list([Char(c) for c in s])
+    current().allocate(8 * len(s))  # refused before a Char is built for every character
+    return tuple([Char(c) for c in s])
 
 
 @system("string", 1)
