@@ -35,6 +35,11 @@ _PREFIX_NAMES = {
     "UNQUOTE_SPLICING": UNQUOTE_SPLICING,
 }
 
+#: No limit admits integers above 4,096 bits (1,234 decimal digits); longer literals are
+#: only measured.
+_MAX_LITERAL_BITS = 4096
+_MAX_DECIMAL_DIGITS = 1300
+
 _SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "0": "\0"}
 _ESCAPE = re.compile(r"\\(u\{[0-9a-fA-F]{1,6}\}|x[0-9a-fA-F]{2}|\r?\n[ \t\r\n]*|[\s\S])")
 
@@ -128,13 +133,22 @@ class _Builder(Transformer):
             self.integer_bits = bits
         return value
 
+    def _decimal(self, digits: str) -> int:
+        """A decimal literal's value; one beyond any integer-bits limit only records its size
+        (no limit admits it, and Python refuses to convert very long decimals)."""
+        significant = digits.lstrip("0")
+        if len(significant) > _MAX_DECIMAL_DIGITS:
+            self.integer_bits = max(self.integer_bits, int(len(significant) * 3.33) + 1)
+            return 0
+        return int(digits)
+
     def _INTEGER(self, token: Token, text: str) -> int:
         sign = -1 if text.startswith("-") else 1
         digits = text.lstrip("-")
         base = {"0x": 16, "0o": 8, "0b": 2}.get(digits[:2], 10)
         if len(digits) > 20_000:
             raise _error(token, "integer literal is too long")
-        value = sign * int(digits[2:] if base != 10 else digits, base)
+        value = sign * (int(digits[2:], base) if base != 10 else self._decimal(digits))
         return self._note_bits(value)
 
     def _FLOAT(self, token: Token, text: str) -> float:
@@ -147,9 +161,12 @@ class _Builder(Transformer):
         numerator, denominator = text.split("/")
         if len(text) > 20_000:
             raise _error(token, "ratio literal is too long")
-        if int(denominator) == 0:
+        top, bottom = self._decimal(numerator.lstrip("-")), self._decimal(denominator)
+        if self.integer_bits > _MAX_LITERAL_BITS:
+            return 0  # refused by the integer-bits check before anything runs
+        if bottom == 0:
             raise _error(token, "ratio literal has a zero denominator")
-        value = Fraction(int(numerator), int(denominator))
+        value = Fraction(-top if numerator.startswith("-") else top, bottom)
         self._note_bits(value.numerator)
         self._note_bits(value.denominator)
         return value.numerator if value.denominator == 1 else value

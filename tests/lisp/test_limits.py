@@ -176,3 +176,9 @@ def test_value_stack_for_a_call_with_many_arguments() -> None:
 
 def test_value_stack_for_apply() -> None:
     assert limit_of("(apply + (list 1 2 3 4 5 6 7 8 9 10))", max_value_stack=4) == "value stack"
+
+
+def test_huge_decimal_literals_are_an_integer_bits_limit_not_an_internal_error() -> None:
+    for source in ("9" * 5000, "(+ 1 " + "9" * 5000 + ")", "1/" + "3" * 5000, "-" + "7" * 4400):
+        assert limit_of(source, max_integer_bits=4096) == "integer bits"
+    assert run("-3/6") == __import__("fractions").Fraction(-1, 2)
