@@ -69,43 +69,40 @@ class LispPath:
         return f"LispPath({self.path!r})"
 
 
-class Name:
-    """A symbol. Instances are interned, so identity is equality."""
+class _Interned:
+    """A value named by text and interned per class, so identity is equality."""
 
     __slots__ = ("name",)
-    _table: dict[str, "Name"] = {}
+    _table: dict[str, Any]
 
-    def __new__(cls, name: str) -> "Name":
-        found = cls._table.get(name)
+    def __new__(cls, name: str) -> Any:
+        table = cls._table
+        found = table.get(name)
         if found is None:
             found = object.__new__(cls)
             found.name = name
-            cls._table[name] = found
+            table[name] = found
         return found
 
     def __repr__(self) -> str:
-        return f"Name({self.name!r})"
+        return f"{type(self).__name__}({self.name!r})"
 
     def __reduce__(self):  # pragma: no cover - keeps interning across copies
-        return (Name, (self.name,))
+        return (type(self), (self.name,))
 
 
-class Keyword:
-    """A keyword such as ``:optional``. Interned like :class:`Name`."""
+class Name(_Interned):
+    """A symbol."""
 
-    __slots__ = ("name",)
+    __slots__ = ()
+    _table: dict[str, "Name"] = {}
+
+
+class Keyword(_Interned):
+    """A keyword such as ``:optional``."""
+
+    __slots__ = ()
     _table: dict[str, "Keyword"] = {}
-
-    def __new__(cls, name: str) -> "Keyword":
-        found = cls._table.get(name)
-        if found is None:
-            found = object.__new__(cls)
-            found.name = name
-            cls._table[name] = found
-        return found
-
-    def __repr__(self) -> str:
-        return f"Keyword({self.name!r})"
 
 
 class Foreign:
