@@ -12,22 +12,12 @@ Run: python benchmarks/runtime.py [--repeat N]
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import cbor2
 
-from svit import Limits, Process
-
-COUNTER = """
-(define (main input)
-  (let ((next (+ (read "/memory/count") 1)))
-    (do (write "/memory/count" next) next)))
-"""
-
-BIG_LIMITS = Limits(max_value_entries=1_000_000, max_tree_nodes=2_000_000, max_text_bytes=64 * 1024 * 1024,
-                    max_tree_text_bytes=128 * 1024 * 1024)
-
+from common import build, median_time as median
+from svit import Process
 
 def nested_memory(records: int, fields: int) -> dict:
     return {f"r{i:05d}": {f"f{j:03d}": j for j in range(fields)} for i in range(records)}
@@ -35,22 +25,6 @@ def nested_memory(records: int, fields: int) -> dict:
 
 def text_memory(entries: int, size: int) -> dict:
     return {f"k{i:06d}": ("x" * (size - 8)) + f"{i:08d}" for i in range(entries)}
-
-
-def build(address: str, data: dict | None) -> Process:
-    builder = Process.builder(address).memory("count", 0).library("counter", COUNTER).limits(BIG_LIMITS)
-    if data is not None:
-        builder.memory("data", data)
-    return builder.build()
-
-
-def median(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def report(label: str, ours: float, base: float, base_label: str, target: str) -> None:

@@ -20,24 +20,9 @@ import time
 
 import rocksdict
 
-from svit import Limits, Process
+from common import build, median_time
+from svit import Process
 from svit.store import ProcessStore
-
-COUNTER = """
-(define (main input)
-  (let ((next (+ (read "/memory/count") 1)))
-    (do (write "/memory/count" next) next)))
-"""
-BIG_LIMITS = Limits(max_value_entries=1_000_000, max_tree_nodes=2_000_000, max_text_bytes=64 * 1024 * 1024,
-                    max_tree_text_bytes=128 * 1024 * 1024)
-
-
-def build(address: str, data: dict | None = None) -> Process:
-    builder = Process.builder(address).memory("count", 0).library("counter", COUNTER).limits(BIG_LIMITS)
-    if data is not None:
-        builder.memory("data", data)
-    return builder.build()
-
 
 def median_rate(fn, count: int, repeat: int) -> float:
     rates = []
@@ -47,15 +32,6 @@ def median_rate(fn, count: int, repeat: int) -> float:
             fn()
         rates.append(count / (time.perf_counter() - start))
     return statistics.median(rates)
-
-
-def median_time(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def raw_batch_writer(path: str):
