@@ -191,9 +191,7 @@ class Compiler:
         self.constants: list[Any] = []
         self.constant_index: dict[tuple[type, Any], int] = {}
         self.counter = 0
-        self.lines: list[str] = []  # module-level output (factories first, then body)
         self.factories: list[str] = []
-        self.line_spans: list[int | None] = []
         self.factory_spans: list[int | None] = []
         self.current_line: int | None = None
         self.macros: dict[str, _Macro] = {}
@@ -328,11 +326,13 @@ class Compiler:
             item = items[i]
             if type(item) is Keyword:
                 if item is KW_OPTIONAL:
-                    if mode in ("optional", "key", "rest") or mode == "optional":
-                        raise self.error("`:optional` must come once, before `:key` and `:rest`" if mode != "key" else "`:optional` and `:key` cannot be combined", form)
+                    if mode == "key":
+                        raise self.error("`:optional` and `:key` cannot be combined", form)
+                    if mode != "required":
+                        raise self.error("`:optional` must come once, before `:key` and `:rest`", form)
                     mode = "optional"
                 elif item is KW_KEY:
-                    if mode in ("optional",):
+                    if mode == "optional":
                         raise self.error("`:optional` and `:key` cannot be combined", form)
                     if mode in ("key", "rest"):
                         raise self.error("`:key` must come once, before any `:rest`", form)
@@ -408,7 +408,8 @@ class Compiler:
             scope.names[rest] = py
         loopable = not optional and not keys and rest is None
         ctx = FunctionContext(self_global if loopable else None, tuple(req_py))
-        tail = self.tail(body, scope, ctx, "        " if True else "")
+        # Tail statements are indented for the loop body; without a loop they move out 4.
+        tail = self.tail(body, scope, ctx, "        ")
         lines = [f"{indent}def {pyname}({', '.join(sig)}):", f"{indent}    global _s"]
         guard = [
             f"{indent}    if _d > {self.max_call_stack}: _deep()",
@@ -593,8 +594,6 @@ class Compiler:
             return Expr(f"{slow}({a.code}, {b.code})")
         if self.is_int_literal(a):
             checks.append(f"_type({b1}) is _int")
-            if a1 != a2:
-                raise AssertionError("literal operands are simple")
         elif self.is_int_literal(b):
             checks.append(f"_type({a1}) is _int")
         else:

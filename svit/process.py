@@ -609,13 +609,11 @@ class Process:
         """A new process at ``child_address`` sharing this committed tree (outbox cleared)."""
         validate_address(child_address)
         version, root = self._state
-        system = section(root, "system")
         system_value = system_metadata(child_address, self.limits, self.address, [])
         system_node = tree.from_value(system_value, scripts_allowed=False)
         candidate = tree.set_at(root, ("system",), system_node)
         child = Process(child_address, candidate, version, self.limits, hooks=self.hooks, mounts=self.mounts, ports=self.ports)
         validate_root(candidate, child_address, self.limits, child._compile_script, previous=root, error=InvalidValue)
-        del system
         return child
 
 

@@ -123,22 +123,28 @@ def test_reserved_tasks_must_stay_empty_on_restore() -> None:
     assert "/tasks is reserved" in caught.value.message
 
 
-def test_restore_refuses_limits_above_hard_maxima() -> None:
-    from svit import tree
-    from svit.snapshot import decode_snapshot
+def _reseal(body: bytes) -> bytes:
+    """A snapshot body with a freshly computed trailer (what a forger can always do)."""
+    import blake3
 
-    address, version, root, limits = decode_snapshot(counter_process().snapshot())
+    from svit.snapshot import MAGIC
+
+    return body + MAGIC + len(body).to_bytes(8, "big") + blake3.blake3(body).digest()
+
+
+def test_restore_refuses_limits_above_hard_maxima() -> None:
     import cbor2
 
-    from svit.snapshot import encode_snapshot
+    from svit.snapshot import TRAILER_BYTES
 
-    blob = encode_snapshot(address, version, root, limits)
-    body = cbor2.loads(blob[: -(8 + 8 + 32)])
-    assert body["limits"]["max_exec_depth"] == 16
-    with pytest.raises(SvitError) as caught:
-        Limits.from_dict({**body["limits"], "max_exec_depth": 65})
-    assert caught.value.code == "invalid_limits"
-    del tree
+    blob = counter_process().snapshot()
+    body = cbor2.loads(blob[:-TRAILER_BYTES])
+    assert Process.restore(_reseal(cbor2.dumps(body))).version == 0  # control: re-sealing alone is accepted
+    for field, value in (("max_exec_depth", 65), ("max_value_depth", 10_000)):
+        forged = {**body, "limits": {**body["limits"], field: value}}
+        with pytest.raises(SvitError) as caught:
+            Process.restore(_reseal(cbor2.dumps(forged)))
+        assert caught.value.code == "invalid_limits", field
 
 
 def test_hashes_are_structural() -> None:
