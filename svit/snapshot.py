@@ -31,6 +31,7 @@ import cbor2
 from .errors import InvalidSnapshot, InvalidValue, SvitError
 from .limits import LIMIT_FIELDS, Limits
 from .paths import validate_address
+from . import tree
 from .tree import CBOR_SCRIPT_TAG, Encoded, Node, cbor_default, from_decoded
 from .values import MAX_NESTING, Script
 
@@ -134,6 +135,27 @@ def _decode_body(body: bytes) -> Any:
     return decoded[0]
 
 
+def _root_range(body: bytes) -> tuple[int, int] | None:
+    """Where the envelope's ``root`` value lies in the body, when the native decoder can
+    take it; None for anything unexpected (the general path then decodes and reports)."""
+    if not tree.NATIVE_BUILDER:
+        return None
+    try:
+        major, count, position = tree.cbor_head(body, 0)
+        if major != 5 or count > len(_ENVELOPE_KEYS):
+            return None
+        for _ in range(count):
+            key_major, key_length, key_start = tree.cbor_head(body, position)
+            value_start = tree.cbor_item_end(body, position)
+            value_end = tree.cbor_item_end(body, value_start)
+            if key_major == 3 and value_start - key_start == 4 and body[key_start:value_start] == b"root":
+                return value_start, value_end
+            position = value_end
+    except ValueError:
+        return None
+    return None
+
+
 def decode_snapshot(data: bytes, *, max_bytes: int | None = None) -> tuple[str, int, Node, Limits]:
     """Decode and verify snapshot bytes: the root hash is checked before returning."""
     address, version, root, limits, claimed = decode_snapshot_unverified(data, max_bytes=max_bytes)
@@ -175,7 +197,24 @@ def _decode(data: Any, max_bytes: int) -> tuple[str, int, Node, Limits, str]:
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        envelope = _decode_body(body)
+        root_range = _root_range(body)
+        root_error: InvalidValue | None = None
+        if root_range is None:
+            envelope = _decode_body(body)
+        else:
+            # The root (nearly all of the bytes) goes straight to nodes; the small rest
+            # of the envelope, with a null in the root's place, goes through cbor2.
+            start, end = root_range
+            envelope = _decode_body(body[:start] + b"\xf6" + body[end:])
+            try:
+                decoded_root, stop = tree.decode_node(body, start)
+            except ValueError as exc:
+                raise InvalidSnapshot(f"snapshot body is malformed: {exc}") from None
+            except InvalidValue as exc:
+                root_error = exc
+            else:
+                if stop != end:
+                    raise InvalidSnapshot("snapshot body is malformed")
         if type(envelope) is not dict:
             raise InvalidSnapshot("snapshot envelope must be a map")
         if "format" in envelope and envelope["format"] != FORMAT:
@@ -198,7 +237,12 @@ def _decode(data: Any, max_bytes: int) -> tuple[str, int, Node, Limits, str]:
             raise InvalidSnapshot("snapshot root_hash must be text")
         limits = Limits.from_dict(envelope["limits"])
         try:
-            root = from_decoded(envelope["root"])
+            if root_range is None:
+                root = from_decoded(envelope["root"])
+            elif root_error is not None:
+                raise root_error
+            else:
+                root = decoded_root
         except InvalidValue as exc:
             raise InvalidSnapshot(f"invalid root value: {exc.detail}") from None
     finally:

@@ -261,14 +261,21 @@ def from_decoded(value: Any) -> Node:
 
 def _top(value: Any, scripts_allowed: bool, strict: bool) -> Node:
     t = type(value)
+    if t is dict or t is list:
+        if _native is not None:
+            return _native.build(value, scripts_allowed, strict)
+        return _build_python(value, scripts_allowed, strict)
+    return _leaf(value, scripts_allowed)
+
+
+def _build_python(value: dict | list, scripts_allowed: bool, strict: bool) -> Node:
+    """The reference builder for a container (the native one must agree with it exactly)."""
     try:
-        if t is dict:
+        if type(value) is dict:
             return _build_map(value, scripts_allowed, 0, strict)
-        if t is list:
-            return _build_array(value, scripts_allowed, 0, strict)
+        return _build_array(value, scripts_allowed, 0, strict)
     except RecursionError:
         raise InvalidValue(_NESTING) from None
-    return _leaf(value, scripts_allowed)
 
 
 def _children(
@@ -288,8 +295,6 @@ def _children(
         else:
             digests = [_hash(b"\x04" + blob) for blob in blobs]
         return values, digests, n, sum(map(len, blobs)), (0 if n else -1), -1
-    if depth >= MAX_NESTING:
-        raise InvalidValue(_NESTING)
     items: list = []
     digests = []
     add_item, add_digest = items.append, digests.append
@@ -409,6 +414,8 @@ def _key_head(key: str) -> bytes:
 
 
 def _build_map(mapping: dict, scripts_allowed: bool, depth: int, strict: bool) -> Node:
+    if depth >= MAX_NESTING:
+        raise InvalidValue(_NESTING)
     if len(mapping) <= _SMALL_MAP:
         return _build_small_map(mapping, scripts_allowed, depth, strict)
     keys = list(mapping)
@@ -441,12 +448,9 @@ def _build_map(mapping: dict, scripts_allowed: bool, depth: int, strict: bool) -
 
 def _build_small_map(mapping: dict, scripts_allowed: bool, depth: int, strict: bool) -> Node:
     """One fused pass for small maps, where per-call overheads dominate."""
-    if depth >= MAX_NESTING:
-        raise InvalidValue(_NESTING)
-    try:
-        keys = sorted(mapping)
-    except TypeError:
-        raise InvalidValue("map keys must be text") from None
+    if list(map(type, mapping)).count(str) != len(mapping):
+        raise InvalidValue("map keys must be text")
+    keys = sorted(mapping)
     if strict and keys != list(mapping):
         raise InvalidValue("map keys are not in canonical order")
     parts = [b"\x06", _Q(len(keys))]
@@ -457,12 +461,8 @@ def _build_small_map(mapping: dict, scripts_allowed: bool, depth: int, strict: b
     count = 1
     text = height = 0
     max_script = -1
-    for key in keys:
-        head = _KEY_HEADS.get(key) if type(key) is str else None
-        if head is None:
-            if type(key) is not str:
-                raise InvalidValue("map keys must be text")
-            head = _key_head(key)
+    heads = [_KEY_HEADS.get(key) or _key_head(key) for key in keys]  # every key is checked before any value
+    for key, head in zip(keys, heads):
         text += len(head) - 8
         value = mapping[key]
         t = type(value)
@@ -501,8 +501,41 @@ def _build_small_map(mapping: dict, scripts_allowed: bool, depth: int, strict: b
 
 
 def _build_array(values: list, scripts_allowed: bool, depth: int, strict: bool) -> Node:
+    if depth >= MAX_NESTING:
+        raise InvalidValue(_NESTING)
     items, digests, count, text, height, max_script = _children(values, scripts_allowed, depth, strict)
     return _node((ARRAY, tuple(items), _array_digest(digests), count + 1, text, height + 1, max_script, digests))
+
+
+try:
+    from . import _treecore as _native
+except ImportError:  # built without a C compiler: the Python builder serves alone
+    _native = None
+else:
+    # Script records and unsupported values go back to _other_child; inputs longer than
+    # one BLAKE3 chunk go to the blake3 package.
+    _native.configure(Node, InvalidValue, _other_child, _hash, MAX_NESTING, Script, CBOR_SCRIPT_TAG)
+
+#: Whether the native builder is in use (``svit._treecore`` was built at install time).
+NATIVE_BUILDER = _native is not None
+
+
+def decode_node(data: bytes, offset: int) -> tuple[Node, int]:
+    """Native builder only: the tree item encoded in canonical CBOR at ``data[offset:]``
+    and the offset just after it. Raises ``ValueError`` for bytes that are not
+    well-formed CBOR and :class:`InvalidValue` for an item a tree cannot hold."""
+    item, end = _native.decode(data, offset)
+    return (item if type(item) is Node else _leaf(item, True)), end
+
+
+def cbor_item_end(data: bytes, offset: int) -> int:
+    """Native builder only: where the well-formed CBOR item at ``offset`` ends (else ``ValueError``)."""
+    return _native.skip(data, offset)
+
+
+def cbor_head(data: bytes, offset: int) -> tuple[int, int, int]:
+    """Native builder only: ``(major type, argument, end of head)`` of the item at ``offset``."""
+    return _native.head(data, offset)
 
 
 # ---------------------------------------------------------------------------
