@@ -1279,6 +1279,204 @@ static PyObject *treecore_head(PyObject *module, PyObject *args)
 }
 
 /* ------------------------------------------------------------------------- */
+/* Encoding a tree as canonical CBOR                                          */
+
+/* The snapshot encoding of a node (what svit.tree.node_cbor defines): definite lengths,
+ * minimal heads, floats as binary64, map entries in the node's (canonical) order, scripts
+ * as the script tag around [source, documentation]. */
+
+typedef struct {
+    uint8_t *data;
+    size_t length;
+    size_t capacity;
+} Output;
+
+static int reserve(Output *out, size_t extra)
+{
+    if (out->length + extra <= out->capacity)
+        return 0;
+    size_t capacity = out->capacity ? out->capacity : 4096;
+    while (capacity < out->length + extra) {
+        if (capacity > ((size_t)PY_SSIZE_T_MAX) / 2) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        capacity *= 2;
+    }
+    uint8_t *grown = PyMem_Realloc(out->data, capacity);
+    if (grown == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    out->data = grown;
+    out->capacity = capacity;
+    return 0;
+}
+
+static int write_head(Output *out, int major, uint64_t argument)
+{
+    if (reserve(out, 9) < 0)
+        return -1;
+    uint8_t *p = out->data + out->length;
+    uint8_t top = (uint8_t)(major << 5);
+    if (argument < 24) {
+        p[0] = top | (uint8_t)argument;
+        out->length += 1;
+    } else if (argument <= 0xff) {
+        p[0] = top | 24;
+        p[1] = (uint8_t)argument;
+        out->length += 2;
+    } else if (argument <= 0xffff) {
+        p[0] = top | 25;
+        p[1] = (uint8_t)(argument >> 8);
+        p[2] = (uint8_t)argument;
+        out->length += 3;
+    } else if (argument <= 0xffffffffu) {
+        p[0] = top | 26;
+        for (int i = 0; i < 4; i++)
+            p[1 + i] = (uint8_t)(argument >> (24 - 8 * i));
+        out->length += 5;
+    } else {
+        p[0] = top | 27;
+        store64_be(p + 1, argument);
+        out->length += 9;
+    }
+    return 0;
+}
+
+static int write_text(Output *out, PyObject *text)
+{
+    PyObject *keep;
+    Py_ssize_t length;
+    const uint8_t *raw = utf8_of(text, &length, &keep);
+    if (raw == NULL)
+        return -1;
+    int status = write_head(out, 3, (uint64_t)length);
+    if (status == 0 && (status = reserve(out, (size_t)length)) == 0) {
+        memcpy(out->data + out->length, raw, (size_t)length);
+        out->length += (size_t)length;
+    }
+    Py_XDECREF(keep);
+    return status;
+}
+
+static int encode_item(Output *out, PyObject *item);
+
+static int encode_script(Output *out, PyObject *script)
+{
+    if (write_head(out, 6, script_tag) < 0 || write_head(out, 4, 2) < 0)
+        return -1;
+    static const char *const fields[2] = {"source", "documentation"};
+    for (int i = 0; i < 2; i++) {
+        PyObject *text = PyObject_GetAttrString(script, fields[i]);
+        if (text == NULL)
+            return -1;
+        int status = PyUnicode_CheckExact(text) ? write_text(out, text) : (invalid("malformed script record"), -1);
+        Py_DECREF(text);
+        if (status < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int encode_node(Output *out, PyObject *node)
+{
+    long kind = PyLong_AsLong(PyTuple_GET_ITEM(node, 0));
+    PyObject *value = PyTuple_GET_ITEM(node, 1);
+    if (kind == KIND_MAP) {
+        if (write_head(out, 5, (uint64_t)PyDict_GET_SIZE(value)) < 0)
+            return -1;
+        Py_ssize_t position = 0;
+        PyObject *key, *child;
+        while (PyDict_Next(value, &position, &key, &child)) {
+            if (write_text(out, key) < 0 || encode_item(out, child) < 0)
+                return -1;
+        }
+        return 0;
+    }
+    if (kind == KIND_ARRAY) {
+        Py_ssize_t n = PyTuple_GET_SIZE(value);
+        if (write_head(out, 4, (uint64_t)n) < 0)
+            return -1;
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (encode_item(out, PyTuple_GET_ITEM(value, i)) < 0)
+                return -1;
+        return 0;
+    }
+    return encode_item(out, value);
+}
+
+static int encode_item(Output *out, PyObject *item)
+{
+    if (Py_TYPE(item) == node_type) {
+        if (Py_EnterRecursiveCall(" while encoding a tree"))
+            return -1;
+        int status = encode_node(out, item);
+        Py_LeaveRecursiveCall();
+        return status;
+    }
+    if (PyUnicode_CheckExact(item))
+        return write_text(out, item);
+    if (PyLong_CheckExact(item)) {
+        int overflow = 0;
+        long long number = PyLong_AsLongLongAndOverflow(item, &overflow);
+        if (overflow) {
+            invalid("integer is outside signed 64-bit range");
+            return -1;
+        }
+        if (number == -1 && PyErr_Occurred())
+            return -1;
+        return number >= 0 ? write_head(out, 0, (uint64_t)number) : write_head(out, 1, (uint64_t)(-1 - number));
+    }
+    if (PyFloat_CheckExact(item)) {
+        double number = PyFloat_AS_DOUBLE(item);
+        uint64_t bits;
+        memcpy(&bits, &number, sizeof bits);
+        if (reserve(out, 9) < 0)
+            return -1;
+        out->data[out->length] = 0xfb;
+        store64_be(out->data + out->length + 1, bits);
+        out->length += 9;
+        return 0;
+    }
+    if (item == Py_True || item == Py_False || item == Py_None) {
+        if (reserve(out, 1) < 0)
+            return -1;
+        out->data[out->length++] = item == Py_False ? 0xf4 : item == Py_True ? 0xf5 : 0xf6;
+        return 0;
+    }
+    if (Py_TYPE(item) == (PyTypeObject *)script_type)
+        return encode_script(out, item);
+    PyErr_Format(invalid_value, "unsupported value type: %s", Py_TYPE(item)->tp_name);
+    return -1;
+}
+
+static PyObject *treecore_encode(PyObject *module, PyObject *node)
+{
+    if (!configured())
+        return NULL;
+    if (Py_TYPE(node) != node_type) {
+        PyErr_SetString(PyExc_TypeError, "encode() takes a tree node");
+        return NULL;
+    }
+    /* The node's cached sizes bound its encoding: every node and map key adds at most a
+     * 9-byte head to the text bytes, a script at most 18 more; reserving that once
+     * avoids growing (and copying) a large buffer step by step. */
+    long long count = node_field(node, 3), text = node_field(node, 4);
+    if (PyErr_Occurred())
+        return NULL;
+    Output out = {NULL, 0, 0};
+    PyObject *result = NULL;
+    if (count >= 0 && text >= 0 && (unsigned long long)count < (1ull << 40) && (unsigned long long)text < (1ull << 46) &&
+        reserve(&out, (size_t)text + 36 * (size_t)count + 64) < 0)
+        return NULL;
+    if (encode_item(&out, node) == 0)
+        result = PyBytes_FromStringAndSize((const char *)out.data, (Py_ssize_t)out.length);
+    PyMem_Free(out.data);
+    return result;
+}
+
+/* ------------------------------------------------------------------------- */
 /* Module functions                                                           */
 
 static PyObject *treecore_build(PyObject *module, PyObject *args)
@@ -1408,6 +1606,7 @@ static PyMethodDef treecore_methods[] = {
      "bind svit.tree's types and hooks."},
     {"decode", treecore_decode, METH_VARARGS,
      "decode(data, offset) -> (item, end): one canonical CBOR tree item as a node (or a leaf value)."},
+    {"encode", treecore_encode, METH_O, "encode(node) -> bytes: the canonical CBOR of a tree node."},
     {"skip", treecore_skip, METH_VARARGS, "skip(data, offset) -> end: the end of one well-formed CBOR item."},
     {"head", treecore_head, METH_VARARGS, "head(data, offset) -> (major, argument, end): one CBOR item head."},
     {"build", treecore_build, METH_VARARGS,

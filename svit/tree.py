@@ -628,6 +628,13 @@ def node_cbor(node: Node) -> bytes:
     children's encodings (the same bytes ``cbor2`` would write), so a repeated snapshot
     re-encodes nothing below an unchanged leaf-only container.
     """
+    if _native is not None:
+        return _native.encode(node)
+    return _node_cbor_python(node)
+
+
+def _node_cbor_python(node: Node) -> bytes:
+    """The reference encoder (and the fallback without the native module)."""
     kind = node[0]
     if kind != MAP and kind != ARRAY:
         return _leaf_cbor(node[1])
@@ -642,13 +649,13 @@ def node_cbor(node: Node) -> bytes:
             append = parts.append
             for key, child in value.items():
                 append(_key_cbor(key))
-                append(node_cbor(child) if type(child) is Node else _leaf_cbor(child))
+                append(_node_cbor_python(child) if type(child) is Node else _leaf_cbor(child))
             return b"".join(parts)
         encoded = node._cbor = cbor2.dumps(value, default=cbor_default)  # type: ignore[attr-defined]
         return encoded
     if _has_nodes(value):
         parts = [_cbor_head(4, len(value))]
-        parts.extend(node_cbor(child) if type(child) is Node else _leaf_cbor(child) for child in value)
+        parts.extend(_node_cbor_python(child) if type(child) is Node else _leaf_cbor(child) for child in value)
         return b"".join(parts)
     encoded = node._cbor = cbor2.dumps(value, default=cbor_default)  # type: ignore[attr-defined]
     return encoded

@@ -435,3 +435,44 @@ def test_restore_is_the_same_with_and_without_the_native_decoder(memory, data):
     with python_only():
         python_result = restored(sealed)
     assert native_result == python_result
+
+
+# ---------------------------------------------------------------------------- encoding
+
+
+@native
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(VALUE, st.data())
+def test_native_encoding_equals_the_reference_encoder(value, data):
+    node = tree.from_value(value, scripts_allowed=True)
+    assert tree._native.encode(node) == tree._node_cbor_python(node)
+    if node.is_container and node.child_names():
+        # after a path-copying update, whose new nodes are made by the Python side
+        name = data.draw(st.sampled_from(node.child_names()))
+        updated = tree.set_at(node, (name,), tree.from_value({"new": [1.5, "x"]}, scripts_allowed=False))
+        assert tree._native.encode(updated) == tree._node_cbor_python(updated)
+        encoded = tree._native.encode(updated)
+        same_node(tree.decode_node(encoded, 0)[0], updated)
+
+
+@native
+def test_snapshots_are_byte_identical_with_and_without_the_native_module():
+    process = (
+        Process.builder("svit://local/tests/native-encode")
+        .memory("rows", [{"n": i, "x": -0.0 if i % 2 else 2.5, "t": "é" * i} for i in range(30)])
+        .library("echo", "(define (main input) input)", documentation="echo")
+        .build()
+    )
+    process.exec("/lib/echo", {"k": [1, 2, 3]})
+    native_bytes = process.snapshot()
+    with python_only():
+        python_bytes = process.snapshot()
+        python_restored = Process.restore(native_bytes).snapshot()
+    assert native_bytes == python_bytes == python_restored == Process.restore(python_bytes).snapshot()
+
+
+@native
+def test_encode_refuses_what_is_not_a_node():
+    for bad in ({"a": 1}, [1], "text", None):
+        with pytest.raises(TypeError):
+            tree._native.encode(bad)
