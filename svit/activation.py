@@ -358,6 +358,9 @@ class WorkingState:
             node = tree.from_value(result, scripts_allowed=False)
         except SvitError as exc:
             raise ScriptFailed(f"port /ports/{name} failed: invalid port output: {exc.detail}") from None
+        # Not validated against value limits on entry (the guest may reduce it first), but
+        # held by the guest like any other value, so charged to guest memory.
+        lisp_context.current().allocate(node.text + 4 * node.count)
         return to_lisp(node)
 
     def fn_jq(self, filter_text: Any, value: Any) -> Any:

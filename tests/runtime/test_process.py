@@ -228,6 +228,31 @@ def test_port_call_limit() -> None:
     assert caught.value.code == "resource_limit_exceeded" and caught.value.limit == "port calls"
 
 
+def test_port_output_is_charged_to_guest_memory() -> None:
+    # A port's output enters Lisp like any other value the guest holds: over the guest
+    # memory limit the activation fails, the port's effect stands, and nothing commits.
+    calls = []
+
+    def big(value):
+        calls.append(value)
+        return {"rows": ["x" * 1000] * value}
+
+    p = (
+        Process.builder(ADDRESS)
+        .memory("n", 0)
+        .library("use", '(define (main input) (do (write "/memory/n" input) (value-get (port-call "big" input) "/rows/0")))')
+        .ports(Ports().port("big", big))
+        .limits(Limits(max_guest_memory=64 * 1024))
+        .build()
+    )
+    assert p.exec("/lib/use", 10).output == "x" * 1000
+    before = p.snapshot()
+    with pytest.raises(SvitError) as caught:
+        p.exec("/lib/use", 100)
+    assert caught.value.code == "resource_limit_exceeded" and caught.value.limit == "guest memory"
+    assert calls == [10, 100] and p.snapshot() == before
+
+
 def test_folder_mount_is_descriptor_only_and_restores_unattached(tmp_path) -> None:
     (tmp_path / "notes").mkdir()
     (tmp_path / "greeting.txt").write_text("hello")
