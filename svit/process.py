@@ -7,10 +7,11 @@ failure anywhere before that leaves version, root and snapshot bytes untouched.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Callable, ContextManager, Iterable, Protocol
 
 from lisp.errors import LispError
 
@@ -194,6 +195,9 @@ class Process:
         self._lock = threading.RLock()
         #: Called with each validated Transition before it is published (durable stores).
         self.before_publish: Callable[[Transition], None] | None = None
+        #: Entered before an activation's external mount writes and held until it is
+        #: published (durable stores check their head there).
+        self.effects_guard: Callable[[], ContextManager[Any]] | None = None
 
     @staticmethod
     def builder(address: str) -> ProcessBuilder:
@@ -573,15 +577,17 @@ class Process:
             mutations.append({"operation": "append", "path": "/system/outbox", "values": [tree.from_value(i, scripts_allowed=False) for i in intents]})
             changed.add("/system/outbox")
         validate_root(candidate, self.address, self.limits, self._compile_script, previous=root, error=InvalidValue)
-        # External mount effects happen only once the candidate is known to be valid.
-        for op, path, value in ws.mount_writes:
-            segments = parse(path)
-            self._mount_apply(op, segments, value)
-            changed.add(mount_change_path(segments))
         transition = Transition(self.address, version, next_version, root, candidate, mutations, "activation")
-        if self.before_publish is not None:
-            self.before_publish(transition)
-        self._state = (next_version, candidate)
+        guard = self.effects_guard if ws.mount_writes and self.effects_guard is not None else contextlib.nullcontext
+        with guard():
+            # External mount effects happen only once the candidate is known to be valid.
+            for op, path, value in ws.mount_writes:
+                segments = parse(path)
+                self._mount_apply(op, segments, value)
+                changed.add(mount_change_path(segments))
+            if self.before_publish is not None:
+                self.before_publish(transition)
+            self._state = (next_version, candidate)
         return Activation(
             output=output.to_value(),
             logs=ws.logs,

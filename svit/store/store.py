@@ -28,6 +28,7 @@ Key classes and column families are declared in :mod:`svit.store.keys`.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import threading
@@ -1010,6 +1011,24 @@ class ProcessStore:
             raise InvalidPersistence(f"{what} does not match the fork base")
 
     # ------------------------------------------------------------------ commit
+    def _current_head(self, handle: "DurableProcess", version: int) -> dict[str, Any]:
+        """The stored head, provided ``handle`` is up to date with it (else PersistenceConflict)."""
+        head = self._read_head(handle.address)
+        if head is None:
+            raise PersistenceNotFound(handle.address)
+        if head["position"] != handle._head.position or head["hash"] != handle._head.hash or head["process_version"] != version:
+            raise PersistenceConflict()
+        return head
+
+    @contextlib.contextmanager
+    def _effects_guard(self, handle: "DurableProcess") -> Iterator[None]:
+        """Held from before an activation's mount writes until it is published: a stale
+        handle conflicts before touching a mount, and no other commit can slip in."""
+        with self._lock:
+            self._check()
+            self._current_head(handle, handle._process.version)
+            yield
+
     def _commit(self, handle: "DurableProcess", transition: Transition) -> None:
         """Append one transaction with compare-and-swap on the head; synced before returning."""
         address = transition.address
@@ -1023,15 +1042,7 @@ class ProcessStore:
             raise InvalidPersistence(f"{what}: its mutations do not reproduce the committed root")
         with self._lock:
             self._check()
-            head = self._read_head(address)
-            if head is None:
-                raise PersistenceNotFound(address)
-            if (
-                head["position"] != handle._head.position
-                or head["hash"] != handle._head.hash
-                or head["process_version"] != transition.version_before
-            ):
-                raise PersistenceConflict()
+            head = self._current_head(handle, transition.version_before)
             position = 0 if head["position"] is None else head["position"] + 1
             if position > U64_MAX:
                 raise ResourceLimitExceeded("persistence transaction position")
@@ -1225,6 +1236,7 @@ class DurableProcess:
         self._process = process
         self._head = head
         process.before_publish = self._before_publish
+        process.effects_guard = lambda: store._effects_guard(self)
 
     def _before_publish(self, transition: Transition) -> None:
         self._store._commit(self, transition)

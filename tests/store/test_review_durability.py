@@ -6,7 +6,7 @@ from __future__ import annotations
 import cbor2
 import pytest
 
-from svit import Ports, Process, tree
+from svit import Mount, Ports, Process, tree
 from svit.errors import InvalidPersistence, PersistenceConflict, PersistenceReferenced
 from svit.store import REBUILDABLE, ProcessStore, keys
 
@@ -83,3 +83,24 @@ def test_cut_never_writes_a_base_resume_cannot_read(store, monkeypatch):
     with pytest.raises(ResourceLimitExceeded):
         store.import_(Process.builder("svit://local/test/big").memory("big", "y" * 8192).build())
     assert "svit://local/test/big" not in store.addresses()
+
+
+def test_stale_handle_conflicts_before_any_mount_write(store, tmp_path):
+    # The head check comes before external mount effects: a handle that lost the race
+    # must not write the folder and then report a conflict.
+    folder = tmp_path / "out"
+    folder.mkdir()
+    script = '(define (main input) (do (write "/mounts/out/note.txt" input) (write "/memory/count" 1) input))'
+    process = (
+        Process.builder(ADDR).memory("count", 0).library("note", script).mount("out", Mount.writable_folder(str(folder))).build()
+    )
+    fresh = store.create(process)
+    stale = store.resume(ADDR)
+    stale.attach_mount("out", Mount.writable_folder(str(folder)))
+    fresh.write("/memory/count", 5)
+    with pytest.raises(PersistenceConflict):
+        stale.exec("/lib/note", "from the stale handle")
+    assert not (folder / "note.txt").exists()
+    # the current handle's activation writes the mount and commits as usual
+    assert fresh.exec("/lib/note", "current").version == 2
+    assert (folder / "note.txt").read_text() == "current"
