@@ -567,16 +567,28 @@ static PyObject *make_node(int kind, PyObject *value, PyObject *digest, long lon
     return node;
 }
 
-/* Scratch space a container keeps on the C stack when it is small. */
-#define SMALL_ENTRIES 16
-#define SMALL_DIGEST_INPUT 1024
+/* Per-container scratch (digest input, entries) lives on the heap, never on the C stack:
+ * the walk recurses once per nesting level, and a thread may have a small stack (128 KiB
+ * on some platforms) while values may nest up to max_nesting levels. */
+
+/* Heap space for n items of `unit` bytes plus `extra`, or NULL with MemoryError set. */
+static void *scratch(Py_ssize_t n, size_t unit, size_t extra)
+{
+    if (n < 0 || (size_t)n > (((size_t)PY_SSIZE_T_MAX) - extra) / unit) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    void *space = PyMem_Malloc((size_t)n * unit + extra);
+    if (space == NULL)
+        PyErr_NoMemory();
+    return space;
+}
 
 static PyObject *build_array(PyObject *list, int depth, const Options *options)
 {
     Py_ssize_t n = PyList_GET_SIZE(list);
+    uint8_t *buffer = scratch(n, 32, 9);
     size_t size = 9 + 32 * (size_t)n;
-    uint8_t small[SMALL_DIGEST_INPUT];
-    uint8_t *buffer = size <= sizeof small ? small : PyMem_Malloc(size);
     PyObject *items = PyTuple_New(n);
     PyObject *digests = PyList_New(n);
     if (items == NULL || digests == NULL || buffer == NULL) {
@@ -603,8 +615,7 @@ static PyObject *build_array(PyObject *list, int depth, const Options *options)
         PyList_SET_ITEM(digests, i, digest);
     }
     PyObject *digest = digest_of(buffer, size);
-    if (buffer != small)
-        PyMem_Free(buffer);
+    PyMem_Free(buffer);
     if (digest == NULL) {
         Py_DECREF(items);
         Py_DECREF(digests);
@@ -613,8 +624,7 @@ static PyObject *build_array(PyObject *list, int depth, const Options *options)
     return make_node(KIND_ARRAY, items, digest, totals.count + 1, totals.text, totals.height + 1, totals.max_script,
                      digests);
 fail:
-    if (buffer != small)
-        PyMem_Free(buffer);
+    PyMem_Free(buffer);
     Py_XDECREF(items);
     Py_XDECREF(digests);
     return NULL;
@@ -707,16 +717,12 @@ static int collect_entries(PyObject *mapping, Py_ssize_t n, const Options *optio
 static PyObject *build_map(PyObject *mapping, int depth, const Options *options)
 {
     Py_ssize_t n = PyDict_GET_SIZE(mapping);
-    Entry small_entries[SMALL_ENTRIES];
-    uint8_t small_buffer[SMALL_DIGEST_INPUT];
-    Entry *entries = n <= SMALL_ENTRIES ? small_entries : PyMem_Malloc(sizeof(Entry) * (size_t)n);
+    Entry *entries = scratch(n, sizeof(Entry), sizeof(Entry));
     uint8_t *buffer = NULL;
     PyObject *items = NULL, *digests = NULL;
     Py_ssize_t filled = 0;
-    if (entries == NULL) {
-        PyErr_NoMemory();
+    if (entries == NULL)
         goto fail;
-    }
     if (collect_entries(mapping, n, options, entries, &filled) < 0)
         goto fail;
     size_t size = 9;
@@ -725,7 +731,7 @@ static PyObject *build_map(PyObject *mapping, int depth, const Options *options)
         size += 8 + (size_t)entries[i].len + 32;
         key_text += entries[i].len;
     }
-    buffer = size <= sizeof small_buffer ? small_buffer : PyMem_Malloc(size);
+    buffer = scratch((Py_ssize_t)size, 1, 0);
     items = PyDict_New();
     digests = PyList_New(n);
     if (buffer == NULL || items == NULL || digests == NULL) {
@@ -752,11 +758,9 @@ static PyObject *build_map(PyObject *mapping, int depth, const Options *options)
             goto fail;
     }
     PyObject *digest = digest_of(buffer, size);
-    if (buffer != small_buffer)
-        PyMem_Free(buffer);
+    PyMem_Free(buffer);
     release_entries(entries, filled);
-    if (entries != small_entries)
-        PyMem_Free(entries);
+    PyMem_Free(entries);
     if (digest == NULL) {
         Py_DECREF(items);
         Py_DECREF(digests);
@@ -765,12 +769,10 @@ static PyObject *build_map(PyObject *mapping, int depth, const Options *options)
     return make_node(KIND_MAP, items, digest, totals.count + 1, totals.text, totals.height + 1, totals.max_script,
                      digests);
 fail:
-    if (buffer != small_buffer)
-        PyMem_Free(buffer);
+    PyMem_Free(buffer);
     if (entries != NULL) {
         release_entries(entries, filled);
-        if (entries != small_entries)
-            PyMem_Free(entries);
+        PyMem_Free(entries);
     }
     Py_XDECREF(items);
     Py_XDECREF(digests);
@@ -801,11 +803,56 @@ static PyObject *build_container(PyObject *value, int depth, const Options *opti
 
 #define KEY_CACHE_SLOTS 256
 
+/* The digest inputs of the containers being decoded, one above the other: a container
+ * appends its header, then each entry as its child finishes (a child's own input sits
+ * above and is gone again by then), hashes its span and pops it. One growing heap
+ * buffer for the whole decode: no allocation per container and nothing on the C stack. */
+typedef struct {
+    uint8_t *data;
+    size_t top;
+    size_t capacity;
+} ByteStack;
+
+static int stack_append(ByteStack *stack, const void *bytes, size_t n)
+{
+    if (stack->top + n > stack->capacity) {
+        size_t capacity = stack->capacity ? stack->capacity : 4096;
+        while (capacity < stack->top + n) {
+            if (capacity > ((size_t)PY_SSIZE_T_MAX) / 2) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            capacity *= 2;
+        }
+        uint8_t *grown = PyMem_Realloc(stack->data, capacity);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        stack->data = grown;
+        stack->capacity = capacity;
+    }
+    memcpy(stack->data + stack->top, bytes, n);
+    stack->top += n;
+    return 0;
+}
+
+/* A one-byte kind tag and a big-endian u64 (container headers), or just the u64. */
+static int stack_append_u64(ByteStack *stack, int tag, uint64_t value)
+{
+    uint8_t bytes[9];
+    int start = tag < 0 ? 1 : 0;
+    bytes[0] = (uint8_t)tag;
+    store64_be(bytes + 1, value);
+    return stack_append(stack, bytes + start, (size_t)(9 - start));
+}
+
 typedef struct {
     const uint8_t *data;
     Py_ssize_t length;
     Py_ssize_t position;
     PyObject *key_cache[KEY_CACHE_SLOTS]; /* recently seen ASCII keys, by a hash of their bytes */
+    ByteStack stack;
 } Reader;
 
 static int malformed(const char *message)
@@ -1061,66 +1108,46 @@ static int utf8_less(const uint8_t *a, Py_ssize_t a_length, const uint8_t *b, Py
 
 static PyObject *decode_array(Reader *reader, Py_ssize_t n, int depth)
 {
-    size_t size = 9 + 32 * (size_t)n;
-    uint8_t small[SMALL_DIGEST_INPUT];
-    uint8_t *buffer = size <= sizeof small ? small : PyMem_Malloc(size);
+    ByteStack *stack = &reader->stack;
+    size_t base = stack->top;
     PyObject *items = PyTuple_New(n);
     PyObject *digests = PyList_New(n);
-    if (items == NULL || digests == NULL || buffer == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_NoMemory();
+    if (items == NULL || digests == NULL || stack_append_u64(stack, KIND_ARRAY, (uint64_t)n) < 0)
         goto fail;
-    }
-    buffer[0] = KIND_ARRAY;
-    store64_be(buffer + 1, (uint64_t)n);
     Totals totals = {0, 0, -1, -1};
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item, *digest;
         if (decode_child(reader, depth, &totals, &item, &digest) < 0)
             goto fail;
-        memcpy(buffer + 9 + 32 * i, PyBytes_AS_STRING(digest), 32);
         PyTuple_SET_ITEM(items, i, item);
         PyList_SET_ITEM(digests, i, digest);
+        if (stack_append(stack, PyBytes_AS_STRING(digest), 32) < 0)
+            goto fail;
     }
-    PyObject *digest = digest_of(buffer, size);
-    if (buffer != small)
-        PyMem_Free(buffer);
-    if (digest == NULL) {
-        Py_DECREF(items);
-        Py_DECREF(digests);
-        return NULL;
-    }
+    PyObject *digest = digest_of(stack->data + base, stack->top - base);
+    stack->top = base;
+    if (digest == NULL)
+        goto fail;
     return make_node(KIND_ARRAY, items, digest, totals.count + 1, totals.text, totals.height + 1, totals.max_script,
                      digests);
 fail:
-    if (buffer != small)
-        PyMem_Free(buffer);
+    stack->top = base;
     Py_XDECREF(items);
     Py_XDECREF(digests);
     return NULL;
 }
 
-/* A map key's place in the input (the input outlives the decode). */
-typedef struct {
-    const uint8_t *raw;
-    Py_ssize_t length;
-} KeyBytes;
-
 static PyObject *decode_map(Reader *reader, Py_ssize_t n, int depth)
 {
-    KeyBytes small_keys[SMALL_ENTRIES];
-    uint8_t small_buffer[SMALL_DIGEST_INPUT];
-    KeyBytes *keys = n <= SMALL_ENTRIES ? small_keys : PyMem_Malloc(sizeof(KeyBytes) * (size_t)n);
-    uint8_t *buffer = NULL;
+    ByteStack *stack = &reader->stack;
+    size_t base = stack->top;
     PyObject *items = PyDict_New();
     PyObject *digests = PyList_New(n);
-    if (keys == NULL || items == NULL || digests == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_NoMemory();
+    if (items == NULL || digests == NULL || stack_append_u64(stack, KIND_MAP, (uint64_t)n) < 0)
         goto fail;
-    }
-    size_t size = 9;
     Totals totals = {0, 0, -1, -1};
+    const uint8_t *previous = NULL;
+    Py_ssize_t previous_length = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         int major, info;
         uint64_t argument;
@@ -1135,15 +1162,17 @@ static PyObject *decode_map(Reader *reader, Py_ssize_t n, int depth)
             goto fail;
         const uint8_t *raw = reader->data + reader->position;
         reader->position += length;
-        if (i > 0 && !utf8_less(keys[i - 1].raw, keys[i - 1].length, raw, length)) {
-            if (keys[i - 1].length == length && memcmp(keys[i - 1].raw, raw, (size_t)length) == 0)
+        if (i > 0 && !utf8_less(previous, previous_length, raw, length)) {
+            if (previous_length == length && memcmp(previous, raw, (size_t)length) == 0)
                 malformed("duplicate map key");
             else
                 invalid("map keys are not in canonical order");
             goto fail;
         }
-        keys[i].raw = raw;
-        keys[i].length = length;
+        previous = raw;
+        previous_length = length;
+        if (stack_append_u64(stack, -1, (uint64_t)length) < 0 || stack_append(stack, raw, (size_t)length) < 0)
+            goto fail;
         PyObject *key = key_text(reader, raw, length);
         if (key == NULL)
             goto fail;
@@ -1156,42 +1185,18 @@ static PyObject *decode_map(Reader *reader, Py_ssize_t n, int depth)
         int status = PyDict_SetItem(items, key, item);
         Py_DECREF(key);
         Py_DECREF(item);
-        if (status < 0)
+        if (status < 0 || stack_append(stack, PyBytes_AS_STRING(digest), 32) < 0)
             goto fail;
-        size += 8 + (size_t)length + 32;
         totals.text += length;
     }
-    buffer = size <= sizeof small_buffer ? small_buffer : PyMem_Malloc(size);
-    if (buffer == NULL) {
-        PyErr_NoMemory();
+    PyObject *digest = digest_of(stack->data + base, stack->top - base);
+    stack->top = base;
+    if (digest == NULL)
         goto fail;
-    }
-    buffer[0] = KIND_MAP;
-    store64_be(buffer + 1, (uint64_t)n);
-    uint8_t *cursor = buffer + 9;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        store64_be(cursor, (uint64_t)keys[i].length);
-        memcpy(cursor + 8, keys[i].raw, (size_t)keys[i].length);
-        memcpy(cursor + 8 + keys[i].length, PyBytes_AS_STRING(PyList_GET_ITEM(digests, i)), 32);
-        cursor += 8 + keys[i].length + 32;
-    }
-    PyObject *digest = digest_of(buffer, size);
-    if (buffer != small_buffer)
-        PyMem_Free(buffer);
-    if (keys != small_keys)
-        PyMem_Free(keys);
-    if (digest == NULL) {
-        Py_DECREF(items);
-        Py_DECREF(digests);
-        return NULL;
-    }
     return make_node(KIND_MAP, items, digest, totals.count + 1, totals.text, totals.height + 1, totals.max_script,
                      digests);
 fail:
-    if (buffer != small_buffer)
-        PyMem_Free(buffer);
-    if (keys != small_keys)
-        PyMem_Free(keys);
+    stack->top = base;
     Py_XDECREF(items);
     Py_XDECREF(digests);
     return NULL;
@@ -1208,6 +1213,8 @@ static void release_reader(Reader *reader)
 {
     for (int i = 0; i < KEY_CACHE_SLOTS; i++)
         Py_CLEAR(reader->key_cache[i]);
+    PyMem_Free(reader->stack.data);
+    reader->stack.data = NULL;
 }
 
 static int open_reader(Reader *reader, Py_buffer *view, Py_ssize_t offset)
@@ -1227,15 +1234,20 @@ static PyObject *treecore_decode(PyObject *module, PyObject *args)
 {
     Py_buffer view;
     Py_ssize_t offset;
-    if (!PyArg_ParseTuple(args, "y*n:decode", &view, &offset))
+    PyObject *data;
+    /* bytes only: immutable, so the input cannot change while it is being read (the
+     * long-input hasher is Python code and may let other threads run) */
+    if (!PyArg_ParseTuple(args, "O!n:decode", &PyBytes_Type, &data, &offset))
         return NULL;
-    if (!configured()) {
-        PyBuffer_Release(&view);
+    if (!configured() || PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
         return NULL;
-    }
     Reader reader;
     PyObject *result = NULL;
-    if (open_reader(&reader, &view, offset) == 0) {
+    /* A first pass proves the item well-formed and every claimed length real, so the
+     * building pass allocates no more than the input can actually fill (a claimed
+     * length is otherwise only bounded by the bytes remaining, at every level). */
+    if (open_reader(&reader, &view, offset) == 0 && skip_item(&reader, 0) == 0 &&
+        open_reader(&reader, &view, offset) == 0) {
         Totals totals = {0, 0, -1, -1};
         PyObject *item, *digest;
         if (decode_child(&reader, -1, &totals, &item, &digest) == 0) {
@@ -1289,6 +1301,7 @@ typedef struct {
     uint8_t *data;
     size_t length;
     size_t capacity;
+    int depth; /* nodes being encoded, outermost first */
 } Output;
 
 static int reserve(Output *out, size_t extra)
@@ -1379,9 +1392,32 @@ static int encode_script(Output *out, PyObject *script)
     return 0;
 }
 
+/* Nodes are a public type, so one handed in may have been made by hand: check the
+ * shape this encoder relies on instead of trusting it. */
+static int node_shape_ok(PyObject *node, long *kind)
+{
+    if (PyTuple_GET_SIZE(node) != 8 || !PyLong_CheckExact(PyTuple_GET_ITEM(node, 0)))
+        return 0;
+    *kind = PyLong_AsLong(PyTuple_GET_ITEM(node, 0));
+    if (*kind == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *value = PyTuple_GET_ITEM(node, 1);
+    if (*kind == KIND_MAP)
+        return PyDict_CheckExact(value);
+    if (*kind == KIND_ARRAY)
+        return PyTuple_CheckExact(value);
+    return *kind >= 0 && *kind <= 7 && Py_TYPE(value) != node_type;
+}
+
 static int encode_node(Output *out, PyObject *node)
 {
-    long kind = PyLong_AsLong(PyTuple_GET_ITEM(node, 0));
+    long kind;
+    if (!node_shape_ok(node, &kind)) {
+        invalid("malformed tree node");
+        return -1;
+    }
     PyObject *value = PyTuple_GET_ITEM(node, 1);
     if (kind == KIND_MAP) {
         if (write_head(out, 5, (uint64_t)PyDict_GET_SIZE(value)) < 0)
@@ -1389,6 +1425,10 @@ static int encode_node(Output *out, PyObject *node)
         Py_ssize_t position = 0;
         PyObject *key, *child;
         while (PyDict_Next(value, &position, &key, &child)) {
+            if (!PyUnicode_CheckExact(key)) {
+                invalid("map keys must be text");
+                return -1;
+            }
             if (write_text(out, key) < 0 || encode_item(out, child) < 0)
                 return -1;
         }
@@ -1409,10 +1449,13 @@ static int encode_node(Output *out, PyObject *node)
 static int encode_item(Output *out, PyObject *item)
 {
     if (Py_TYPE(item) == node_type) {
-        if (Py_EnterRecursiveCall(" while encoding a tree"))
+        if (out->depth >= max_nesting) {
+            invalid(NESTING);
             return -1;
+        }
+        out->depth++;
         int status = encode_node(out, item);
-        Py_LeaveRecursiveCall();
+        out->depth--;
         return status;
     }
     if (PyUnicode_CheckExact(item))
@@ -1462,12 +1505,16 @@ static PyObject *treecore_encode(PyObject *module, PyObject *node)
     /* The node's cached sizes bound its encoding: every node and map key adds at most a
      * 9-byte head to the text bytes, a script at most 18 more; reserving that once
      * avoids growing (and copying) a large buffer step by step. */
-    long long count = node_field(node, 3), text = node_field(node, 4);
+    long kind;
+    if (!node_shape_ok(node, &kind))
+        return invalid("malformed tree node");
+    long long count = PyLong_CheckExact(PyTuple_GET_ITEM(node, 3)) ? node_field(node, 3) : 0;
+    long long text = PyLong_CheckExact(PyTuple_GET_ITEM(node, 4)) ? node_field(node, 4) : 0;
     if (PyErr_Occurred())
-        return NULL;
-    Output out = {NULL, 0, 0};
+        PyErr_Clear(); /* only a capacity hint */
+    Output out = {NULL, 0, 0, 0};
     PyObject *result = NULL;
-    if (count >= 0 && text >= 0 && (unsigned long long)count < (1ull << 40) && (unsigned long long)text < (1ull << 46) &&
+    if (count >= 0 && text >= 0 && count <= (1ll << 24) && text <= (1ll << 28) &&
         reserve(&out, (size_t)text + 36 * (size_t)count + 64) < 0)
         return NULL;
     if (encode_item(&out, node) == 0)

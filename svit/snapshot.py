@@ -135,9 +135,11 @@ def _decode_body(body: bytes) -> Any:
     return decoded[0]
 
 
-def _root_range(body: bytes) -> tuple[int, int] | None:
-    """Where the envelope's ``root`` value lies in the body, when the native decoder can
-    take it; None for anything unexpected (the general path then decodes and reports)."""
+def _decoded_root(body: bytes) -> tuple[Node, int, int] | None:
+    """The envelope's ``root`` decoded natively, with where it lies in the body:
+    ``(root, start, end)``. None when the native module is absent or anything at all is
+    unexpected; the general path then decodes the whole body and reports the problem, so
+    both paths fail with the same error."""
     if not tree.NATIVE_BUILDER:
         return None
     try:
@@ -147,11 +149,11 @@ def _root_range(body: bytes) -> tuple[int, int] | None:
         for _ in range(count):
             key_major, key_length, key_start = tree.cbor_head(body, position)
             value_start = tree.cbor_item_end(body, position)
-            value_end = tree.cbor_item_end(body, value_start)
             if key_major == 3 and value_start - key_start == 4 and body[key_start:value_start] == b"root":
-                return value_start, value_end
-            position = value_end
-    except ValueError:
+                root, end = tree.decode_node(body, value_start)
+                return root, value_start, end
+            position = tree.cbor_item_end(body, value_start)
+    except (ValueError, InvalidValue):
         return None
     return None
 
@@ -197,24 +199,18 @@ def _decode(data: Any, max_bytes: int) -> tuple[str, int, Node, Limits, str]:
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        root_range = _root_range(body)
-        root_error: InvalidValue | None = None
-        if root_range is None:
-            envelope = _decode_body(body)
-        else:
-            # The root (nearly all of the bytes) goes straight to nodes; the small rest
-            # of the envelope, with a null in the root's place, goes through cbor2.
-            start, end = root_range
-            envelope = _decode_body(body[:start] + b"\xf6" + body[end:])
+        # The root (nearly all of the bytes) goes straight to nodes; the small rest of
+        # the envelope, with a null in the root's place, goes through cbor2.
+        native = _decoded_root(body)
+        envelope = None
+        if native is not None:
+            decoded_root, start, end = native
             try:
-                decoded_root, stop = tree.decode_node(body, start)
-            except ValueError as exc:
-                raise InvalidSnapshot(f"snapshot body is malformed: {exc}") from None
-            except InvalidValue as exc:
-                root_error = exc
-            else:
-                if stop != end:
-                    raise InvalidSnapshot("snapshot body is malformed")
+                envelope = _decode_body(body[:start] + b"\xf6" + body[end:])
+            except InvalidSnapshot:
+                native = None  # let the general path name the problem
+        if native is None:
+            envelope = _decode_body(body)
         if type(envelope) is not dict:
             raise InvalidSnapshot("snapshot envelope must be a map")
         if "format" in envelope and envelope["format"] != FORMAT:
@@ -237,12 +233,7 @@ def _decode(data: Any, max_bytes: int) -> tuple[str, int, Node, Limits, str]:
             raise InvalidSnapshot("snapshot root_hash must be text")
         limits = Limits.from_dict(envelope["limits"])
         try:
-            if root_range is None:
-                root = from_decoded(envelope["root"])
-            elif root_error is not None:
-                raise root_error
-            else:
-                root = decoded_root
+            root = from_decoded(envelope["root"]) if native is None else decoded_root
         except InvalidValue as exc:
             raise InvalidSnapshot(f"invalid root value: {exc.detail}") from None
     finally:

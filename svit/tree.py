@@ -93,7 +93,10 @@ class Node(tuple):
     """One immutable node of the tree; compare and hash by content digest."""
 
     # No __slots__: the instance dict (created lazily) caches the CBOR encoding of
-    # leaf-only containers; everything that defines the node lives in the tuple.
+    # leaf-only containers and a map's key heads; everything that defines the node lives
+    # in the tuple. Those caches (bytes, lists of bytes) are the only attributes ever set:
+    # trees are acyclic, which is why the native builder can leave its nodes untracked
+    # by the cycle collector.
 
     digest = property(itemgetter(2), doc="32-byte BLAKE3 structural hash")
     count = property(itemgetter(3), doc="nodes in the subtree")  # type: ignore[assignment]

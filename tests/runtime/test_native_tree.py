@@ -13,6 +13,10 @@ import gc
 import math
 import os
 import random
+import struct
+import subprocess
+import sys
+import textwrap
 import tracemalloc
 
 import blake3
@@ -415,7 +419,7 @@ def restored(blob: bytes):
     try:
         process = Process.restore(blob)
     except SvitError as exc:
-        return "rejected", exc.code
+        return "rejected", exc.code, exc.message
     return "ok", (process.address, process.version, process.root[2], process.snapshot())
 
 
@@ -476,3 +480,138 @@ def test_encode_refuses_what_is_not_a_node():
     for bad in ({"a": 1}, [1], "text", None):
         with pytest.raises(TypeError):
             tree._native.encode(bad)
+
+
+def reseal(body: bytes) -> bytes:
+    return body + snapshot.MAGIC + len(body).to_bytes(8, "big") + blake3.blake3(body).digest()
+
+
+def envelope_with(root: bytes, **fields) -> bytes:
+    """A snapshot body with ``root`` spliced in as raw CBOR and envelope fields overridable."""
+    process = Process.builder("svit://local/tests/native-envelope").build()
+    envelope = cbor2.loads(process.snapshot()[: -snapshot.TRAILER_BYTES])
+    envelope.update(fields)
+    envelope["root"] = cbor2.CBORTag(55799, None)  # a marker to replace by the raw root
+    marker = cbor2.dumps(cbor2.CBORTag(55799, None))
+    body = cbor2.dumps(dict(sorted(envelope.items())))
+    return body.replace(marker, root)
+
+
+# Root faults combined with envelope faults: the native path must report exactly what the
+# general path reports (same code, same message), whichever fault the reader meets first.
+ROOT_FAULTS = [
+    bytes.fromhex("a3616101616202616103"),  # {a, b, a}: a duplicate key that is not adjacent
+    bytes.fromhex("a2616281fb7ff8000000000000616101"),  # a NaN inside, keys out of order
+    bytes.fromhex("a1616bf800"),  # a one-byte simple value
+    bytes.fromhex("82 1b8000000000000000 c101".replace(" ", "")),  # 2**63, then a foreign tag
+    bytes.fromhex("8142ab62c328"),  # a byte string, then invalid UTF-8 (truncated array)
+    b"\x81" * 170 + b"\xa0",  # nested deeper than any tree may be
+]
+ENVELOPE_FAULTS = [
+    {},
+    {"format": "svit-snapshot@0"},
+    {"version": -1},
+    {"root_hash": 7},
+    {"extra": 1},
+]
+
+
+@native
+@pytest.mark.parametrize("root", ROOT_FAULTS, ids=lambda root: root[:12].hex())
+@pytest.mark.parametrize("fields", ENVELOPE_FAULTS, ids=lambda fields: ",".join(fields) or "valid-envelope")
+def test_restore_reports_the_same_error_on_both_paths(root, fields):
+    blob = reseal(envelope_with(root, **fields))
+    native_result = restored(blob)
+    with python_only():
+        python_result = restored(blob)
+    assert native_result[0] == "rejected"
+    assert native_result == python_result
+
+
+@native
+def test_restore_reports_the_same_error_when_limits_are_bad_too():
+    # A faulty root must not let the envelope's limits error win on one path only.
+    process = Process.builder("svit://local/tests/native-envelope").build()
+    envelope = cbor2.loads(process.snapshot()[: -snapshot.TRAILER_BYTES])
+    limits = dict(envelope["limits"], max_value_depth="deep")
+    blob = reseal(envelope_with(ROOT_FAULTS[0], limits=limits))
+    native_result = restored(blob)
+    with python_only():
+        assert restored(blob) == native_result
+
+
+@native
+def test_claimed_lengths_cannot_multiply_memory():
+    # Every level claims as many items as bytes remain; only one level's worth of items
+    # really exists. The reader must fail without allocating for every claim.
+    size = 1_000_000
+    data = b"".join(b"\x9b" + struct.pack(">Q", size - 9 * (k + 1) - 1) for k in range(150))
+    data += bytes(size - len(data))
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError):
+            tree.decode_node(data, 0)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 1024 * 1024
+
+
+@native
+def test_deep_values_are_safe_on_small_thread_stacks():
+    # Some platforms give threads 128 KiB stacks; the deepest value a tree accepts must
+    # build, encode and decode there (in a child process, so a crash fails the test).
+    program = textwrap.dedent(
+        """
+        import threading
+        from svit import tree
+        from svit.values import MAX_NESTING
+
+        def work():
+            value = {}
+            for _ in range(MAX_NESTING - 1):
+                value = {"k": [value]} if len(str(type(value))) else value
+            value = {}
+            for _ in range(MAX_NESTING - 1):
+                value = {"k": value}
+            node = tree.from_value(value, scripts_allowed=False)
+            data = tree.node_cbor(node)
+            assert tree.decode_node(data, 0)[0] == node
+            print("ok", node.height)
+
+        threading.stack_size(128 * 1024)
+        thread = threading.Thread(target=work)
+        thread.start()
+        thread.join()
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["ok", str(MAX_NESTING - 1)]
+
+
+@native
+def test_encoding_a_forged_node_is_an_error_not_a_crash():
+    forged = [
+        tree.Node((5,)),
+        tree.Node((6, {1: 2}, b"", 1, 0, 0, -1, [])),
+        tree.Node((5, "not a tuple", b"", 1, 0, 0, -1, [])),
+        tree.Node((6, ["not a dict"], b"", 1, 0, 0, -1, [])),
+        tree.Node(("6", {}, b"", 1, 0, 0, -1, [])),
+        tree.Node((4, object(), b"", 1, 0, 0, -1, None)),
+    ]
+    chain = tree.from_value([], scripts_allowed=False)
+    for _ in range(MAX_NESTING + 5):
+        chain = tree.Node((5, (chain,), b"", 10**12, 10**15, 0, -1, []))
+    for node in forged + [chain]:
+        with pytest.raises(InvalidValue):
+            tree.node_cbor(node)
+
+
+@native
+def test_decode_reads_bytes_only():
+    data = tree.node_cbor(tree.from_value({"a": 1}, scripts_allowed=False))
+    assert tree.decode_node(data, 0)[1] == len(data)
+    for other in (bytearray(data), memoryview(data)):
+        with pytest.raises(TypeError):
+            tree.decode_node(other, 0)
