@@ -143,6 +143,25 @@ class PersistenceUnavailable(SvitError):
     code, prefix = "persistence_unavailable", "persistence store unavailable"
 
 
+class ThreadHistoryBoundary(SvitError):
+    """A thread-history boundary that is not a sequence of the partition (not an
+    integer, below 1, or beyond the last appended event)."""
+
+    code, prefix = "thread_history_boundary", "invalid thread history boundary"
+
+
+class ThreadHistoryUncompacted(SvitError):
+    """A cut past the latest compaction checkpoint would lose context no summary holds."""
+
+    code, prefix = "thread_history_uncompacted", "thread history is not compacted through the boundary"
+
+
+class ThreadHistoryPinned(SvitError):
+    """A living durable fork reads that prefix of the thread; cut or remove the fork first."""
+
+    code, prefix = "thread_history_pinned", "thread history is inherited by a fork"
+
+
 ALL_ERRORS: tuple[type[SvitError], ...] = tuple(
     cls for cls in list(globals().values()) if isinstance(cls, type) and issubclass(cls, SvitError)
 )

@@ -14,7 +14,18 @@ from .errors import (
     ReasonerUnavailable,
     TurnFailed,
 )
-from .events import CanonicalEvent, Committed, Event, EventLog, Failed, MemoryEventLog, MessageEvent, SvitEvent
+from .events import (
+    CanonicalEvent,
+    Checkpoint,
+    Committed,
+    Event,
+    EventLog,
+    Failed,
+    MemoryEventLog,
+    MessageEvent,
+    SvitEvent,
+    ThreadHistoryRetention,
+)
 from .messages import Message, Reply, ToolCall
 from .observers import Observer
 from .svit import Inbox, Svit, SvitBuilder, SvitPortContext, SvitResumeBuilder, compose_system_prompt
@@ -22,6 +33,7 @@ from .tools import TOOL_SPECS, ToolSpec
 
 __all__ = [
     "CanonicalEvent",
+    "Checkpoint",
     "Closed",
     "Committed",
     "Empty",
@@ -48,6 +60,7 @@ __all__ = [
     "SvitPortContext",
     "SvitResumeBuilder",
     "TOOL_SPECS",
+    "ThreadHistoryRetention",
     "ToolCall",
     "ToolSpec",
     "TurnFailed",

@@ -6,6 +6,12 @@ failed turn) to an :class:`EventLog`, partitioned by process address and session
 Messages are a projection of those events. :class:`MemoryEventLog` is the in-memory
 implementation; a durable log only has to provide the same three methods.
 
+Thread-history retention (reference §10.8) is optional on a log: a
+:class:`Checkpoint` records that events ``1..through`` of a session are summarised by a
+host-chosen payload, and a log that can also cut lets a host drop the summarised prefix.
+After a cut, :meth:`EventLog.events` starts at the first retained sequence, so callers
+page by the last sequence they saw (:func:`read_all`), never by a count.
+
 It also defines the runtime signals published on ``Svit.events()`` (reference §11.2).
 """
 
@@ -45,6 +51,45 @@ class Event:
             "session_id": self.session_id,
             "type": self.type,
         }
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A compaction checkpoint: events ``1..through`` of a session are summarised by ``summary``.
+
+    ``summary`` is plain JSON-like data chosen by whoever compacted. The reasoning loop
+    reads ``{"text": ...}``, a bare string, or ``{"messages": [<message JSON>, ...]}``
+    (see :func:`checkpoint_messages`).
+    """
+
+    process_id: str
+    session_id: str
+    through: int
+    summary: Any
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "process_id": self.process_id,
+            "session_id": self.session_id,
+            "summary": self.summary,
+            "through": self.through,
+        }
+
+
+@runtime_checkable
+class ThreadHistoryRetention(Protocol):
+    """Retention of one process's reasoning history (a durable handle offers it).
+
+    ``retained_from`` is the first retained sequence (1 when nothing was cut),
+    ``compacted_through`` the highest checkpoint boundary (0 when none), and
+    ``cut_thread_events`` drops events ``1..through`` once a checkpoint covers them.
+    """
+
+    def retained_from(self, session: str) -> int: ...
+
+    def compacted_through(self, session: str) -> int: ...
+
+    def cut_thread_events(self, session: str, through: int) -> int: ...
 
 
 @runtime_checkable
@@ -95,14 +140,41 @@ class MemoryEventLog:
         return read_all(self, process_id, session_id)
 
 
-def read_all(log: EventLog, process_id: str, session_id: str) -> list[Event]:
-    """Page through a log from the start (any :class:`EventLog`)."""
+def read_all(log: EventLog, process_id: str, session_id: str, after: int = 0) -> list[Event]:
+    """Every retained event with sequence > ``after`` (any :class:`EventLog`).
+
+    Pages continue from the last sequence seen: after a cut the first retained event
+    is not sequence 1, so a count of events read is not a position.
+    """
     found: list[Event] = []
     while True:
-        page = log.events(process_id, session_id, after=len(found), limit=MAX_WINDOW)
+        page = log.events(process_id, session_id, after=found[-1].sequence if found else after, limit=MAX_WINDOW)
         found.extend(page)
         if len(page) < MAX_WINDOW:
             return found
+
+
+SUMMARY_HEADING = "Summary of the conversation so far (events 1-{through}, compacted):"
+
+
+def checkpoint_messages(checkpoint: Checkpoint) -> list[Message]:
+    """The messages a checkpoint stands for at the head of a conversation.
+
+    ``{"messages": [...]}`` gives those messages verbatim (the compacted conversation);
+    ``{"text": t}`` or a bare string ``t`` gives one user message: a fixed heading
+    naming the covered sequences, a blank line, then ``t``, with the stable id
+    ``checkpoint-<through>`` so the projection is the same on every read. Any other
+    shape is :class:`InvalidValue`: the loop never guesses what a summary means.
+    """
+    summary = checkpoint.summary
+    if type(summary) is dict and list(summary) == ["messages"] and type(summary["messages"]) is list:
+        return [Message.from_json(item) for item in summary["messages"]]
+    if type(summary) is dict and list(summary) == ["text"]:
+        summary = summary["text"]
+    if type(summary) is not str:
+        raise InvalidValue('a checkpoint summary for the loop must be text, {"text": ...} or {"messages": [...]}')
+    heading = SUMMARY_HEADING.format(through=checkpoint.through)
+    return [Message.user(f"{heading}\n\n{summary}", id=f"checkpoint-{checkpoint.through}")]
 
 
 def message_of(event: Event) -> Message | None:

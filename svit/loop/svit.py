@@ -18,6 +18,26 @@ A host resumes one, conversation and pending inbox included, with::
 A turn left unfinished by a host that went away (its input recorded, neither a final
 answer nor a failure) is recorded as failed when the loop next runs, and its inbox item
 is retried.
+
+Compaction (reference §10.8). A long-running agent keeps its context bounded with a
+compaction checkpoint and a cut::
+
+    checkpoint = agent.compact("what the conversation established so far")
+    agent.cut_history()          # drops events 1..checkpoint.through from the store
+
+What the reasoner is shown on each step (:meth:`Svit.conversation`) is:
+
+1. the latest checkpoint's summary, as messages (:func:`~svit.loop.events.checkpoint_messages`):
+   ``{"messages": [...]}`` verbatim, or for text one user message
+   ``"Summary of the conversation so far (events 1-<through>, compacted):\n\n<text>"``
+   with id ``checkpoint-<through>``;
+2. then the messages projected from the events after ``through`` (failed turns left out).
+
+Without a checkpoint it is every retained message, as before. The view depends on the
+checkpoint only, never on the cut: cutting the summarised prefix (or resuming a process
+whose log was cut) shows the model exactly what it saw before, so a host can compact,
+cut and resume without the agent losing its context. :meth:`Svit.messages` and the
+recent windows report what is retained, so after a cut they start at ``retained_from``.
 """
 
 from __future__ import annotations
@@ -28,7 +48,15 @@ import weakref
 from typing import Any
 
 from .. import tree
-from ..errors import ChildUnavailable, InvalidValue, PortContextUnavailable, ResourceLimitExceeded, SvitError, sanitize
+from ..errors import (
+    ChildUnavailable,
+    InvalidValue,
+    PortContextUnavailable,
+    ResourceLimitExceeded,
+    SvitError,
+    ThreadHistoryUncompacted,
+    sanitize,
+)
 from ..limits import Limits
 from ..mounts import Mount
 from ..ports import PortContext, PortDescriptor, Ports
@@ -42,6 +70,7 @@ from .events import (
     TOOL_STARTED,
     TURN_FAILED,
     CanonicalEvent,
+    Checkpoint,
     Committed,
     Event,
     EventLog,
@@ -50,6 +79,7 @@ from .events import (
     MessageEvent,
     SvitEvent,
     check_window,
+    checkpoint_messages,
     message_of,
     project_messages,
     read_all,
@@ -403,8 +433,13 @@ class Svit:
         return self._process.snapshot()
 
     def fork_process(self, child_address: str) -> Any:
-        """A process-only fork; its ports are the registry the host gave (no Svit context)."""
-        child = self._process.fork(child_address)
+        """A process-only fork; its ports are the registry the host gave (no Svit context).
+
+        Over a durable handle this forks the committed in-memory process, not the store:
+        a durable fork would share (and pin) this Svit's reasoning session, while a
+        process-only fork starts a session of its own.
+        """
+        child = _in_memory(self._process).fork(child_address)
         child.replace_ports(self._ports)
         return child
 
@@ -429,16 +464,70 @@ class Svit:
         return read_all(self._log, self.address, self._session_id)
 
     def messages(self) -> list[Message]:
-        """Every message of the current session, as recorded (failed turns included)."""
+        """Every retained message of the current session, as recorded (failed turns included)."""
         return project_messages(self._session_events())
 
     def recent_events(self, n: int) -> list[Event]:
-        """The newest ``n`` events; more than 4096 is ``ResourceLimitExceeded("recent thread events")``."""
-        return self._log.recent(self.address, self._session_id, _recent_window(n))
+        """The newest ``n`` retained events; more than 4096 is ``ResourceLimitExceeded("recent thread events")``."""
+        return self._log.recent(self.address, self._session_id, _recent_window(n, "recent thread events"))
 
     def recent_messages(self, n: int) -> list[Message]:
-        _recent_window(n)
+        """The newest ``n`` retained messages; more than 4096 is ``ResourceLimitExceeded("recent thread messages")``."""
+        _recent_window(n, "recent thread messages")
+        window = getattr(self._log, "recent_thread_messages", None)
+        if callable(window):
+            return window(self.address, self._session_id, n)
         return self.messages()[-n:]
+
+    def checkpoint(self) -> Checkpoint | None:
+        """The latest compaction checkpoint of the current session (None when the log keeps none)."""
+        latest = getattr(self._log, "checkpoint", None)
+        return latest(self.address, self._session_id) if callable(latest) else None
+
+    def conversation(self) -> list[Message]:
+        """What the reasoner is shown next: the latest checkpoint's summary, then the
+        messages recorded after it, failed turns left out (see the module docstring)."""
+        checkpoint = self.checkpoint()
+        if checkpoint is None:
+            return project_messages(self._session_events(), skip_failed_turns=True)
+        after = read_all(self._log, self.address, self._session_id, after=checkpoint.through)
+        return checkpoint_messages(checkpoint) + project_messages(after, skip_failed_turns=True)
+
+    def compact(self, summary: str | list[Message] | dict[str, Any], through: int | None = None) -> Checkpoint:
+        """Record a compaction checkpoint for the current session, covering events
+        ``1..through`` (default: every event so far).
+
+        ``summary`` is text, a list of messages (the compacted conversation) or a map the
+        loop can read (``{"text": ...}`` / ``{"messages": [...]}``); a shape the loop could
+        not show the model is refused before anything is written.
+        """
+        record = getattr(self._log, "record_checkpoint", None)
+        if not callable(record):
+            raise InvalidValue("this event log keeps no compaction checkpoints")
+        if isinstance(summary, str):
+            payload: Any = {"text": summary}
+        elif isinstance(summary, (list, tuple)) and all(isinstance(m, Message) for m in summary):
+            payload = {"messages": [m.to_json() for m in summary]}
+        else:
+            payload = summary
+        if through is None:
+            newest = self._log.recent(self.address, self._session_id, 1)
+            through = newest[0].sequence if newest else 0
+        checkpoint_messages(Checkpoint(self.address, self._session_id, 0, payload))
+        return record(self.address, self._session_id, through, payload)
+
+    def cut_history(self, through: int | None = None) -> int:
+        """Drop events ``1..through`` of the current session (default: through the latest
+        checkpoint); returns the first retained sequence. The model's view is unchanged."""
+        cut = getattr(self._log, "cut_thread_events", None)
+        if not callable(cut):
+            raise InvalidValue("this event log cannot cut history")
+        if through is None:
+            checkpoint = self.checkpoint()
+            if checkpoint is None:
+                raise ThreadHistoryUncompacted(f"no checkpoint covers any event of session {self._session_id}")
+            through = checkpoint.through
+        return cut(self.address, self._session_id, through)
 
     # ------------------------------------------------------------------ observers
     def inbox(self) -> Inbox:
@@ -550,7 +639,7 @@ class Svit:
 
     def _reason(self, turn_id: str) -> Message:
         for _ in range(self._max_iterations):
-            conversation = project_messages(self._session_events(), skip_failed_turns=True)
+            conversation = self.conversation()
             reply = self._reasoner.complete(self._system_prompt, conversation, list(TOOL_SPECS))
             if not isinstance(reply, Reply):
                 raise TurnFailed("the reasoner did not return a Reply")
@@ -595,9 +684,9 @@ class Svit:
         return activation
 
 
-def _recent_window(n: int) -> int:
+def _recent_window(n: int, name: str) -> int:
     if type(n) is int and n > MAX_WINDOW:
-        raise ResourceLimitExceeded("recent thread events")
+        raise ResourceLimitExceeded(name)
     return check_window(n)
 
 
@@ -611,6 +700,13 @@ def _default_log(process: Any) -> EventLog:
     if isinstance(process, DurableProcess):
         return StoreEventLog(process.store)
     return MemoryEventLog()
+
+
+def _in_memory(process: Any) -> Process:
+    """The committed in-memory process behind a durable handle (or the process itself)."""
+    from ..store.store import DurableProcess
+
+    return process.process if isinstance(process, DurableProcess) else process
 
 
 def failure_text(exc: BaseException) -> str:

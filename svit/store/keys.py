@@ -19,6 +19,9 @@ accident; ``SEP`` ends an escaped component)::
     record   s/<addr>SEP<snapshot hash>       store snapshot                 irreplaceable
     record   f/<child addr>                   fork reference (child->parent) irreplaceable
     record   e/<addr>SEP<session>SEP<u64 seq> reasoning event (not state)    irreplaceable
+    record   j/<addr>SEP<session>             thread partition (retention,   irreplaceable
+                                              fork-shared prefix)
+    record   k/<addr>SEP<session>SEP<u64 thr> compaction checkpoint           irreplaceable
     nodes    n/<32-byte digest>               content-addressed tree node    irreplaceable
     index    p/<addr>SEP<path>SEP<u64 pos>    path index (queries)           rebuildable
     index    c/<parent addr>SEP<child addr>   fork children (cut/remove)     rebuildable
@@ -66,6 +69,10 @@ KEY_CLASSES: tuple[KeyClass, ...] = (
     KeyClass("fork", CF_RECORD, b"f/", IRREPLACEABLE, "fork references, child to parent boundary"),
     KeyClass("thread_event", CF_RECORD, b"e/", IRREPLACEABLE,
              "canonical reasoning events by address, session id and sequence (not process state)"),
+    KeyClass("thread_partition", CF_RECORD, b"j/", IRREPLACEABLE,
+             "per (address, session): first retained sequence and the fork-shared event prefix"),
+    KeyClass("thread_checkpoint", CF_RECORD, b"k/", IRREPLACEABLE,
+             "compaction checkpoints by address, session id and covered sequence"),
     KeyClass("tombstone", CF_DEFAULT, b"d/", IRREPLACEABLE,
              "removed addresses (so an archive export can tell a removal from a loss)"),
     KeyClass("node", CF_NODES, b"n/", IRREPLACEABLE, "content-addressed container nodes of committed trees"),
@@ -156,6 +163,29 @@ def thread_session_prefix(address: str, session_id: str) -> bytes:
 def thread_event_key(address: str, session_id: str, sequence: int) -> bytes:
     """Sequences are fixed-width (zero-padded big-endian u64), so key order is sequence order."""
     return thread_session_prefix(address, session_id) + u64(sequence)
+
+
+def thread_partitions_prefix(address: str) -> bytes:
+    """Every thread partition record of ``address`` (all sessions)."""
+    return b"j/" + escape(address) + SEP
+
+
+def thread_partition_key(address: str, session_id: str) -> bytes:
+    return thread_partitions_prefix(address) + escape(session_id)
+
+
+def thread_checkpoints_prefix(address: str) -> bytes:
+    """Every compaction checkpoint of ``address`` (all sessions)."""
+    return b"k/" + escape(address) + SEP
+
+
+def thread_checkpoint_prefix(address: str, session_id: str) -> bytes:
+    return thread_checkpoints_prefix(address) + escape(session_id) + SEP
+
+
+def thread_checkpoint_key(address: str, session_id: str, through: int) -> bytes:
+    """Fixed-width boundary, so the last key of a session is its latest checkpoint."""
+    return thread_checkpoint_prefix(address, session_id) + u64(through)
 
 
 def node_key(digest: bytes) -> bytes:

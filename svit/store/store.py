@@ -33,7 +33,7 @@ import gc
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import rocksdict
 
@@ -60,6 +60,11 @@ from ..process import Process, Transition
 from ..tree import Node
 from . import codec, keys
 from .keys import CF_DEFAULT, CF_INDEX, CF_NODES, CF_RECORD, COLUMN_FAMILIES, IRREPLACEABLE, REBUILDABLE
+
+if TYPE_CHECKING:
+    from ..loop.events import Checkpoint, Event
+    from ..loop.messages import Message
+    from .events import StoreEventLog
 
 STORE_FORMAT = b"svit-store@1"
 MAX_TRANSACTION_BYTES = 16 * 1024 * 1024
@@ -551,8 +556,11 @@ class ProcessStore:
     def fork(self, parent_address: str, child_address: str) -> "DurableProcess":
         """A durable child whose base points at the parent's exact head.
 
-        The parent's current reasoning session (named by its ``/thread``) is copied to the
-        child under the same session id, so a Svit over the child continues it.
+        The child shares the parent's current reasoning session (named by its
+        ``/thread``) under the same session id: it reads the parent's events up to the
+        fork point, then its own (see :mod:`svit.store.events`), so a Svit over the
+        child continues the conversation. That shared prefix pins the parent's
+        thread-history cuts while the child lives.
         """
         validate_address(parent_address)
         validate_address(child_address)
@@ -598,10 +606,10 @@ class ProcessStore:
                       self._head_record(child_address, base_hash, child_head, child.version, child.root_hash))
             batch.put(CF_INDEX, keys.child_key(parent_address, child_address), b"")
             pending = self._stage_nodes(batch, child.root, [{"path": "/system"}])
-            # The child keeps the parent's reasoning session: copied in this same batch.
-            from .events import stage_fork_copy
+            # The child keeps the parent's reasoning session: shared, in this same batch.
+            from .events import stage_fork_share
 
-            stage_fork_copy(self, batch, parent_address, child_address, parent.read("/thread"))
+            stage_fork_share(self, batch, parent_address, child_address, parent.read("/thread"))
             self._write(batch)
             self._remember_nodes(pending)
             self._latest[child_address] = _State(child.version, child.root, child.limits, child_head, base_hash)
@@ -620,7 +628,7 @@ class ProcessStore:
         return depth
 
     def remove(self, address: str) -> None:
-        """Drop an address, its history, snapshots, reasoning events and fork reference (the only destructive gesture).
+        """Drop an address, its history, snapshots, reasoning history and fork reference (the only destructive gesture).
 
         Refused with ``PersistenceReferenced`` while a fork child references it: a
         child's resume replays the parent's history, so cut or remove children first.
@@ -639,7 +647,10 @@ class ProcessStore:
             batch.delete(CF_RECORD, keys.base_key(address))
             batch.delete(CF_RECORD, keys.head_key(address))
             for prefix, cf in ((keys.transaction_prefix(address), CF_RECORD), (keys.snapshot_prefix(address), CF_RECORD),
-                               (keys.thread_events_prefix(address), CF_RECORD), (keys.path_prefix_key(address), CF_INDEX)):
+                               (keys.thread_events_prefix(address), CF_RECORD),
+                               (keys.thread_partitions_prefix(address), CF_RECORD),
+                               (keys.thread_checkpoints_prefix(address), CF_RECORD),
+                               (keys.path_prefix_key(address), CF_INDEX)):
                 for key, _ in self._scan(cf, prefix):
                     batch.delete(cf, key)
             self._write(batch)
@@ -758,6 +769,9 @@ class ProcessStore:
             if self._exists(address):
                 if self._children(address):
                     raise PersistenceReferenced(f"{address} is referenced by fork {self._children(address)[0]}")
+                from .events import stage_thread_detach
+
+                stage_thread_detach(self, batch, address)
                 self._stage_detach(batch, address)
                 for prefix, cf in ((keys.transaction_prefix(address), CF_RECORD),
                                    (keys.snapshot_prefix(address), CF_RECORD),
@@ -1145,6 +1159,10 @@ class ProcessStore:
                 batch.delete(CF_RECORD, key)
             for key, _ in self._scan(CF_INDEX, keys.path_prefix_key(address)):
                 batch.delete(CF_INDEX, key)
+            # Losing the fork reference unpins the parent: first hold what the thread reads from it.
+            from .events import stage_thread_detach
+
+            stage_thread_detach(self, batch, address)
             self._stage_detach(batch, address)
             batch.put(CF_RECORD, keys.snapshot_key(address, snapshot_hash), record)
             batch.put(CF_RECORD, keys.base_key(address), base_bytes)
@@ -1228,7 +1246,9 @@ class DurableProcess:
 
     Offers the operations of :class:`~svit.process.Process` (delegated to an inner
     process whose ``before_publish`` appends to the store), plus ``snapshot``, ``cut``,
-    ``query`` and ``head``.
+    ``query`` and ``head``, and thread-history retention over the store's reasoning
+    event log (:class:`~svit.loop.events.ThreadHistoryRetention`: ``retained_from``,
+    ``compacted_through``, ``cut_thread_events``; checkpoints and recent windows).
     """
 
     def __init__(self, store: ProcessStore, process: Process, head: Head) -> None:
@@ -1333,6 +1353,44 @@ class DurableProcess:
     def fork(self, child_address: str) -> "DurableProcess":
         """A durable fork of this address's stored head."""
         return self._store.fork(self.address, child_address)
+
+    # --------------------------------------------------------------- reasoning history (reference §10.8)
+    def _thread_log(self) -> "StoreEventLog":
+        from .events import StoreEventLog
+
+        return StoreEventLog(self._store)
+
+    def retained_from(self, session: str) -> int:
+        """First retained sequence of ``session`` (1 when nothing was cut)."""
+        return self._thread_log().retained_from(self.address, session)
+
+    def compacted_through(self, session: str) -> int:
+        """Highest compaction-checkpoint boundary of ``session`` (0 when none)."""
+        return self._thread_log().compacted_through(self.address, session)
+
+    def cut_thread_events(self, session: str, through: int) -> int:
+        """Delete events ``1..through`` of ``session`` in one synced batch; returns ``retained_from``.
+
+        Refuses with ``ThreadHistoryBoundary``, ``ThreadHistoryUncompacted`` or
+        ``ThreadHistoryPinned`` and then changes nothing; an already cut boundary is a no-op.
+        """
+        return self._thread_log().cut_thread_events(self.address, session, through)
+
+    def record_checkpoint(self, session: str, through: int, summary: Any) -> "Checkpoint":
+        """Record a compaction checkpoint: events ``1..through`` are summarised by ``summary``."""
+        return self._thread_log().record_checkpoint(self.address, session, through, summary)
+
+    def latest_checkpoint(self, session: str) -> "Checkpoint | None":
+        """The latest compaction checkpoint of ``session`` (verified), or None."""
+        return self._thread_log().checkpoint(self.address, session)
+
+    def recent_thread_events(self, session: str, limit: int) -> "list[Event]":
+        """The newest ``limit`` (1-4096) retained events of ``session``."""
+        return self._thread_log().recent_thread_events(self.address, session, limit)
+
+    def recent_thread_messages(self, session: str, limit: int) -> "list[Message]":
+        """The newest ``limit`` (1-4096) messages projected from retained events of ``session``."""
+        return self._thread_log().recent_thread_messages(self.address, session, limit)
 
     def query(
         self,
