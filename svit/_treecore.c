@@ -243,6 +243,228 @@ static inline void hash_one_chunk(const uint8_t *data, size_t len, uint8_t out[3
 }
 
 /* ------------------------------------------------------------------------- */
+/* BLAKE3 of many independent short inputs at once                            */
+
+/* One compression is a chain of dependent steps, so a single input cannot keep a
+ * vector unit busy. Many inputs can: with one input per vector lane (16 with AVX-512,
+ * 8 with AVX2) every step works on all of them together. Restore hashes tens of
+ * thousands of leaves and containers, which is where this pays. Inputs are grouped by
+ * their number of blocks, so the lanes of one group finish together. */
+
+/* One input: `tag` followed by `payload` when tag >= 0 (a leaf's one-byte kind and its
+ * bytes, read where they lie), else `payload` alone. */
+typedef struct {
+    const uint8_t *payload;
+    size_t length; /* of the whole input, tag included: at most CHUNK_LEN */
+    uint8_t *out;  /* 32 bytes */
+    int tag;
+} HashJob;
+
+static size_t block_count(size_t length) { return length == 0 ? 1 : (length + BLOCK_LEN - 1) / BLOCK_LEN; }
+
+/* Block `b` of an input, zero padded, and its length. */
+static uint32_t load_block(const HashJob *job, size_t b, uint8_t padded[BLOCK_LEN])
+{
+    size_t start = b * BLOCK_LEN;
+    size_t take = job->length - start < BLOCK_LEN ? job->length - start : BLOCK_LEN;
+    memset(padded, 0, BLOCK_LEN);
+    if (job->tag < 0) {
+        memcpy(padded, job->payload + start, take);
+    } else if (b == 0) {
+        padded[0] = (uint8_t)job->tag;
+        if (take > 1)
+            memcpy(padded + 1, job->payload, take - 1);
+    } else {
+        memcpy(padded, job->payload + start - 1, take);
+    }
+    return (uint32_t)take;
+}
+
+typedef void (*hash_lanes_fn)(const HashJob *const *jobs, int count, size_t blocks);
+
+static void hash_lanes_portable(const HashJob *const *jobs, int count, size_t blocks)
+{
+    uint8_t padded[BLOCK_LEN];
+    for (int i = 0; i < count; i++) {
+        uint32_t cv[8];
+        memcpy(cv, BLAKE3_IV, sizeof cv);
+        for (size_t b = 0; b < blocks; b++) {
+            uint32_t length = load_block(jobs[i], b, padded);
+            uint32_t flags = (b == 0 ? FLAG_CHUNK_START : 0) | (b + 1 == blocks ? FLAG_CHUNK_END | FLAG_ROOT : 0);
+            compress(cv, padded, length, flags);
+        }
+        for (int w = 0; w < 8; w++) {
+            jobs[i]->out[4 * w] = (uint8_t)cv[w];
+            jobs[i]->out[4 * w + 1] = (uint8_t)(cv[w] >> 8);
+            jobs[i]->out[4 * w + 2] = (uint8_t)(cv[w] >> 16);
+            jobs[i]->out[4 * w + 3] = (uint8_t)(cv[w] >> 24);
+        }
+    }
+}
+
+#ifdef HAVE_VECTOR_COMPRESS
+
+/* The lane-parallel body, shared by the AVX2 and AVX-512 variants. VEC is the vector
+ * type, LANES its 32-bit lanes; the other macros are that unit's operations. */
+#define LANES_BODY(VEC, LANES, ADD, XOR, ROT16, ROT12, ROT8, ROT7, SET1, LOADU, STOREU)                            \
+    uint32_t words[16][LANES] __attribute__((aligned(64)));                                                        \
+    uint32_t lengths[LANES] __attribute__((aligned(64)));                                                          \
+    uint32_t flags[LANES] __attribute__((aligned(64)));                                                            \
+    uint32_t chained[8][LANES] __attribute__((aligned(64)));                                                       \
+    uint8_t padded[BLOCK_LEN];                                                                                     \
+    VEC h[8];                                                                                                      \
+    for (int i = 0; i < 8; i++)                                                                                    \
+        h[i] = SET1((int)BLAKE3_IV[i]);                                                                            \
+    for (size_t b = 0; b < blocks; b++) {                                                                          \
+        for (int lane = 0; lane < LANES; lane++) {                                                                 \
+            const HashJob *job = jobs[lane < count ? lane : 0];                                                    \
+            lengths[lane] = load_block(job, b, padded);                                                            \
+            flags[lane] = (b == 0 ? FLAG_CHUNK_START : 0) | (b + 1 == blocks ? FLAG_CHUNK_END | FLAG_ROOT : 0);    \
+            for (int w = 0; w < 16; w++)                                                                           \
+                words[w][lane] = load32_le(padded + 4 * w);                                                        \
+        }                                                                                                          \
+        VEC m[16];                                                                                                 \
+        for (int w = 0; w < 16; w++)                                                                               \
+            m[w] = LOADU(words[w]);                                                                                \
+        VEC v[16];                                                                                                 \
+        for (int i = 0; i < 8; i++)                                                                                \
+            v[i] = h[i];                                                                                           \
+        for (int i = 0; i < 4; i++)                                                                                \
+            v[8 + i] = SET1((int)BLAKE3_IV[i]);                                                                    \
+        v[12] = SET1(0);                                                                                           \
+        v[13] = SET1(0);                                                                                           \
+        v[14] = LOADU(lengths);                                                                                    \
+        v[15] = LOADU(flags);                                                                                      \
+        for (int r = 0; r < 7; r++) {                                                                              \
+            const uint8_t *s = schedule[r];                                                                        \
+            LANE_G(ADD, XOR, ROT16, ROT12, ROT8, ROT7, 0, 4, 8, 12, s[0], s[1]);                                                                       \
+            LANE_G(ADD, XOR, ROT16, ROT12, ROT8, ROT7, 1, 5, 9, 13, s[2], s[3]);                                                                       \
+            LANE_G(ADD, XOR, ROT16, ROT12, ROT8, ROT7, 2, 6, 10, 14, s[4], s[5]);                                                                      \
+            LANE_G(ADD, XOR, ROT16, ROT12, ROT8, ROT7, 3, 7, 11, 15, s[6], s[7]);                                                                      \
+            LANE_G(ADD, XOR, ROT16, ROT12, ROT8, ROT7, 0, 5, 10, 15, s[8], s[9]);                                                                      \
+            LANE_G(ADD, XOR, ROT16, ROT12, ROT8, ROT7, 1, 6, 11, 12, s[10], s[11]);                                                                    \
+            LANE_G(ADD, XOR, ROT16, ROT12, ROT8, ROT7, 2, 7, 8, 13, s[12], s[13]);                                                                     \
+            LANE_G(ADD, XOR, ROT16, ROT12, ROT8, ROT7, 3, 4, 9, 14, s[14], s[15]);                                                                     \
+        }                                                                                                          \
+        for (int i = 0; i < 8; i++)                                                                                \
+            h[i] = XOR(v[i], v[i + 8]);                                                                            \
+    }                                                                                                              \
+    for (int i = 0; i < 8; i++)                                                                                    \
+        STOREU(chained[i], h[i]);                                                                                  \
+    for (int lane = 0; lane < count; lane++)                                                                       \
+        for (int i = 0; i < 8; i++) {                                                                              \
+            uint32_t word = chained[i][lane];                                                                      \
+            jobs[lane]->out[4 * i] = (uint8_t)word;                                                                \
+            jobs[lane]->out[4 * i + 1] = (uint8_t)(word >> 8);                                                     \
+            jobs[lane]->out[4 * i + 2] = (uint8_t)(word >> 16);                                                    \
+            jobs[lane]->out[4 * i + 3] = (uint8_t)(word >> 24);                                                    \
+        }
+
+#define LANE_G(ADD, XOR, ROT16, ROT12, ROT8, ROT7, a, b, c, d, x, y) \
+    do {                                                      \
+        v[a] = ADD(ADD(v[a], v[b]), m[x]);                    \
+        v[d] = ROT16(XOR(v[d], v[a]));                        \
+        v[c] = ADD(v[c], v[d]);                               \
+        v[b] = ROT12(XOR(v[b], v[c]));                        \
+        v[a] = ADD(ADD(v[a], v[b]), m[y]);                    \
+        v[d] = ROT8(XOR(v[d], v[a]));                         \
+        v[c] = ADD(v[c], v[d]);                               \
+        v[b] = ROT7(XOR(v[b], v[c]));                         \
+    } while (0)
+
+#define AVX2_ROT16(x) _mm256_shuffle_epi8((x), _mm256_setr_epi8(2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13, \
+                                                                2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13))
+#define AVX2_ROT8(x) _mm256_shuffle_epi8((x), _mm256_setr_epi8(1, 2, 3, 0, 5, 6, 7, 4, 9, 10, 11, 8, 13, 14, 15, 12, \
+                                                               1, 2, 3, 0, 5, 6, 7, 4, 9, 10, 11, 8, 13, 14, 15, 12))
+#define AVX2_ROT12(x) _mm256_or_si256(_mm256_srli_epi32((x), 12), _mm256_slli_epi32((x), 20))
+#define AVX2_ROT7(x) _mm256_or_si256(_mm256_srli_epi32((x), 7), _mm256_slli_epi32((x), 25))
+#define AVX2_LOADU(p) _mm256_loadu_si256((const __m256i *)(p))
+#define AVX2_STOREU(p, x) _mm256_storeu_si256((__m256i *)(p), (x))
+
+__attribute__((target("avx2"))) static void hash_lanes_avx2(const HashJob *const *jobs, int count, size_t blocks)
+{
+    LANES_BODY(__m256i, 8, _mm256_add_epi32, _mm256_xor_si256, AVX2_ROT16, AVX2_ROT12, AVX2_ROT8, AVX2_ROT7,
+               _mm256_set1_epi32, AVX2_LOADU, AVX2_STOREU)
+}
+
+#define AVX512_ROTV16(x) _mm512_ror_epi32((x), 16)
+#define AVX512_ROTV12(x) _mm512_ror_epi32((x), 12)
+#define AVX512_ROTV8(x) _mm512_ror_epi32((x), 8)
+#define AVX512_ROTV7(x) _mm512_ror_epi32((x), 7)
+#define AVX512_LOADU(p) _mm512_loadu_si512((const void *)(p))
+#define AVX512_STOREU(p, x) _mm512_storeu_si512((void *)(p), (x))
+
+__attribute__((target("avx512f"))) static void hash_lanes_avx512(const HashJob *const *jobs, int count, size_t blocks)
+{
+    LANES_BODY(__m512i, 16, _mm512_add_epi32, _mm512_xor_si512, AVX512_ROTV16, AVX512_ROTV12, AVX512_ROTV8,
+               AVX512_ROTV7, _mm512_set1_epi32, AVX512_LOADU, AVX512_STOREU)
+}
+#endif
+
+typedef struct {
+    const char *name;
+    hash_lanes_fn hash;
+    int lanes;
+} LaneHasher;
+
+static const LaneHasher lane_hashers[] = {
+    {"portable", hash_lanes_portable, 1},
+#ifdef HAVE_VECTOR_COMPRESS
+    {"avx2", hash_lanes_avx2, 8},
+    {"avx512", hash_lanes_avx512, 16},
+#endif
+};
+#define LANE_HASHER_COUNT ((int)(sizeof lane_hashers / sizeof lane_hashers[0]))
+
+static int lane_hasher_available(int index)
+{
+#ifdef HAVE_VECTOR_COMPRESS
+    const char *name = lane_hashers[index].name;
+    if (strcmp(name, "avx2") == 0)
+        return __builtin_cpu_supports("avx2");
+    if (strcmp(name, "avx512") == 0)
+        return __builtin_cpu_supports("avx512f");
+#endif
+    return index == 0;
+}
+
+static const LaneHasher *lane_hasher = &lane_hashers[0];
+
+static void choose_lane_hasher(void)
+{
+    for (int i = 0; i < LANE_HASHER_COUNT; i++)
+        if (lane_hasher_available(i))
+            lane_hasher = &lane_hashers[i];
+}
+
+/* Hash every job (each input at most CHUNK_LEN bytes). `order` is scratch for `count`
+ * pointers. */
+static void hash_many_with(const LaneHasher *hasher, const HashJob *jobs, size_t count, const HashJob **order)
+{
+    /* counting sort by block count (1..16), so each group's lanes take the same path */
+    size_t starts[17] = {0};
+    for (size_t i = 0; i < count; i++)
+        starts[block_count(jobs[i].length)]++;
+    size_t total = 0;
+    for (int b = 1; b <= 16; b++) {
+        size_t n = starts[b];
+        starts[b] = total;
+        total += n;
+    }
+    size_t filled[17];
+    memcpy(filled, starts, sizeof filled);
+    for (size_t i = 0; i < count; i++)
+        order[filled[block_count(jobs[i].length)]++] = &jobs[i];
+    for (int b = 1; b <= 16; b++) {
+        size_t end = b == 16 ? count : starts[b + 1];
+        for (size_t i = starts[b]; i < end; i += (size_t)hasher->lanes) {
+            size_t n = end - i < (size_t)hasher->lanes ? end - i : (size_t)hasher->lanes;
+            hasher->hash(order + i, (int)n, (size_t)b);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------- */
 /* Configuration handed over by svit/tree.py                                  */
 
 #define KIND_NULL 0
@@ -307,8 +529,9 @@ static PyObject *digest_of(const uint8_t *data, size_t len)
     return result;
 }
 
-/* Digest of a one-byte tag followed by a payload. */
-static PyObject *tagged_digest(uint8_t tag, const uint8_t *payload, size_t len)
+/* Digest of a one-byte tag followed by a payload. Never inlined: its chunk buffer must
+ * not become part of every frame of the recursive walks that call it. */
+__attribute__((noinline)) static PyObject *tagged_digest(uint8_t tag, const uint8_t *payload, size_t len)
 {
     if (len < CHUNK_LEN) {
         uint8_t buffer[CHUNK_LEN];
@@ -852,8 +1075,166 @@ typedef struct {
     Py_ssize_t length;
     Py_ssize_t position;
     PyObject *key_cache[KEY_CACHE_SLOTS]; /* recently seen ASCII keys, by a hash of their bytes */
-    ByteStack stack;
+    ByteStack stack;                      /* a map's key places while its children decode */
+    ByteStack inputs;                     /* digest inputs of every pending job */
+    struct PendingDigest *pending;        /* digests to compute once the whole item is read */
+    size_t pending_count;
+    size_t pending_capacity;
+    int top_level;                        /* highest job level so far */
 } Reader;
+
+/* Digests are computed after the whole item is decoded, level by level (leaves, then
+ * containers by height), so that many can be hashed side by side. Until then a digest
+ * is an allocated 32-byte bytes object whose content is not yet written; nothing reads
+ * it before the hashing pass, and if decoding fails it is freed unread. */
+typedef struct PendingDigest {
+    const uint8_t *payload; /* a leaf's bytes in the input (NULL: in `inline_payload` or `inputs`) */
+    size_t offset;          /* a container's input in reader->inputs */
+    size_t length;          /* of the whole digest input */
+    PyObject *out;          /* the digest bytes object (borrowed: its node or parent holds it) */
+    PyObject *children;     /* a container's child digests (borrowed), filled into its input */
+    int level;
+    int kind;
+    uint8_t inline_payload[8]; /* an integer's or a number's 8 bytes */
+} PendingDigest;
+
+/* A new, not yet computed digest for `length` bytes of input that the caller appends
+ * to reader->inputs right after; or NULL with an exception set. */
+static PyObject *defer_digest(Reader *reader, int kind, int level, PyObject *children, size_t length)
+{
+    if (reader->pending_count == reader->pending_capacity) {
+        size_t capacity = reader->pending_capacity ? 2 * reader->pending_capacity : 1024;
+        if (capacity > ((size_t)PY_SSIZE_T_MAX) / sizeof(PendingDigest)) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        PendingDigest *grown = PyMem_Realloc(reader->pending, capacity * sizeof(PendingDigest));
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        reader->pending = grown;
+        reader->pending_capacity = capacity;
+    }
+    PyObject *digest = PyBytes_FromStringAndSize(NULL, 32);
+    if (digest == NULL)
+        return NULL;
+    PendingDigest *job = &reader->pending[reader->pending_count++];
+    job->payload = NULL;
+    job->offset = reader->inputs.top;
+    job->length = length;
+    job->out = digest;
+    job->children = children;
+    job->level = level;
+    job->kind = kind;
+    if (level > reader->top_level)
+        reader->top_level = level;
+    return digest;
+}
+
+/* A leaf's digest: deferred when short (the usual case), computed now when longer
+ * than one chunk. Text is hashed where it lies in the input (which outlives the
+ * decode); an 8-byte payload is kept in the pending entry. */
+static PyObject *leaf_digest(Reader *reader, uint8_t tag, const uint8_t *payload, size_t length, int in_input)
+{
+    if (length + 1 > CHUNK_LEN)
+        return tagged_digest(tag, payload, length);
+    PyObject *digest = defer_digest(reader, tag, 0, NULL, length + 1);
+    if (digest == NULL)
+        return NULL;
+    PendingDigest *job = &reader->pending[reader->pending_count - 1];
+    if (in_input) {
+        job->payload = payload;
+    } else {
+        memcpy(job->inline_payload, payload, length < 8 ? length : 8);
+    }
+    return digest;
+}
+
+static uint64_t load_be(const uint8_t *p, int bytes);
+
+/* Write a container's child digests into its (already laid out) input. */
+static void fill_children(Reader *reader, const PendingDigest *job)
+{
+    uint8_t *input = reader->inputs.data + job->offset;
+    Py_ssize_t n = PyList_GET_SIZE(job->children);
+    uint8_t *cursor = input + 9;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (job->kind == KIND_MAP)
+            cursor += 8 + load_be(cursor, 8);
+        memcpy(cursor, PyBytes_AS_STRING(PyList_GET_ITEM(job->children, i)), 32);
+        cursor += 32;
+    }
+}
+
+/* The hashing pass: every pending digest, lowest level first. */
+static int compute_pending(Reader *reader)
+{
+    size_t count = reader->pending_count;
+    if (count == 0)
+        return 0;
+    int levels = reader->top_level + 1;
+    size_t *starts = PyMem_Calloc((size_t)levels + 1, sizeof(size_t));
+    size_t *order = scratch((Py_ssize_t)count, sizeof(size_t), 0);
+    HashJob *batch = scratch((Py_ssize_t)count, sizeof(HashJob), 0);
+    const HashJob **lanes = scratch((Py_ssize_t)count, sizeof(HashJob *), 0);
+    int status = -1;
+    if (starts == NULL || order == NULL || batch == NULL || lanes == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        goto done;
+    }
+    for (size_t i = 0; i < count; i++)
+        starts[reader->pending[i].level + 1]++;
+    for (int level = 0; level < levels; level++)
+        starts[level + 1] += starts[level];
+    {
+        size_t *next = PyMem_Malloc(sizeof(size_t) * (size_t)levels);
+        if (next == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        memcpy(next, starts, sizeof(size_t) * (size_t)levels);
+        for (size_t i = 0; i < count; i++)
+            order[next[reader->pending[i].level]++] = i;
+        PyMem_Free(next);
+    }
+    for (int level = 0; level < levels; level++) {
+        size_t short_jobs = 0;
+        for (size_t k = starts[level]; k < starts[level + 1]; k++) {
+            const PendingDigest *job = &reader->pending[order[k]];
+            if (job->children != NULL)
+                fill_children(reader, job);
+            const uint8_t *input = reader->inputs.data + job->offset;
+            if (job->length <= CHUNK_LEN) {
+                HashJob *next = &batch[short_jobs++];
+                next->length = job->length;
+                next->out = (uint8_t *)PyBytes_AS_STRING(job->out);
+                if (job->children != NULL) {
+                    next->tag = -1;
+                    next->payload = input;
+                } else {
+                    next->tag = job->kind;
+                    next->payload = job->payload != NULL ? job->payload : job->inline_payload;
+                }
+                continue;
+            }
+            PyObject *digest = digest_of(input, job->length); /* longer than a chunk: the blake3 package */
+            if (digest == NULL)
+                goto done;
+            memcpy(PyBytes_AS_STRING(job->out), PyBytes_AS_STRING(digest), 32);
+            Py_DECREF(digest);
+        }
+        hash_many_with(lane_hasher, batch, short_jobs, lanes);
+    }
+    status = 0;
+done:
+    PyMem_Free(starts);
+    PyMem_Free(order);
+    PyMem_Free(batch);
+    PyMem_Free(lanes);
+    return status;
+}
 
 static int malformed(const char *message)
 {
@@ -985,7 +1366,13 @@ static int decode_child(Reader *reader, int depth, Totals *totals, PyObject **it
         *item = PyLong_FromLongLong(number);
         if (*item == NULL)
             return -1;
-        *digest = int_digest(number);
+        if (number >= SMALL_INT_MIN && number <= SMALL_INT_MAX) {
+            *digest = int_digest(number);
+        } else {
+            uint8_t payload[8];
+            store64_be(payload, (uint64_t)number);
+            *digest = leaf_digest(reader, KIND_INTEGER, payload, 8, 0);
+        }
         if (*digest == NULL) {
             Py_CLEAR(*item);
             return -1;
@@ -1007,7 +1394,7 @@ static int decode_child(Reader *reader, int depth, Totals *totals, PyObject **it
         *item = decode_text(raw, length);
         if (*item == NULL)
             return -1;
-        *digest = tagged_digest(KIND_STRING, raw, (size_t)length);
+        *digest = leaf_digest(reader, KIND_STRING, raw, (size_t)length, 1);
         if (*digest == NULL) {
             Py_CLEAR(*item);
             return -1;
@@ -1087,13 +1474,27 @@ static int decode_child(Reader *reader, int depth, Totals *totals, PyObject **it
                                        : PyFloat_Unpack8((const char *)raw, 0);
             if (number == -1.0 && PyErr_Occurred())
                 return -1;
-            PyObject *value = PyFloat_FromDouble(number);
-            if (value == NULL)
+            if (!isfinite(number)) {
+                invalid("numbers must be finite");
                 return -1;
-            Options options = {1, 1};
-            int status = build_child(value, depth, &options, totals, item, digest);
-            Py_DECREF(value);
-            return status;
+            }
+            if (number == 0.0)
+                number = 0.0; /* -0.0 is stored as 0.0: they hash alike, so they are one value */
+            *item = PyFloat_FromDouble(number);
+            if (*item == NULL)
+                return -1;
+            uint64_t bits;
+            memcpy(&bits, &number, sizeof bits);
+            uint8_t payload[8];
+            store64_be(payload, bits);
+            *digest = leaf_digest(reader, KIND_NUMBER, payload, 8, 0);
+            if (*digest == NULL) {
+                Py_CLEAR(*item);
+                return -1;
+            }
+            totals->count += 1;
+            take_height(totals, 0);
+            return 0;
         }
         invalid(info == 23 ? "unsupported value type: UndefinedType" : "unsupported value type: CBORSimpleValue");
         return -1;
@@ -1106,13 +1507,60 @@ static int utf8_less(const uint8_t *a, Py_ssize_t a_length, const uint8_t *b, Py
     return order < 0 || (order == 0 && a_length < b_length);
 }
 
+/* A container's node, its digest deferred: its input is laid out now (header, and for
+ * a map each key's length and bytes) with room for the child digests, which the hashing
+ * pass writes in before hashing it. */
+static PyObject *finish_container(Reader *reader, int kind, PyObject *items, PyObject *digests, Totals *totals,
+                                  const ByteStack *keys, size_t keys_base)
+{
+    Py_ssize_t n = PyList_GET_SIZE(digests);
+    size_t length = 9 + 32 * (size_t)n;
+    const uint8_t *cursor = keys->data + keys_base;
+    if (kind == KIND_MAP)
+        for (Py_ssize_t i = 0; i < n; i++) {
+            length += 8;
+            Py_ssize_t key_length;
+            memcpy(&key_length, cursor + sizeof(const uint8_t *), sizeof key_length);
+            length += (size_t)key_length;
+            cursor += sizeof(const uint8_t *) + sizeof(Py_ssize_t);
+        }
+    PyObject *digest = defer_digest(reader, kind, (int)(totals->height + 1), digests, length);
+    if (digest == NULL)
+        goto fail;
+    ByteStack *inputs = &reader->inputs;
+    if (stack_append_u64(inputs, kind, (uint64_t)n) < 0)
+        goto fail_job;
+    static const uint8_t zeros[32] = {0};
+    cursor = keys->data + keys_base;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (kind == KIND_MAP) {
+            const uint8_t *raw;
+            Py_ssize_t key_length;
+            memcpy(&raw, cursor, sizeof raw);
+            memcpy(&key_length, cursor + sizeof raw, sizeof key_length);
+            cursor += sizeof raw + sizeof key_length;
+            if (stack_append_u64(inputs, -1, (uint64_t)key_length) < 0 || stack_append(inputs, raw, (size_t)key_length) < 0)
+                goto fail_job;
+        }
+        if (stack_append(inputs, zeros, 32) < 0)
+            goto fail_job;
+    }
+    return make_node(kind, items, digest, totals->count + 1, totals->text, totals->height + 1, totals->max_script,
+                     digests);
+fail_job:
+    reader->pending_count--;
+    Py_DECREF(digest);
+fail:
+    Py_DECREF(items);
+    Py_DECREF(digests);
+    return NULL;
+}
+
 static PyObject *decode_array(Reader *reader, Py_ssize_t n, int depth)
 {
-    ByteStack *stack = &reader->stack;
-    size_t base = stack->top;
     PyObject *items = PyTuple_New(n);
     PyObject *digests = PyList_New(n);
-    if (items == NULL || digests == NULL || stack_append_u64(stack, KIND_ARRAY, (uint64_t)n) < 0)
+    if (items == NULL || digests == NULL)
         goto fail;
     Totals totals = {0, 0, -1, -1};
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -1121,17 +1569,9 @@ static PyObject *decode_array(Reader *reader, Py_ssize_t n, int depth)
             goto fail;
         PyTuple_SET_ITEM(items, i, item);
         PyList_SET_ITEM(digests, i, digest);
-        if (stack_append(stack, PyBytes_AS_STRING(digest), 32) < 0)
-            goto fail;
     }
-    PyObject *digest = digest_of(stack->data + base, stack->top - base);
-    stack->top = base;
-    if (digest == NULL)
-        goto fail;
-    return make_node(KIND_ARRAY, items, digest, totals.count + 1, totals.text, totals.height + 1, totals.max_script,
-                     digests);
+    return finish_container(reader, KIND_ARRAY, items, digests, &totals, &reader->stack, reader->stack.top);
 fail:
-    stack->top = base;
     Py_XDECREF(items);
     Py_XDECREF(digests);
     return NULL;
@@ -1140,10 +1580,10 @@ fail:
 static PyObject *decode_map(Reader *reader, Py_ssize_t n, int depth)
 {
     ByteStack *stack = &reader->stack;
-    size_t base = stack->top;
+    size_t base = stack->top; /* this map's (key pointer, key length) pairs go here */
     PyObject *items = PyDict_New();
     PyObject *digests = PyList_New(n);
-    if (items == NULL || digests == NULL || stack_append_u64(stack, KIND_MAP, (uint64_t)n) < 0)
+    if (items == NULL || digests == NULL)
         goto fail;
     Totals totals = {0, 0, -1, -1};
     const uint8_t *previous = NULL;
@@ -1171,7 +1611,7 @@ static PyObject *decode_map(Reader *reader, Py_ssize_t n, int depth)
         }
         previous = raw;
         previous_length = length;
-        if (stack_append_u64(stack, -1, (uint64_t)length) < 0 || stack_append(stack, raw, (size_t)length) < 0)
+        if (stack_append(stack, &raw, sizeof raw) < 0 || stack_append(stack, &length, sizeof length) < 0)
             goto fail;
         PyObject *key = key_text(reader, raw, length);
         if (key == NULL)
@@ -1185,16 +1625,13 @@ static PyObject *decode_map(Reader *reader, Py_ssize_t n, int depth)
         int status = PyDict_SetItem(items, key, item);
         Py_DECREF(key);
         Py_DECREF(item);
-        if (status < 0 || stack_append(stack, PyBytes_AS_STRING(digest), 32) < 0)
+        if (status < 0)
             goto fail;
         totals.text += length;
     }
-    PyObject *digest = digest_of(stack->data + base, stack->top - base);
+    PyObject *node = finish_container(reader, KIND_MAP, items, digests, &totals, stack, base);
     stack->top = base;
-    if (digest == NULL)
-        goto fail;
-    return make_node(KIND_MAP, items, digest, totals.count + 1, totals.text, totals.height + 1, totals.max_script,
-                     digests);
+    return node;
 fail:
     stack->top = base;
     Py_XDECREF(items);
@@ -1209,12 +1646,53 @@ static PyObject *decode_container(Reader *reader, int major, Py_ssize_t length, 
     return major == 4 ? decode_array(reader, length, depth) : decode_map(reader, length, depth);
 }
 
+/* The reader's work buffers are kept between decodes (up to a size) rather than freed:
+ * a restore would otherwise map and fault in megabytes of fresh memory every time.
+ * Taken and given back while holding the GIL, so concurrent decodes (a hashing
+ * callback may let another thread run) never share them. */
+#define SPARE_BYTES_MAX ((size_t)64 << 20)
+static ByteStack spare_stack, spare_inputs;
+static PendingDigest *spare_pending;
+static size_t spare_pending_capacity;
+
+static void take_buffers(Reader *reader)
+{
+    reader->stack = spare_stack;
+    reader->inputs = spare_inputs;
+    reader->pending = spare_pending;
+    reader->pending_capacity = spare_pending_capacity;
+    reader->stack.top = reader->inputs.top = 0;
+    reader->pending_count = 0;
+    memset(&spare_stack, 0, sizeof spare_stack);
+    memset(&spare_inputs, 0, sizeof spare_inputs);
+    spare_pending = NULL;
+    spare_pending_capacity = 0;
+}
+
+static void give_back(ByteStack *buffer, ByteStack *spare)
+{
+    if (spare->data == NULL && buffer->capacity <= SPARE_BYTES_MAX) {
+        *spare = *buffer;
+    } else {
+        PyMem_Free(buffer->data);
+    }
+    memset(buffer, 0, sizeof *buffer);
+}
+
 static void release_reader(Reader *reader)
 {
     for (int i = 0; i < KEY_CACHE_SLOTS; i++)
         Py_CLEAR(reader->key_cache[i]);
-    PyMem_Free(reader->stack.data);
-    reader->stack.data = NULL;
+    give_back(&reader->stack, &spare_stack);
+    give_back(&reader->inputs, &spare_inputs);
+    if (spare_pending == NULL && reader->pending_capacity * sizeof(PendingDigest) <= SPARE_BYTES_MAX) {
+        spare_pending = reader->pending;
+        spare_pending_capacity = reader->pending_capacity;
+    } else {
+        PyMem_Free(reader->pending);
+    }
+    reader->pending = NULL;
+    reader->pending_capacity = reader->pending_count = 0;
 }
 
 static int open_reader(Reader *reader, Py_buffer *view, Py_ssize_t offset)
@@ -1246,13 +1724,17 @@ static PyObject *treecore_decode(PyObject *module, PyObject *args)
     /* A first pass proves the item well-formed and every claimed length real, so the
      * building pass allocates no more than the input can actually fill (a claimed
      * length is otherwise only bounded by the bytes remaining, at every level). */
-    if (open_reader(&reader, &view, offset) == 0 && skip_item(&reader, 0) == 0 &&
-        open_reader(&reader, &view, offset) == 0) {
+    if (open_reader(&reader, &view, offset) == 0 && skip_item(&reader, 0) == 0) {
+        reader.position = offset;
+        take_buffers(&reader);
         Totals totals = {0, 0, -1, -1};
         PyObject *item, *digest;
         if (decode_child(&reader, -1, &totals, &item, &digest) == 0) {
+            if (compute_pending(&reader) == 0)
+                result = Py_BuildValue("Nn", item, reader.position);
+            else
+                Py_DECREF(item);
             Py_DECREF(digest);
-            result = Py_BuildValue("Nn", item, reader.position);
         }
     }
     release_reader(&reader);
@@ -1587,6 +2069,82 @@ static PyObject *treecore_compressors(PyObject *module, PyObject *unused)
     return names;
 }
 
+static PyObject *treecore_blake3_many(PyObject *module, PyObject *args)
+{
+    PyObject *inputs;
+    const char *name = NULL;
+    if (!PyArg_ParseTuple(args, "O!|s:blake3_many", &PyList_Type, &inputs, &name))
+        return NULL;
+    const LaneHasher *hasher = lane_hasher;
+    if (name != NULL) {
+        hasher = NULL;
+        for (int i = 0; i < LANE_HASHER_COUNT; i++)
+            if (strcmp(name, lane_hashers[i].name) == 0 && lane_hasher_available(i))
+                hasher = &lane_hashers[i];
+        if (hasher == NULL) {
+            PyErr_SetString(PyExc_ValueError, "no such lane hasher on this CPU");
+            return NULL;
+        }
+    }
+    Py_ssize_t n = PyList_GET_SIZE(inputs);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(inputs, i);
+        if (!PyBytes_CheckExact(item) || PyBytes_GET_SIZE(item) > CHUNK_LEN) {
+            PyErr_SetString(PyExc_ValueError, "blake3_many() takes a list of bytes of at most 1024 bytes each");
+            return NULL;
+        }
+    }
+    PyObject *outputs = PyList_New(n);
+    HashJob *jobs = scratch(n, sizeof(HashJob), sizeof(HashJob));
+    const HashJob **order = scratch(n, sizeof(HashJob *), sizeof(HashJob *));
+    if (outputs == NULL || jobs == NULL || order == NULL) {
+        Py_XDECREF(outputs);
+        PyMem_Free(jobs);
+        PyMem_Free(order);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *digest = PyBytes_FromStringAndSize(NULL, 32);
+        if (digest == NULL) {
+            Py_DECREF(outputs);
+            PyMem_Free(jobs);
+            PyMem_Free(order);
+            return NULL;
+        }
+        PyList_SET_ITEM(outputs, i, digest);
+        PyObject *item = PyList_GET_ITEM(inputs, i);
+        /* inputs that start with a kind byte exercise the tagged form too */
+        const uint8_t *bytes = (const uint8_t *)PyBytes_AS_STRING(item);
+        jobs[i].length = (size_t)PyBytes_GET_SIZE(item);
+        jobs[i].tag = jobs[i].length > 0 && (i % 2) ? bytes[0] : -1;
+        jobs[i].payload = jobs[i].tag >= 0 ? bytes + 1 : bytes;
+        jobs[i].out = (uint8_t *)PyBytes_AS_STRING(digest);
+    }
+    hash_many_with(hasher, jobs, (size_t)n, order);
+    PyMem_Free(jobs);
+    PyMem_Free(order);
+    return outputs;
+}
+
+static PyObject *treecore_lane_hashers(PyObject *module, PyObject *unused)
+{
+    PyObject *names = PyList_New(0);
+    if (names == NULL)
+        return NULL;
+    for (int i = 0; i < LANE_HASHER_COUNT; i++) {
+        if (!lane_hasher_available(i))
+            continue;
+        PyObject *name = PyUnicode_FromString(lane_hashers[i].name);
+        if (name == NULL || PyList_Append(names, name) < 0) {
+            Py_XDECREF(name);
+            Py_DECREF(names);
+            return NULL;
+        }
+        Py_DECREF(name);
+    }
+    return names;
+}
+
 static PyObject *precomputed(uint8_t tag, const uint8_t *payload, size_t len)
 {
     uint8_t buffer[16];
@@ -1626,6 +2184,7 @@ static int init_constants(void)
 {
     init_schedule();
     choose_compressor();
+    choose_lane_hasher();
     for (int kind = 0; kind < 7; kind++) {
         kind_objects[kind] = PyLong_FromLong(kind);
         if (kind_objects[kind] == NULL)
@@ -1660,6 +2219,9 @@ static PyMethodDef treecore_methods[] = {
      "build(value, scripts_allowed, strict) -> Node: a content-hashed node for a dict or list."},
     {"blake3_chunk", treecore_blake3, METH_VARARGS,
      "blake3_chunk(data, compressor=None): BLAKE3 of at most 1,024 bytes (for tests)."},
+    {"blake3_many", treecore_blake3_many, METH_VARARGS,
+     "blake3_many(inputs, lane_hasher=None): BLAKE3 of each bytes (at most 1,024) in a list, hashed side by side."},
+    {"lane_hashers", treecore_lane_hashers, METH_NOARGS, "Names of the many-input hashers this CPU can run."},
     {"compressors", treecore_compressors, METH_NOARGS, "Names of the compression functions this CPU can run."},
     {NULL, NULL, 0, NULL},
 };
@@ -1674,7 +2236,8 @@ PyMODINIT_FUNC PyInit__treecore(void)
     if (init_constants() < 0)
         return NULL;
     PyObject *module = PyModule_Create(&treecore_module);
-    if (module != NULL && PyModule_AddStringConstant(module, "COMPRESSOR", compressor_name) < 0)
+    if (module != NULL && (PyModule_AddStringConstant(module, "COMPRESSOR", compressor_name) < 0 ||
+                           PyModule_AddStringConstant(module, "LANE_HASHER", lane_hasher->name) < 0))
         Py_CLEAR(module);
     return module;
 }

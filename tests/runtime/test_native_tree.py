@@ -146,6 +146,21 @@ def test_single_chunk_blake3_matches_the_blake3_package_at_every_length(compress
 
 
 @native
+@pytest.mark.parametrize("hasher", tree._native.lane_hashers() if tree.NATIVE_BUILDER else [])
+def test_side_by_side_hashing_matches_the_blake3_package(hasher):
+    # Groups of every size and block count, in every lane position; odd positions take
+    # the kind-byte-then-payload form the decoder uses for leaves.
+    rng = random.Random(11)
+    sizes = [0, 1, 2, 63, 64, 65, 127, 128, 129, 1023, 1024]
+    for count in (0, 1, 7, 8, 9, 15, 16, 17, 33, 100):
+        inputs = [bytes(rng.getrandbits(8) for _ in range(rng.choice(sizes + [rng.randrange(1025)]))) for _ in range(count)]
+        assert tree._native.blake3_many(inputs, hasher) == [blake3.blake3(x).digest() for x in inputs]
+    with pytest.raises(ValueError):
+        tree._native.blake3_many([b"x" * 1025], hasher)
+    assert tree._native.LANE_HASHER in tree._native.lane_hashers()
+
+
+@native
 def test_blake3_chunk_refuses_what_it_cannot_hash():
     with pytest.raises(ValueError, match="at most 1024"):
         tree._native.blake3_chunk(b"x" * 1025)
