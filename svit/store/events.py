@@ -284,6 +284,7 @@ class StoreEventLog:
             raise InvalidValue("after must be a sequence number")
         with self._store._lock:
             self._store._check()
+            self._last(process_id, session_id)  # the partition's records must agree
             return self._read(process_id, session_id, after, limit, process_id, 0)
 
     def recent(self, process_id: str, session_id: str, limit: int) -> list[Event]:
@@ -365,6 +366,7 @@ class StoreEventLog:
         _check_partition(process_id, session_id)
         with self._store._lock:
             self._store._check()
+            self._last(process_id, session_id)  # the partition's records must agree
             latest = self._latest_checkpoint(process_id, session_id)
             return latest[0] if latest is not None else None
 
@@ -383,6 +385,7 @@ class StoreEventLog:
         _check_partition(process_id, session_id)
         with self._store._lock:
             self._store._check()
+            self._last(process_id, session_id)  # the partition's records must agree
             return self._partition(process_id, session_id).retained_from
 
     def compacted_through(self, process_id: str, session_id: str) -> int:
@@ -516,8 +519,19 @@ class StoreEventLog:
         return 0 if key is None else self._suffix(key, prefix, process_id)
 
     def _last(self, process_id: str, session_id: str) -> int:
+        """The newest sequence of a partition, once its records are seen to agree: a lost
+        checkpoint or partition record is an error, never a silent fresh start (which
+        would drop the summary or reuse sequence numbers)."""
         partition = self._partition(process_id, session_id)
-        return max(self._own_last(process_id, session_id), partition.fork_point, partition.retained_from - 1)
+        latest = self._latest_checkpoint(process_id, session_id)
+        compacted = latest[0].through if latest is not None else 0
+        last = max(self._own_last(process_id, session_id), partition.fork_point, partition.retained_from - 1)
+        what = f"reasoning history of {process_id} (session {session_id})"
+        if compacted < partition.retained_from - 1:
+            raise InvalidPersistence(f"{what}: events 1-{partition.retained_from - 1} were cut but no checkpoint covers them")
+        if compacted > last:
+            raise InvalidPersistence(f"{what}: checkpoint {compacted} lies beyond the last event {last}")
+        return last
 
     def _latest_checkpoint(self, process_id: str, session_id: str) -> tuple[Checkpoint, bytes] | None:
         prefix = keys.thread_checkpoint_prefix(process_id, session_id)
