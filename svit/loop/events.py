@@ -17,11 +17,12 @@ It also defines the runtime signals published on ``Svit.events()`` (reference §
 
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Protocol, runtime_checkable
 
-from ..errors import InvalidValue
+from ..errors import InvalidValue, SvitError
 from .messages import Message
 
 INPUT_MESSAGE = "input.message"
@@ -164,15 +165,23 @@ def checkpoint_messages(checkpoint: Checkpoint) -> list[Message]:
     ``{"text": t}`` or a bare string ``t`` gives one user message: a fixed heading
     naming the covered sequences, a blank line, then ``t``, with the stable id
     ``checkpoint-<through>`` so the projection is the same on every read. Any other
-    shape is :class:`InvalidValue`: the loop never guesses what a summary means.
+    shape (a host may record any plain data) is shown the same way as its canonical
+    JSON text: the loop never guesses what a summary means, and never refuses to show
+    one, which would leave an agent whose history was cut unable to take a turn.
     """
     summary = checkpoint.summary
     if type(summary) is dict and list(summary) == ["messages"] and type(summary["messages"]) is list:
-        return [Message.from_json(item) for item in summary["messages"]]
-    if type(summary) is dict and list(summary) == ["text"]:
+        try:
+            return [Message.from_json(item) for item in summary["messages"]]
+        except SvitError:
+            pass  # not messages after all: shown as data below
+    if type(summary) is dict and list(summary) == ["text"] and type(summary["text"]) is str:
         summary = summary["text"]
     if type(summary) is not str:
-        raise InvalidValue('a checkpoint summary for the loop must be text, {"text": ...} or {"messages": [...]}')
+        try:
+            summary = json.dumps(summary, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError):
+            raise InvalidValue("a checkpoint summary must be plain JSON-like data") from None
     heading = SUMMARY_HEADING.format(through=checkpoint.through)
     return [Message.user(f"{heading}\n\n{summary}", id=f"checkpoint-{checkpoint.through}")]
 

@@ -550,12 +550,31 @@ def test_compaction_with_messages_and_repeated_compact_and_cut(store):
     assert b.process.retained_from(s) == 7 and b.process.compacted_through(s) == 6
     assert [m.text for m in b.conversation()] == [
         "Summary of the conversation so far (events 1-6, compacted):\n\na, b and c"]
-    # refusals through the loop: nothing new to cover, an unreadable summary shape
+    # refusals through the loop: nothing new to cover, a summary that is not plain data
     with pytest.raises(ThreadHistoryBoundary):
         b.compact("again")
     with pytest.raises(InvalidValue):
-        b.compact({"unknown": "shape"})
+        b.compact({"not plain": {1, 2}})
     assert b.process.compacted_through(s) == 6
+
+
+def test_any_plain_summary_shape_is_shown_so_a_cut_agent_can_still_take_turns(store):
+    # A host may record any plain data through the handle; the loop shows what it does not
+    # recognise as canonical JSON text rather than failing every later turn.
+    a = agent(store, steps=["one"])
+    s = a.session_id
+    a.inbox().send("a")
+    a.block(timeout=10)
+    last = a.process.recent_thread_events(s, 1)[0].sequence
+    a.process.record_checkpoint(s, last, {"text": "greeting", "score": 1.0})
+    a.process.cut_thread_events(s, last)
+    heading = f"Summary of the conversation so far (events 1-{last}, compacted):\n\n"
+    assert [m.text for m in a.conversation()] == [heading + '{"score":1.0,"text":"greeting"}']
+    b = Svit.persisted(store.resume(ADDR)).reasoner(ScriptedReasoner(["two"])).build()
+    b.inbox().send("b")
+    b.block(timeout=10)
+    assert b.failure is None
+    assert [m.text for m in b.conversation()] == [heading + '{"score":1.0,"text":"greeting"}', "b", "two"]
 
 
 def test_cut_history_without_a_checkpoint_is_uncompacted(store):
