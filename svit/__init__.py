@@ -16,6 +16,7 @@ __all__ = [
     "Activation",
     "ActivationEvent",
     "ActivationRequest",
+    "AsyncSvit",
     "Cancel",
     "Change",
     "Limits",
@@ -31,4 +32,4 @@ __all__ = [
     "Svit",
     "SvitError",
 ]
-from .loop import Svit, Message
+from .loop import AsyncSvit, Svit, Message

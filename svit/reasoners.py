@@ -5,6 +5,12 @@ with tool calls asks the loop to run them and ask again; a reply without tool ca
 the final answer. :class:`ScriptedReasoner` replays fixed steps (tests, examples, no
 network); :class:`OpenAIReasoner` talks to any OpenAI-compatible chat completions API
 through the official ``openai`` client (the optional ``svit[openai]`` extra).
+
+An :class:`AsyncReasoner` has the same method as a coroutine. The loop runs it on the
+event loop of the Svit's :class:`~svit.loop.aio.AsyncSvit` and treats its result and
+failures exactly like a synchronous reasoner's; :class:`AsyncOpenAIReasoner` is
+:class:`OpenAIReasoner` on ``openai.AsyncOpenAI``, with the same requests, replies and
+errors.
 """
 
 from __future__ import annotations
@@ -25,6 +31,14 @@ class Reasoner(Protocol):
     """Decides the next step of a turn; may raise a SvitError (the turn then fails)."""
 
     def complete(self, system_prompt: str, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Reply: ...
+
+
+@runtime_checkable
+class AsyncReasoner(Protocol):
+    """A :class:`Reasoner` whose ``complete`` is a coroutine, run on the host's event loop
+    (wrap the Svit in :class:`~svit.loop.aio.AsyncSvit`); raising fails the turn."""
+
+    async def complete(self, system_prompt: str, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Reply: ...
 
 
 # ---------------------------------------------------------------------- scripted
@@ -103,12 +117,12 @@ class ScriptedReasoner:
 # ---------------------------------------------------------------------- OpenAI-compatible
 
 
-def _load_openai() -> Any:
+def _load_openai(user: str) -> Any:
     try:
         import openai
     except ImportError:
         raise ReasonerUnavailable(
-            "OpenAIReasoner needs the openai package; install it with: pip install 'svit[openai]'"
+            f"{user} needs the openai package; install it with: pip install 'svit[openai]'"
         ) from None
     return openai
 
@@ -161,14 +175,11 @@ def _decode_arguments(text: Any) -> Any:
     return value if isinstance(value, dict) else text
 
 
-class OpenAIReasoner:
-    """Chat completions with tool calling on the official ``openai`` client.
+class _ChatCompletions:
+    """Configuration, request and reply mapping, and error mapping shared by the
+    synchronous and asynchronous OpenAI reasoners; subclasses only choose the client."""
 
-    ``model``, ``base_url`` and ``api_key`` default to ``OPENAI_MODEL``,
-    ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY``. A base URL without a key (a local
-    OpenAI-compatible server) sends the placeholder key ``"unused"``. Every client
-    failure becomes a :class:`ReasonerFailed` whose text never contains the key.
-    """
+    _client_class = ""
 
     def __init__(
         self,
@@ -180,7 +191,7 @@ class OpenAIReasoner:
         max_retries: int = 2,
         temperature: float | None = None,
     ) -> None:
-        openai = _load_openai()
+        openai = _load_openai(type(self).__name__)
         self.model = model or os.environ.get("OPENAI_MODEL") or ""
         if not self.model:
             raise ReasonerUnavailable("no model configured: pass model= or set OPENAI_MODEL")
@@ -193,18 +204,19 @@ class OpenAIReasoner:
         self.timeout = timeout
         self.temperature = temperature
         self._openai = openai
-        self._client = openai.OpenAI(api_key=key, base_url=self.base_url, timeout=timeout, max_retries=max_retries)
+        client = getattr(openai, self._client_class)
+        self._client = client(api_key=key, base_url=self.base_url, timeout=timeout, max_retries=max_retries)
 
-    def complete(self, system_prompt: str, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Reply:
+    def _request(self, system_prompt: str, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> dict[str, Any]:
         request: dict[str, Any] = {"model": self.model, "messages": to_openai_messages(system_prompt, messages)}
         if tools:
             request["tools"] = to_openai_tools(tools)
         if self.temperature is not None:
             request["temperature"] = self.temperature
-        try:
-            response = self._client.chat.completions.create(**request)
-        except Exception as exc:
-            raise self._failure(exc) from None
+        return request
+
+    @staticmethod
+    def _reply(response: Any) -> Reply:
         choices = getattr(response, "choices", None) or []
         if not choices:
             raise ReasonerFailed("the model returned no choices")
@@ -231,6 +243,46 @@ class OpenAIReasoner:
         return ReasonerFailed(f"model request failed: {sanitize(' '.join(str(exc).split()), 300)}")
 
 
+class OpenAIReasoner(_ChatCompletions):
+    """Chat completions with tool calling on the official ``openai`` client.
+
+    ``model``, ``base_url`` and ``api_key`` default to ``OPENAI_MODEL``,
+    ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY``. A base URL without a key (a local
+    OpenAI-compatible server) sends the placeholder key ``"unused"``. Every client
+    failure becomes a :class:`ReasonerFailed` whose text never contains the key.
+    """
+
+    _client_class = "OpenAI"
+
+    def complete(self, system_prompt: str, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Reply:
+        request = self._request(system_prompt, messages, tools)
+        try:
+            response = self._client.chat.completions.create(**request)
+        except Exception as exc:
+            raise self._failure(exc) from None
+        return self._reply(response)
+
+
+class AsyncOpenAIReasoner(_ChatCompletions):
+    """:class:`OpenAIReasoner` on ``openai.AsyncOpenAI``: same options, requests, replies
+    and errors, without holding a thread per request. Its connections belong to the
+    event loop that first uses it; close it there with :meth:`aclose`."""
+
+    _client_class = "AsyncOpenAI"
+
+    async def complete(self, system_prompt: str, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Reply:
+        request = self._request(system_prompt, messages, tools)
+        try:
+            response = await self._client.chat.completions.create(**request)
+        except Exception as exc:  # cancellation is not an Exception: it propagates
+            raise self._failure(exc) from None
+        return self._reply(response)
+
+    async def aclose(self) -> None:
+        """Close the client's connections (on the event loop that used them)."""
+        await self._client.close()
+
+
 def _status_detail(exc: Any) -> str:
     body = getattr(exc, "body", None)
     if isinstance(body, dict):
@@ -241,4 +293,14 @@ def _status_detail(exc: Any) -> str:
     return ""
 
 
-__all__ = ["OpenAIReasoner", "Reasoner", "Reply", "ScriptedReasoner", "ToolCall", "to_openai_messages", "to_openai_tools"]
+__all__ = [
+    "AsyncOpenAIReasoner",
+    "AsyncReasoner",
+    "OpenAIReasoner",
+    "Reasoner",
+    "Reply",
+    "ScriptedReasoner",
+    "ToolCall",
+    "to_openai_messages",
+    "to_openai_tools",
+]

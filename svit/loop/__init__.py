@@ -1,6 +1,7 @@
 """The reasoning loop: ``Svit`` (a process plus a reason/act loop), messages, tools,
-bounded observers and the canonical event log."""
+bounded observers, the canonical event log, and ``AsyncSvit`` (its asyncio surface)."""
 
+from .aio import AsyncObserver, AsyncSvit
 from .errors import (
     Closed,
     Empty,
@@ -32,6 +33,8 @@ from .svit import Inbox, Svit, SvitBuilder, SvitPortContext, SvitResumeBuilder, 
 from .tools import TOOL_SPECS, ToolSpec
 
 __all__ = [
+    "AsyncObserver",
+    "AsyncSvit",
     "CanonicalEvent",
     "Checkpoint",
     "Closed",

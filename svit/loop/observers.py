@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Generic, TypeVar
+from typing import Callable, Generic, TypeVar
 
 from .errors import Closed, Empty, Lagged
 
@@ -28,6 +28,14 @@ class Observer(Generic[T]):
         self._missed = 0
         self._closed = False
         self._cond = threading.Condition()
+        self._listeners: tuple[Callable[[], None], ...] = ()
+
+    def _listen(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (from the publishing thread, without blocking) after every
+        push and on close, so a waiter that cannot block on the condition (an event
+        loop) learns when to look again. The item is queued before the call."""
+        with self._cond:
+            self._listeners += (callback,)
 
     def _push(self, item: T) -> None:
         with self._cond:
@@ -38,11 +46,17 @@ class Observer(Generic[T]):
                 self._missed += 1
             self._items.append(item)
             self._cond.notify_all()
+            listeners = self._listeners
+        for listener in listeners:
+            listener()
 
     def _close(self) -> None:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+            listeners = self._listeners
+        for listener in listeners:
+            listener()
 
     def _take(self) -> T:
         if self._missed:

@@ -42,10 +42,11 @@ recent windows report what is retained, so after a cut they start at ``retained_
 
 from __future__ import annotations
 
+import inspect
 import threading
 import uuid
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 from .. import tree
 from ..errors import (
@@ -84,6 +85,7 @@ from .events import (
     project_messages,
     read_all,
 )
+from .aio import run_on_host_loop
 from .messages import Message, Reply
 from .observers import Broadcast, Observer
 from .tools import TOOL_SPECS, run_tool
@@ -310,6 +312,11 @@ class Svit:
         self._thread: threading.Thread | None = None
         self._failure: str | None = None
         self._tail_checked = False
+        # "new" -> "busy" | "idle" -> "stopped"; written under _cond, read without it.
+        self._state = "new"
+        self._watchers: tuple[Callable[[], None], ...] = ()
+        self._watch_lock = threading.Lock()
+        self._host_loop: Any = None  # the event loop async reasoners run on (see aio.py)
 
         address = process.address
         thread = process.read("/thread")
@@ -554,9 +561,7 @@ class Svit:
 
     def block(self, timeout: float | None = None) -> None:
         """Seal the inbox, drain what is committed, and join; raises if a turn failed."""
-        with self._cond:
-            self._sealed = True
-            self._cond.notify_all()
+        self._seal()
         self.start()
         assert self._thread is not None
         self._thread.join(timeout)
@@ -570,6 +575,29 @@ class Svit:
         """The sanitized diagnostic of the turn that stopped the loop, if any."""
         return self._failure
 
+    def _seal(self) -> None:
+        with self._cond:
+            self._sealed = True
+            self._cond.notify_all()
+
+    # Waiters that cannot block on _cond (an event loop) register a callback that is run,
+    # without blocking and under _cond, whenever the loop goes idle or stops; they then
+    # read _state again. "idle" means the loop found the inbox empty and nothing was sent
+    # since, so a waiter never needs the process lock to decide.
+    def _watch(self, callback: Callable[[], None]) -> None:
+        with self._watch_lock:
+            self._watchers += (callback,)
+
+    def _unwatch(self, callback: Callable[[], None]) -> None:
+        with self._watch_lock:
+            self._watchers = tuple(w for w in self._watchers if w is not callback)
+
+    def _set_state(self, state: str) -> None:
+        self._state = state
+        if state in ("idle", "stopped"):
+            for watcher in self._watchers:
+                watcher()
+
     def _send(self, message: Message) -> Change:
         if not isinstance(message, Message):
             raise InvalidValue("inbox messages must be Message values")
@@ -577,6 +605,8 @@ class Svit:
             if self._sealed or self._stopped:
                 raise InboxClosed()
             change = self._process.enqueue_inbox(message.to_json())
+            if self._state == "idle":
+                self._set_state("busy")
             self._cond.notify_all()
         self._committed(change)
         return change
@@ -588,9 +618,11 @@ class Svit:
                     while True:
                         head = self._process.inbox_front()
                         if head is not None:
+                            self._set_state("busy")
                             break
                         if self._sealed:
                             return
+                        self._set_state("idle")
                         self._cond.wait()
                 try:
                     self._turn(head)
@@ -606,6 +638,8 @@ class Svit:
                 self._stopped = True
             self._outbox.close()
             self._events.close()
+            with self._cond:
+                self._set_state("stopped")
 
     def _turn(self, item: Any) -> None:
         if not self._tail_checked:
@@ -641,6 +675,8 @@ class Svit:
         for _ in range(self._max_iterations):
             conversation = self.conversation()
             reply = self._reasoner.complete(self._system_prompt, conversation, list(TOOL_SPECS))
+            if inspect.isawaitable(reply):  # an AsyncReasoner: its coroutine runs on the host's event loop
+                reply = run_on_host_loop(self._host_loop, reply)
             if not isinstance(reply, Reply):
                 raise TurnFailed("the reasoner did not return a Reply")
             if reply.is_final and reply.text is None:
