@@ -659,7 +659,11 @@ class Svit:
 
     def _close_interrupted_turn(self) -> None:
         """Mark the session's last turn failed if it neither finished nor failed (its host
-        went away mid-turn), so the retry does not show the model its partial steps."""
+        went away mid-turn), so the retry does not show the model its partial steps.
+
+        The turn is named by its newest step, not found by its input: a checkpoint and a
+        cut may already have removed the input, and what the model sees must not depend
+        on the cut."""
         for event in reversed(self._log.recent(self.address, self._session_id, MAX_WINDOW)):
             if event.type == TURN_FAILED:
                 return
@@ -667,8 +671,9 @@ class Svit:
                 message = message_of(event)
                 if message is not None and not message.tool_calls:
                     return
-            if event.type == INPUT_MESSAGE:
-                self._record(TURN_FAILED, {"error": INTERRUPTED_TEXT, "turn_id": event.data.get("turn_id")})
+            turn_id = event.data.get("turn_id")
+            if turn_id is not None and event.type in (INPUT_MESSAGE, OUTPUT_MESSAGE, TOOL_STARTED, TOOL_COMPLETED):
+                self._record(TURN_FAILED, {"error": INTERRUPTED_TEXT, "turn_id": turn_id})
                 return
 
     def _reason(self, turn_id: str) -> Message:

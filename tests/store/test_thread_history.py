@@ -680,3 +680,61 @@ def test_a_lost_checkpoint_or_partition_record_is_invalid_persistence(store, los
     with pytest.raises(InvalidPersistence):
         log.append(ADDR, session, "note", {})
     assert own_event_keys(store, ADDR, session) == []
+
+
+_INTERRUPTED_HOST = """
+import os, sys
+from svit import Message, Svit
+from svit.reasoners import ScriptedReasoner
+from svit.store import ProcessStore
+
+class DiesAfterTheTool(ScriptedReasoner):
+    def complete(self, system_prompt, messages, tools):
+        if self._calls == 1:
+            os._exit(0)  # the host goes away after the tool step, mid-turn
+        return super().complete(system_prompt, messages, tools)
+
+store = ProcessStore.open(sys.argv[1])
+steps = [ScriptedReasoner.tool("write", path="/memory/facts/x", value=1), "never"]
+agent = Svit.builder(sys.argv[2]).memory("facts", {}).store(store).reasoner(DiesAfterTheTool(steps)).build()
+agent.start()
+agent.inbox().send(Message.user("hi"))
+agent.block()
+"""
+
+
+class _Recording(ScriptedReasoner):
+    def __init__(self, steps):
+        super().__init__(steps)
+        self.seen: list[list[dict]] = []
+
+    def complete(self, system_prompt, messages, tools):
+        self.seen.append([m.to_json() for m in messages])
+        return super().complete(system_prompt, messages, tools)
+
+
+def test_a_cut_inside_an_interrupted_turn_does_not_change_what_the_model_sees(tmp_path):
+    import subprocess
+    import sys
+
+    views = {}
+    for cut in (False, True):
+        path = str(tmp_path / f"store-{cut}")
+        subprocess.run([sys.executable, "-c", _INTERRUPTED_HOST, path, ADDR], check=True, timeout=60)
+        store = ProcessStore.open(path)
+        handle = store.resume(ADDR)
+        session = handle.read("/thread")["session_id"]
+        kinds = [e.type for e in StoreEventLog(store).all_events(ADDR, session)]
+        assert kinds[0] == INPUT_MESSAGE and kinds[-1] == loop_events.TOOL_COMPLETED  # the turn was cut short
+        handle.record_checkpoint(session, 2, {"text": "the user said hi; the agent chose to write x"})
+        if cut:
+            handle.cut_thread_events(session, 2)  # the turn's input is gone
+        reasoner = _Recording(["done"])
+        resumed = Svit.persisted(handle).reasoner(reasoner).build()
+        resumed.start()
+        resumed.block(timeout=30)
+        assert resumed.failure is None
+        views[cut] = [{k: v for k, v in m.items() if k != "id"} for m in reasoner.seen[0]]  # ids differ per run
+        store.close()
+    assert views[False] == views[True]
+    assert [m["role"] for m in views[True]] == ["user", "user"]  # the summary, then the retried input
