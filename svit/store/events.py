@@ -51,6 +51,7 @@ parent that is then removed takes nothing the child reads).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -255,6 +256,10 @@ class StoreEventLog:
         _check_partition(process_id, session_id)
         if not isinstance(type, str) or not type or not isinstance(data, dict):
             raise InvalidValue("an event needs a type (text) and data (a map)")
+        try:  # what the loop and hosts read back: JSON values only (no bytes, NaN or sets)
+            json.dumps(data, allow_nan=False)
+        except (TypeError, ValueError):
+            raise InvalidValue("event data is not plain JSON-like data") from None
         store = self._store
         with store._lock:
             store._check()

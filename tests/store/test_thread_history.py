@@ -738,3 +738,13 @@ def test_a_cut_inside_an_interrupted_turn_does_not_change_what_the_model_sees(tm
         store.close()
     assert views[False] == views[True]
     assert [m["role"] for m in views[True]] == ["user", "user"]  # the summary, then the retried input
+
+
+@pytest.mark.parametrize("data", [{"b": b"1"}, {"n": float("nan")}, {"i": float("inf")}, {"s": {1, 2}}])
+def test_event_data_must_be_plain_json_like(store, data):
+    a = agent(store)
+    log = StoreEventLog(store)
+    with pytest.raises(InvalidValue):
+        log.append(ADDR, a.session_id, "note", data)
+    assert log.last_sequence(ADDR, a.session_id) == 0
+    assert log.append(ADDR, a.session_id, "note", {"ok": [1, 2.5, "x", None, True]}).sequence == 1  # control
