@@ -43,8 +43,9 @@ Hand-offs, and why nothing is lost on cancellation:
 Never call the blocking ``Svit`` methods (``block``, ``Observer.recv``) from the event
 loop an async reasoner runs on: the loop thread would wait for the event loop while the
 event loop waits for the loop thread. Keep that event loop running until the turns it
-serves are done (``await block()``); ``asyncio.run`` cancels a call still pending when it
-returns, which fails that turn rather than leaving the loop thread waiting.
+serves are done (``await block()``); a call still pending when the event loop is closed
+(cancelled by ``asyncio.run`` or not) fails that turn rather than leaving the loop thread
+waiting.
 """
 
 from __future__ import annotations
@@ -69,6 +70,11 @@ T = TypeVar("T")
 # ---------------------------------------------------------------------- async reasoners
 
 
+#: How often the loop thread checks, while an async reasoner runs, that its event loop
+#: still exists.
+_HOST_LOOP_CHECK_SECONDS = 0.25
+
+
 def run_on_host_loop(loop: asyncio.AbstractEventLoop | None, awaitable: Awaitable[Any]) -> Any:
     """Run a reasoner's awaitable on the host's event loop and wait for its result.
 
@@ -85,6 +91,14 @@ def run_on_host_loop(loop: asyncio.AbstractEventLoop | None, awaitable: Awaitabl
         wrapper.close()
         _discard(awaitable)
         raise ReasonerUnavailable("the event loop of the async reasoner is closed") from None
+    # A host may close its event loop without cancelling the call (a plain
+    # run_until_complete + close, or a call that arrived during shutdown): nothing would
+    # ever resolve it then, so the wait looks again now and then instead of for good.
+    # (Waiting on the future rather than on its result keeps a reasoner's own
+    # TimeoutError apart from this check.)
+    while not concurrent.futures.wait([future], timeout=_HOST_LOOP_CHECK_SECONDS).done:
+        if loop.is_closed():  # (cancelling would only try to reach the closed loop)
+            raise ReasonerFailed("the event loop of the async reasoner closed before it answered")
     try:
         return future.result()
     except concurrent.futures.CancelledError:

@@ -497,6 +497,33 @@ def test_event_loop_shutdown_mid_call_fails_the_turn_instead_of_hanging():
     assert agent.read("/inbox") == [MESSAGE.to_json()]
 
 
+def test_event_loop_closed_without_cancelling_the_call_fails_the_turn_instead_of_hanging():
+    # run_until_complete + close never cancels the pending reasoner call: the loop thread
+    # must notice the closed event loop rather than wait on it forever.
+    entered = threading.Event()
+
+    class Forever:
+        async def complete(self, system_prompt: str, messages: Any, tools: Any) -> Reply:
+            entered.set()
+            await asyncio.Event().wait()
+            raise AssertionError("unreachable")
+
+    agent = make(Forever())
+
+    async def main() -> None:
+        facade = AsyncSvit(agent)
+        facade.start()
+        await facade.send(MESSAGE)
+        await until(entered.is_set)
+
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(main())
+    loop.close()
+    with pytest.raises(TurnFailed, match="event loop"):
+        agent.block(timeout=10)
+    assert agent.read("/inbox") == [MESSAGE.to_json()]
+
+
 # ---------------------------------------------------------------------- AsyncOpenAIReasoner
 
 
