@@ -309,6 +309,7 @@ class Svit:
         self._events: Broadcast[SvitEvent] = Broadcast()
         self._cond = threading.Condition()
         self._sealed = self._stopped = self._started = False
+        self._sending = 0  # sends committing to /inbox right now (outside _cond)
         self._thread: threading.Thread | None = None
         self._failure: str | None = None
         self._tail_checked = False
@@ -604,10 +605,18 @@ class Svit:
         with self._cond:
             if self._sealed or self._stopped:
                 raise InboxClosed()
+            self._sending += 1
+        # The commit waits for the process lock (held while a tool runs) and perhaps a
+        # store write: not under _cond, so sealing, starting and idle checks never wait
+        # behind a tool. The loop does not finish a sealed inbox while a send is in flight.
+        try:
             change = self._process.enqueue_inbox(message.to_json())
-            if self._state == "idle":
-                self._set_state("busy")
-            self._cond.notify_all()
+        finally:
+            with self._cond:
+                self._sending -= 1
+                if self._state == "idle":
+                    self._set_state("busy")
+                self._cond.notify_all()
         self._committed(change)
         return change
 
@@ -620,7 +629,7 @@ class Svit:
                         if head is not None:
                             self._set_state("busy")
                             break
-                        if self._sealed:
+                        if self._sealed and not self._sending:
                             return
                         self._set_state("idle")
                         self._cond.wait()

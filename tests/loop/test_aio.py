@@ -222,12 +222,8 @@ def test_cancelled_idle_wait_then_resume():
 
 
 def committing(agent: AsyncSvit) -> bool:
-    """Whether another thread is inside ``send`` (it holds the Svit's condition while it commits)."""
-    cond = agent.svit._cond
-    if cond.acquire(blocking=False):
-        cond.release()
-        return False
-    return True
+    """Whether another thread is inside ``send``, committing to /inbox."""
+    return agent.svit._sending > 0
 
 
 def hold_process_lock(
@@ -275,6 +271,30 @@ def test_event_loop_stays_responsive_during_send_block_and_turn():
         return max(later - earlier for earlier, later in zip(stamps, stamps[1:]))
 
     assert run(main()) < 0.5 * stall
+
+
+def test_timeouts_and_start_do_not_wait_behind_a_commit():
+    # A send waiting for the process lock (a tool running) must not hold up start() on
+    # the event loop, nor stretch block()'s timeout to the length of the tool run.
+    async def main() -> None:
+        agent = AsyncSvit(make(ScriptedReasoner(["ok"])))
+        release, held = threading.Event(), threading.Event()
+        holder = hold_process_lock(agent, held, release, 5)
+        await until(held.is_set)
+        sending = asyncio.create_task(agent.send("waits for the lock"))
+        await until(lambda: committing(agent))
+        began = time.monotonic()
+        agent.start()
+        with pytest.raises(TimeoutError):
+            await agent.block(timeout=0.2)
+        assert time.monotonic() - began < 1.5
+        release.set()
+        await sending
+        holder.join()
+        await agent.block(timeout=5)  # the sealed loop still handles the send that was in flight
+        assert agent.svit.read("/inbox") == []
+
+    run(main())
 
 
 def test_send_cancelled_mid_commit_settles_exactly_once():
