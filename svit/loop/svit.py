@@ -642,6 +642,12 @@ class Svit:
                         self._stopped = True
                     self._events.publish(Failed(text))
                     return
+        except BaseException as exc:  # outside a turn (reading the inbox): still a failure, never a quiet stop
+            text = failure_text(exc)
+            with self._cond:
+                if self._failure is None:
+                    self._failure = text
+            self._events.publish(Failed(text))
         finally:
             with self._cond:
                 self._stopped = True

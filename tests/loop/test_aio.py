@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from svit.errors import PersistenceUnavailable
 from svit import AsyncSvit, Message, Svit
 from svit.loop import (
     CanonicalEvent,
@@ -637,3 +638,15 @@ def test_readme_asyncio_example_runs(capsys):
     source = textwrap.dedent(found[0])  # it sits in a list item
     exec(compile(source, "README.md", "exec"), {"__name__": "readme"})  # noqa: S102 - the README's own example
     assert capsys.readouterr().out.strip().splitlines()[-1] == "['Noted: blue.']"
+
+
+def test_a_failure_outside_a_turn_is_reported_not_a_quiet_stop():
+    agent = make(ScriptedReasoner(["ok"]))
+
+    def broken_inbox() -> Any:
+        raise PersistenceUnavailable("the store went away")
+
+    agent.process.inbox_front = broken_inbox  # the loop's read of its inbox fails
+    with pytest.raises(TurnFailed, match="the store went away"):
+        agent.block(timeout=5)
+    assert "the store went away" in agent.failure
