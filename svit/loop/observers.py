@@ -122,7 +122,10 @@ class Broadcast(Generic[T]):
         with self._lock:
             observers = list(self._observers)
             if not observers and self._retain and not self._closed:
-                observers = [self._pending]
+                # Kept for the next subscriber: queued under the lock, so a subscribe
+                # racing this publish either takes the item or comes after it.
+                self._pending._push(item)
+                return
         for observer in observers:
             observer._push(item)
 

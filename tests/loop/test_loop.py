@@ -605,3 +605,23 @@ def test_unobserved_retention_is_bounded_and_reports_loss():
     other = hub.subscribe()
     hub.publish(5)
     assert observer.try_recv() == 5 and other.try_recv() == 5
+
+
+def test_a_retained_item_is_queued_before_a_racing_subscribe_can_look():
+    # With nobody subscribed, a published item is kept for the next subscriber. It must
+    # be queued while the hub's lock is held: otherwise a subscribe between choosing the
+    # holding queue and filling it finds it empty, and the item goes to a later subscriber.
+    from svit.loop.observers import Observer
+
+    hub: Broadcast[str] = Broadcast(retain_unobserved=True)
+    held_during_push = []
+
+    class Watching(Observer[str]):
+        def _push(self, item: str) -> None:
+            held_during_push.append(hub._lock.locked())
+            super()._push(item)
+
+    hub._pending = Watching(hub._capacity)
+    hub.publish("reply")
+    assert held_during_push == [True]
+    assert hub.subscribe().try_recv() == "reply"
