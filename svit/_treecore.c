@@ -1425,7 +1425,6 @@ static int decode_child(Reader *reader, int depth, Totals *totals, PyObject **it
     case 6: {
         if (argument != script_tag)
             return malformed("unsupported CBOR tag");
-        Py_ssize_t start = reader->position;
         if (read_head(reader, &major, &info, &argument) < 0)
             return -1;
         if (major != 4 || argument != 2)
@@ -1444,7 +1443,6 @@ static int decode_child(Reader *reader, int depth, Totals *totals, PyObject **it
                 return -1;
             }
         }
-        (void)start;
         PyObject *script = PyObject_CallFunctionObjArgs(script_type, parts[0], parts[1], NULL);
         Py_DECREF(parts[0]);
         Py_DECREF(parts[1]);
@@ -2050,15 +2048,16 @@ static PyObject *treecore_blake3(PyObject *module, PyObject *args)
     return result;
 }
 
-static PyObject *treecore_compressors(PyObject *module, PyObject *unused)
+/* The names, among `count` units, that this CPU can run. */
+static PyObject *available_names(int count, const char *(*name_of)(int), int (*available)(int))
 {
     PyObject *names = PyList_New(0);
     if (names == NULL)
         return NULL;
-    for (int i = 0; i < COMPRESSOR_COUNT; i++) {
-        if (!compressor_available(i))
+    for (int i = 0; i < count; i++) {
+        if (!available(i))
             continue;
-        PyObject *name = PyUnicode_FromString(compressors[i].name);
+        PyObject *name = PyUnicode_FromString(name_of(i));
         if (name == NULL || PyList_Append(names, name) < 0) {
             Py_XDECREF(name);
             Py_DECREF(names);
@@ -2067,6 +2066,15 @@ static PyObject *treecore_compressors(PyObject *module, PyObject *unused)
         Py_DECREF(name);
     }
     return names;
+}
+
+static const char *compressor_name_of(int index) { return compressors[index].name; }
+
+static const char *lane_hasher_name_of(int index) { return lane_hashers[index].name; }
+
+static PyObject *treecore_compressors(PyObject *module, PyObject *unused)
+{
+    return available_names(COMPRESSOR_COUNT, compressor_name_of, compressor_available);
 }
 
 static PyObject *treecore_blake3_many(PyObject *module, PyObject *args)
@@ -2128,21 +2136,7 @@ static PyObject *treecore_blake3_many(PyObject *module, PyObject *args)
 
 static PyObject *treecore_lane_hashers(PyObject *module, PyObject *unused)
 {
-    PyObject *names = PyList_New(0);
-    if (names == NULL)
-        return NULL;
-    for (int i = 0; i < LANE_HASHER_COUNT; i++) {
-        if (!lane_hasher_available(i))
-            continue;
-        PyObject *name = PyUnicode_FromString(lane_hashers[i].name);
-        if (name == NULL || PyList_Append(names, name) < 0) {
-            Py_XDECREF(name);
-            Py_DECREF(names);
-            return NULL;
-        }
-        Py_DECREF(name);
-    }
-    return names;
+    return available_names(LANE_HASHER_COUNT, lane_hasher_name_of, lane_hasher_available);
 }
 
 static PyObject *precomputed(uint8_t tag, const uint8_t *payload, size_t len)

@@ -162,6 +162,15 @@ def decode_checkpoint(raw: bytes, address: str, session_id: str, through: int) -
 
 
 @dataclass(frozen=True)
+class _SessionState:
+    """What one read of a partition's records found (see ``StoreEventLog._state``)."""
+
+    partition: "Partition"
+    latest: "tuple[Checkpoint, bytes] | None"  # the latest checkpoint and its stored bytes
+    last: int
+
+
+@dataclass(frozen=True)
 class Partition:
     """What the partition record of one (address, session) says; the default is "no record"."""
 
@@ -314,8 +323,8 @@ class StoreEventLog:
         store = self._store
         with store._lock:
             store._check()
-            floor = self._partition(process_id, session_id).retained_from
-            end = self._last(process_id, session_id)  # the newest sequence not yet read
+            state = self._state(process_id, session_id)
+            floor, end = state.partition.retained_from, state.last  # end: the newest sequence not yet read
             found: list[Message] = []
             while len(found) < limit and end >= floor:
                 start = max(floor, end - MAX_WINDOW + 1)
@@ -339,15 +348,15 @@ class StoreEventLog:
         with store._lock:
             store._check()
             self._require(process_id)
-            last = self._last(process_id, session_id)
-            if through > last:
-                raise ThreadHistoryBoundary(f"{through} is beyond the last appended event {last}")
+            state = self._state(process_id, session_id)
+            if through > state.last:
+                raise ThreadHistoryBoundary(f"{through} is beyond the last appended event {state.last}")
             checkpoint = Checkpoint(process_id, session_id, through, plain)
             try:
                 raw = encode_checkpoint(checkpoint)
             except Exception as exc:
                 raise InvalidValue(f"checkpoint summary cannot be recorded: {exc.__class__.__name__}") from None
-            latest = self._latest_checkpoint(process_id, session_id)
+            latest = state.latest
             if latest is not None and through <= latest[0].through:
                 if through == latest[0].through and raw == latest[1]:
                     return latest[0]
@@ -371,8 +380,7 @@ class StoreEventLog:
         _check_partition(process_id, session_id)
         with self._store._lock:
             self._store._check()
-            self._last(process_id, session_id)  # the partition's records must agree
-            latest = self._latest_checkpoint(process_id, session_id)
+            latest = self._state(process_id, session_id).latest
             return latest[0] if latest is not None else None
 
     def checkpoints(self, process_id: str, session_id: str) -> list[Checkpoint]:
@@ -390,8 +398,7 @@ class StoreEventLog:
         _check_partition(process_id, session_id)
         with self._store._lock:
             self._store._check()
-            self._last(process_id, session_id)  # the partition's records must agree
-            return self._partition(process_id, session_id).retained_from
+            return self._state(process_id, session_id).partition.retained_from
 
     def compacted_through(self, process_id: str, session_id: str) -> int:
         """The highest checkpoint boundary of a session (0 when none); the record is verified."""
@@ -412,13 +419,12 @@ class StoreEventLog:
         with store._lock:
             store._check()
             self._require(process_id)
-            partition = self._partition(process_id, session_id)
-            last = self._last(process_id, session_id)
+            state = self._state(process_id, session_id)
+            partition, last, latest = state.partition, state.last, state.latest
             if through > last:
                 raise ThreadHistoryBoundary(f"{through} is beyond the last appended event {last}")
             if through < partition.retained_from:
                 return partition.retained_from
-            latest = self._latest_checkpoint(process_id, session_id)
             compacted = latest[0].through if latest is not None else 0
             if through > compacted:
                 raise ThreadHistoryUncompacted(
@@ -523,10 +529,10 @@ class StoreEventLog:
         key = self._seek_last(prefix)
         return 0 if key is None else self._suffix(key, prefix, process_id)
 
-    def _last(self, process_id: str, session_id: str) -> int:
-        """The newest sequence of a partition, once its records are seen to agree: a lost
-        checkpoint or partition record is an error, never a silent fresh start (which
-        would drop the summary or reuse sequence numbers)."""
+    def _state(self, process_id: str, session_id: str) -> _SessionState:
+        """A partition's record, latest checkpoint and newest sequence, once they are seen
+        to agree: a lost checkpoint or partition record is an error, never a silent fresh
+        start (which would drop the summary or reuse sequence numbers)."""
         partition = self._partition(process_id, session_id)
         latest = self._latest_checkpoint(process_id, session_id)
         compacted = latest[0].through if latest is not None else 0
@@ -536,7 +542,11 @@ class StoreEventLog:
             raise InvalidPersistence(f"{what}: events 1-{partition.retained_from - 1} were cut but no checkpoint covers them")
         if compacted > last:
             raise InvalidPersistence(f"{what}: checkpoint {compacted} lies beyond the last event {last}")
-        return last
+        return _SessionState(partition, latest, last)
+
+    def _last(self, process_id: str, session_id: str) -> int:
+        """The newest sequence of a partition (its records checked, see :meth:`_state`)."""
+        return self._state(process_id, session_id).last
 
     def _latest_checkpoint(self, process_id: str, session_id: str) -> tuple[Checkpoint, bytes] | None:
         prefix = keys.thread_checkpoint_prefix(process_id, session_id)
@@ -623,9 +633,8 @@ def stage_fork_share(store: Any, batch: Any, parent_address: str, child_address:
         return 0
     _check_partition(child_address, session_id)
     log = StoreEventLog(store)
-    partition = log._partition(parent_address, session_id)
-    last = log._last(parent_address, session_id)
-    latest = log._latest_checkpoint(parent_address, session_id)
+    state = log._state(parent_address, session_id)
+    partition, last, latest = state.partition, state.last, state.latest
     if not partition.stored and last == 0 and latest is None:
         return 0  # the session never recorded anything: the child starts it at 1
     shared = last - partition.retained_from + 1

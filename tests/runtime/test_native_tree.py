@@ -127,10 +127,9 @@ def python_only():
 def test_native_builder_is_present_where_required():
     # CI builds the extension and sets SVIT_REQUIRE_NATIVE=1; a silent fallback there
     # would leave every native test skipped and restore several times slower.
-    if os.environ.get("SVIT_REQUIRE_NATIVE") == "1":
-        assert tree.NATIVE_BUILDER
-    else:
-        assert tree.NATIVE_BUILDER == (tree._native is not None)
+    if os.environ.get("SVIT_REQUIRE_NATIVE") != "1":
+        pytest.skip("only where SVIT_REQUIRE_NATIVE=1 asks for the native module")
+    assert tree.NATIVE_BUILDER and tree._native is not None
 
 
 # ---------------------------------------------------------------------------- BLAKE3
@@ -378,7 +377,8 @@ def test_hostile_items_are_judged_alike(item):
         python, built = python_decode(data), native_decode(data)
         assert python[0] == built[0], data.hex()
         if python[0] == "ok":
-            same_node(built[1], python[1]) if type(python[1][1]) in (dict, tuple) else None
+            if type(python[1][1]) in (dict, tuple):
+                same_node(built[1], python[1])
             assert built[1][2] == python[1][2]
 
 
@@ -583,9 +583,6 @@ def test_deep_values_are_safe_on_small_thread_stacks():
         from svit.values import MAX_NESTING
 
         def work():
-            value = {}
-            for _ in range(MAX_NESTING - 1):
-                value = {"k": [value]} if len(str(type(value))) else value
             value = {}
             for _ in range(MAX_NESTING - 1):
                 value = {"k": value}
