@@ -572,7 +572,8 @@ class Compiler:
         if argc == 1 and name == "null":
             return Expr(f"({args[0].code}) is None", is_bool=True)
         is_bool = name in ("=", "/=", "eq", "ne", "<", ">", "<=", ">=", "not", "xor", "is", "null")
-        return Expr(f"_S_{mangle(name)}({', '.join(a.code for a in args)})", is_bool=is_bool)
+        passed = (["_d"] if spec.takes_depth else []) + [a.code for a in args]
+        return Expr(f"_S_{mangle(name)}({', '.join(passed)})", is_bool=is_bool)
 
     def bind_twice(self, arg: Expr) -> tuple[str, str]:
         """(first mention, later mentions) of an argument that must be evaluated once."""

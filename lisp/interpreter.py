@@ -60,6 +60,16 @@ def _system_wrapper(name: str) -> Callable[..., Any]:
     spec = SYSTEM_FUNCTIONS[name]
     fn, lo, hi = spec.fn, spec.min_args, spec.max_args
 
+    if spec.takes_depth:
+
+        def call(_d: int, *args: Any) -> Any:
+            n = len(args)
+            if n < lo or (hi is not None and n > hi):
+                raise EvalError(_arity_message(name, _expected(lo, hi), n))
+            return fn(_d, *args)
+
+        return mark_function(call, name)
+
     def call(_d: int, *args: Any) -> Any:
         n = len(args)
         if n < lo or (hi is not None and n > hi):

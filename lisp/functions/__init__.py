@@ -4,6 +4,12 @@ Each system function is a plain Python function over Lisp values (see
 :mod:`lisp.values`). Arity is checked by the caller against ``min_args`` /
 ``max_args`` before the function runs, so implementations may assume a valid
 argument count. Functions raise only :mod:`lisp.errors` types.
+
+A function registered with ``takes_depth=True`` receives the caller's call depth
+first (``fn(depth, *args)``), so it can call guest functions it was given
+(``f(depth + 1, ...)``) under the same call-stack bound. ``signature``,
+``description`` and ``category`` feed the catalogue a script reads with
+``(runtime-builtins)``.
 """
 
 from __future__ import annotations
@@ -18,17 +24,30 @@ class SystemFunction:
     fn: Callable[..., Any]
     min_args: int
     max_args: int | None  # None: no upper bound
+    takes_depth: bool = False
+    signature: str | None = None
+    description: str | None = None
+    category: str | None = None
 
 
 SYSTEM_FUNCTIONS: dict[str, SystemFunction] = {}
 
 
-def system(name: str, min_args: int, max_args: int | None = -1) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def system(
+    name: str,
+    min_args: int,
+    max_args: int | None = -1,
+    *,
+    takes_depth: bool = False,
+    signature: str | None = None,
+    description: str | None = None,
+    category: str | None = None,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register ``fn`` as the system function ``name``; ``max_args=-1`` means exactly ``min_args``."""
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
         upper = min_args if max_args == -1 else max_args
-        SYSTEM_FUNCTIONS[name] = SystemFunction(name, fn, min_args, upper)
+        SYSTEM_FUNCTIONS[name] = SystemFunction(name, fn, min_args, upper, takes_depth, signature, description, category)
         return fn
 
     return register
