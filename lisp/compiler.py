@@ -1,7 +1,8 @@
-"""The compiler: checked Lisp forms to Python source, compiled once.
+"""Code generation: expanded, resolved Lisp forms to Python source, compiled once.
 
-Each special form is checked here (shape, arity, one-expression bodies, duplicate
-parameters) and turned into Python. The generated module:
+The last of three passes: :mod:`lisp.expand` expands macros and evaluates consts,
+:mod:`lisp.resolve` checks every form, name and known arity, and this module turns
+the checked forms into Python (it checks nothing itself). The generated module:
 
 * names every guest global ``g_<mangled>`` and every local ``v<n>_<mangled>``, so
   guest names can never reach a runtime helper (helpers all start with ``_``);
@@ -20,25 +21,21 @@ It runs with no Python builtins: only the helpers the interpreter installs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from fractions import Fraction
-from typing import Any, Callable
+import itertools
+from dataclasses import dataclass
+from typing import Any
 
-from .errors import CompileError, LimitError, Span
+from .errors import LimitError
+from .expand import Expansion
 from .functions import SYSTEM_FUNCTIONS
-from .reader import QUASIQUOTE, QUOTE, UNQUOTE, UNQUOTE_SPLICING, Program
-from .values import Char, Keyword, LispPath, Name
+from .reader import QUASIQUOTE, UNQUOTE, UNQUOTE_SPLICING, Program
+from .resolve import Resolution
+from .syntax import ELSE, SPECIAL_FORMS, STANDARD_NAMES, Params  # noqa: F401 (re-exported)
+from .values import Keyword, Name
 
-SPECIAL_FORMS = frozenset(
-    "define lambda let if cond case and or do apply quote quasiquote comma comma-at macro const use "
-    "struct export set-module-doc call-self".split()
-)
-STANDARD_NAMES = frozenset(SYSTEM_FUNCTIONS) | SPECIAL_FORMS | {"true", "false", "else"}
-
-ELSE = Name("else")
-KW_OPTIONAL = Keyword("optional")
-KW_KEY = Keyword("key")
-KW_REST = Keyword("rest")
+#: Each compiled module names its constants tuple uniquely, so modules sharing one
+#: namespace (compile-time code) never read each other's constants.
+_constants_names = itertools.count()
 
 # Integer fast paths: operator, slow-path helper.
 _ARITH = {"+": ("+", "_add2"), "-": ("-", "_sub2"), "*": ("*", "_mul2")}
@@ -119,6 +116,7 @@ class FunctionContext:
 
     self_global: str | None  # the Lisp global name the function is bound to
     params: tuple[str, ...]  # Python names of required parameters, for tail loops
+    loopable: bool  # only required parameters: a self tail call can become a loop
     loops: bool = False  # set when a self tail call became a loop
 
 
@@ -133,6 +131,8 @@ class Compiled:
     filename: str
     #: Every guest global the code can mention (host functions it never names need not exist).
     referenced: frozenset[str] = frozenset()
+    #: The module global the code reads its constants from.
+    constants_name: str = "_K"
 
 
 def referenced_globals(code: Any) -> frozenset[str]:
@@ -164,40 +164,37 @@ class Scope:
         return None
 
 
-@dataclass
-class _Macro:
-    fn: Callable[..., Any]
-
-
 class Compiler:
-    """Compiles one program. ``run_macro`` runs compile-time code for macros and consts."""
+    """Generates the Python module of one expanded and resolved program."""
 
     def __init__(
         self,
-        program: Program,
+        expansion: Expansion,
+        resolution: Resolution,
         *,
         filename: str,
         max_call_stack: int,
         max_value_stack: int,
         max_integer_bits: int,
-        evaluate_at_compile_time: Callable[[str, Any, "Compiler"], Any],
     ) -> None:
-        self.program = program
+        self.program: Program = expansion.program
+        self.expansion = expansion
+        self.resolution = resolution
         self.filename = filename
         self.max_call_stack = max_call_stack
         self.max_value_stack = max_value_stack
         self.int_bound = 1 << max_integer_bits
-        self.evaluate_at_compile_time = evaluate_at_compile_time
         self.constants: list[Any] = []
         self.constant_index: dict[tuple[type, Any], int] = {}
+        self.constants_name = f"_K{next(_constants_names)}"
         self.counter = 0
         self.factories: list[str] = []
         self.factory_spans: list[int | None] = []
         self.current_line: int | None = None
-        self.macros: dict[str, _Macro] = {}
-        self.consts: dict[str, Any] = {}
-        #: The budget shared by all compile-time evaluation (set by the interpreter).
-        self.compile_budget: Any = None
+        #: Consts bound so far, in program order (a const is visible after its form).
+        self.consts: dict[str, Any] = dict(expansion.initial_consts)
+        #: Python names of the functions being generated, innermost last (for call-self).
+        self.function_names: list[str] = []
 
     # ------------------------------------------------------------------ helpers
     def fresh(self, stem: str = "t") -> str:
@@ -207,12 +204,6 @@ class Compiler:
     def fresh_local(self, name: str) -> str:
         self.counter += 1
         return f"v{self.counter}_{mangle(name)}"
-
-    def error(self, message: str, form: Any = None) -> CompileError:
-        span = self.program.span_of(form) if form is not None else None
-        if span is None and self.current_line is not None:
-            span = Span(self.current_line, 1)
-        return CompileError(message, span)
 
     def constant(self, value: Any) -> str:
         t = type(value)
@@ -228,7 +219,7 @@ class Compiler:
             index = len(self.constants)
             self.constants.append(value)
             self.constant_index[key] = index
-        return f"_K[{index}]"
+        return f"{self.constants_name}[{index}]"
 
     def note_span(self, form: Any) -> None:
         span = self.program.span_of(form)
@@ -254,27 +245,31 @@ class Compiler:
         self.factory_spans.extend(spans)
 
     def top_level(self, form: Any) -> list[str]:
-        form = self.expand(form)
         if type(form) is tuple and type(form[0]) is Name:
             head = form[0].name
             if head == "define":
                 return self.top_define(form)
             if head == "macro":
-                self.define_macro(form)
-                return [f"_last = {self.constant(form[1][0] if type(form[1]) is tuple else form[1])}"]
+                return [f"_last = {self.constant(form[1][0])}"]
             if head == "const":
-                self.define_const(form)
+                self.consts[form[1].name] = self.expansion.const_values[id(form)]
                 return [f"_last = {self.constant(form[1])}"]
         expr = self.expr(form, Scope(None), None)
         return [f"_last = {expr.code}"]
 
     def top_define(self, form: tuple) -> list[str]:
-        target, doc, value = self.parse_define(form)
+        target, value = form[1], form[-1]
         if type(target) is tuple:
             name = target[0].name
             gname = global_name(name)
             lines = [f"_define_check({gname!r})"]
-            lines += self.function_def(gname, target[1:], value, Scope(None), self_global=name, form=form)
+            params = self.resolution.params[id(form)]
+            if id(form) in self.resolution.self_calling:
+                # call-self names the function itself, not whatever the global holds later.
+                fn = self.closure(form, params, value, Scope(None), gname, self_global=name)
+                lines.append(f"{gname} = {fn.code}")
+            else:
+                lines += self.function_def(gname, params, value, Scope(None), self_global=name)
             lines.append(f"_last = {self.constant(target[0])}")
             return lines
         gname = global_name(target.name)
@@ -285,97 +280,12 @@ class Compiler:
             f"_last = {self.constant(target)}",
         ]
 
-    def parse_define(self, form: tuple) -> tuple[Any, Any, Any]:
-        if len(form) == 3:
-            target, value = form[1], form[2]
-            doc = None
-        elif len(form) == 4 and type(form[2]) is str:
-            target, doc, value = form[1], form[2], form[3]
-        else:
-            raise self.error("`define` expects (define name [doc] value) with exactly one body expression", form)
-        if type(target) is tuple:
-            if type(target[0]) is not Name:
-                raise self.error("`define` expects a function name", form)
-            self.check_definable(target[0].name, form)
-        elif type(target) is Name:
-            self.check_definable(target.name, form)
-        else:
-            raise self.error("`define` expects a name", form)
-        return target, doc, value
-
-    def check_definable(self, name: str, form: Any) -> None:
-        if name in STANDARD_NAMES:
-            raise self.error(f"cannot redefine standard name `{name}`", form)
-
     # ------------------------------------------------------------------ functions
-    def parse_params(self, params: Any, form: Any) -> tuple[list[str], list[tuple[str, Any]], list[tuple[str, Any]], str | None]:
-        """Split a parameter list into required, optional, keyword and rest names."""
-        if params is None:
-            return [], [], [], None
-        if type(params) is not tuple:
-            raise self.error("parameter list must be a list", form)
-        required: list[str] = []
-        optional: list[tuple[str, Any]] = []
-        keys: list[tuple[str, Any]] = []
-        rest: str | None = None
-        mode = "required"
-        seen: set[str] = set()
-        items = list(params)
-        i = 0
-        while i < len(items):
-            item = items[i]
-            if type(item) is Keyword:
-                if item is KW_OPTIONAL:
-                    if mode == "key":
-                        raise self.error("`:optional` and `:key` cannot be combined", form)
-                    if mode != "required":
-                        raise self.error("`:optional` must come once, before `:key` and `:rest`", form)
-                    mode = "optional"
-                elif item is KW_KEY:
-                    if mode == "optional":
-                        raise self.error("`:optional` and `:key` cannot be combined", form)
-                    if mode in ("key", "rest"):
-                        raise self.error("`:key` must come once, before any `:rest`", form)
-                    mode = "key"
-                elif item is KW_REST:
-                    if mode == "key":
-                        raise self.error("`:key` and `:rest` cannot be combined", form)
-                    if i + 2 != len(items) or type(items[i + 1]) is not Name:
-                        raise self.error("`:rest` must be followed by exactly one name", form)
-                    mode = "rest"
-                else:
-                    raise self.error(f"unexpected keyword `:{item.name}` in parameter list", form)
-                i += 1
-                continue
-            if type(item) is Name:
-                pname, default = item.name, None
-            elif type(item) is tuple and len(item) == 2 and type(item[0]) is Name and mode in ("optional", "key"):
-                pname, default = item[0].name, item[1]
-            else:
-                raise self.error("invalid parameter", form)
-            if pname in seen:
-                raise self.error(f"duplicate parameter `{pname}`", form)
-            if pname in SPECIAL_FORMS or pname in ("true", "false"):
-                raise self.error(f"cannot bind standard name `{pname}`", form)
-            seen.add(pname)
-            if mode == "required":
-                required.append(pname)
-            elif mode == "optional":
-                optional.append((pname, default))
-            elif mode == "key":
-                keys.append((pname, default))
-            else:
-                rest = pname
-            i += 1
-        return required, optional, keys, rest
-
     def function_def(
-        self, pyname: str, params: Any, body: Any, outer: Scope, *, self_global: str | None, form: Any, indent: str = ""
+        self, pyname: str, params: Params, body: Any, outer: Scope, *, self_global: str | None, indent: str = ""
     ) -> list[str]:
         """A ``def`` for a Lisp function whose free locals are all in ``outer``'s captures."""
-        if type(params) is not tuple and params is not None:
-            raise self.error("parameter list must be a list", form)
-        required, optional, keys, rest = self.parse_params(params, form)
+        required, optional, keys, rest = params.required, params.optional, params.keys, params.rest
         scope = Scope(outer, {}, boundary=True)
         sig = ["_d"]
         prologue: list[str] = []
@@ -407,9 +317,13 @@ class Compiler:
             prologue.append(f"if not {py}: {py} = None")
             scope.names[rest] = py
         loopable = not optional and not keys and rest is None
-        ctx = FunctionContext(self_global if loopable else None, tuple(req_py))
+        ctx = FunctionContext(self_global if loopable else None, tuple(req_py), loopable)
         # Tail statements are indented for the loop body; without a loop they move out 4.
-        tail = self.tail(body, scope, ctx, "        ")
+        self.function_names.append(pyname)
+        try:
+            tail = self.tail(body, scope, ctx, "        ")
+        finally:
+            self.function_names.pop()
         lines = [f"{indent}def {pyname}({', '.join(sig)}):", f"{indent}    global _s"]
         guard = [
             f"{indent}    if _d > {self.max_call_stack}: _deep()",
@@ -428,16 +342,15 @@ class Compiler:
             lines += [f"{indent}{t[4:]}" for t in tail]
         return lines
 
-    def lambda_expr(self, form: tuple, scope: Scope, name: str | None = None) -> Expr:
+    def closure(
+        self, form: tuple, params: Params, body: Any, scope: Scope, inner: str, self_global: str | None = None
+    ) -> Expr:
         """A closure: a module-level factory taking the captured values, called here."""
-        if len(form) != 3:
-            raise self.error("`lambda` expects (lambda (params) body) with exactly one body expression", form)
         captured = sorted(self.free_locals(form, scope))
         factory = self.fresh("mk")
-        inner = self.fresh("lambda") if name is None else global_name(name)
         cap_scope = Scope(None, {lisp: py for lisp, py in captured}, boundary=True)
         saved_line = self.current_line
-        body = self.function_def(inner, form[1], form[2], cap_scope, self_global=None, form=form, indent="    ")
+        body = self.function_def(inner, params, body, cap_scope, self_global=self_global, indent="    ")
         self.current_line = saved_line
         lines = [f"def {factory}({', '.join(py for _, py in captured)}):"] + body + [f"    return {inner}"]
         self.emit_factory(lines, [self.current_line] * len(lines))
@@ -457,39 +370,6 @@ class Compiler:
                 stack.extend(item)
         return found
 
-    # ------------------------------------------------------------------ macros, consts
-    def define_macro(self, form: tuple) -> None:
-        if len(form) != 3 or type(form[1]) is not tuple or type(form[1][0]) is not Name:
-            raise self.error("`macro` expects (macro (name params) body)", form)
-        name = form[1][0].name
-        self.check_definable(name, form)
-        lam = (Name("lambda"), form[1][1:] or None, form[2])
-        fn = self.evaluate_at_compile_time("macro", lam, self)
-        self.macros[name] = _Macro(fn)
-
-    def define_const(self, form: tuple) -> None:
-        if len(form) != 3 or type(form[1]) is not Name:
-            raise self.error("`const` expects (const name value)", form)
-        self.check_definable(form[1].name, form)
-        self.consts[form[1].name] = self.evaluate_at_compile_time("const", self.substitute_consts(form[2]), self)
-
-    def substitute_consts(self, form: Any) -> Any:
-        if type(form) is Name and form.name in self.consts:
-            return (QUOTE, self.consts[form.name])
-        if type(form) is tuple and form[0] is not QUOTE:
-            return tuple(self.substitute_consts(x) for x in form)
-        return form
-
-    def expand(self, form: Any) -> Any:
-        """Expand macro calls at the head of ``form`` until none is left."""
-        for _ in range(256):
-            if type(form) is tuple and type(form[0]) is Name and form[0].name in self.macros:
-                macro = self.macros[form[0].name]
-                form = self.evaluate_at_compile_time("expand", (macro.fn, form[1:]), self)
-            else:
-                return form
-        raise self.error("macro expansion does not terminate", form)
-
     # ------------------------------------------------------------------ expressions
     def expr(self, form: Any, scope: Scope, ctx: FunctionContext | None) -> Expr:
         t = type(form)
@@ -497,9 +377,6 @@ class Compiler:
             return self.reference(form, scope)
         if t is tuple:
             self.note_span(form)
-            form = self.expand(form)
-            if type(form) is not tuple:
-                return self.expr(form, scope, ctx)
             return self.call_or_form(form, scope, ctx)
         if t is bool:
             return Expr(self.constant(form), is_bool=True, simple=True)
@@ -512,8 +389,6 @@ class Compiler:
             return Expr(local, simple=True)
         if name in self.consts:
             return Expr(self.constant(self.consts[name]), simple=True)
-        if name in SPECIAL_FORMS or name in self.macros:
-            raise self.error(f"`{name}` is a special form, not a value", None)
         if name in SYSTEM_FUNCTIONS:
             return Expr("_F_" + mangle(name), simple=True)
         return Expr(global_name(name))
@@ -522,11 +397,8 @@ class Compiler:
         head = form[0]
         if type(head) is Name and scope.lookup(head.name) is None:
             name = head.name
-            special = getattr(self, "form_" + mangle(name), None) if name in SPECIAL_FORMS else None
-            if special is not None:
-                return special(form, scope, ctx)
             if name in SPECIAL_FORMS:
-                raise self.error(f"`{name}` is not supported in Svit Lisp", form)
+                return getattr(self, "form_" + mangle(name))(form, scope, ctx)
             if name in SYSTEM_FUNCTIONS and name not in self.consts:
                 return self.system_call(name, form, scope, ctx)
         return self.call(form, scope, ctx)
@@ -554,10 +426,6 @@ class Compiler:
         over = self.check_value_stack(argc)
         if over:
             return Expr(over)
-        if argc < spec.min_args or (spec.max_args is not None and argc > spec.max_args):
-            # Arity is a run-time error, raised only if the call is reached.
-            joined = "".join(f"{a.code}, " for a in args)
-            return Expr(f"_arity_error({name!r}, ({joined}))")
         if argc == 2 and name in _ARITH:
             return self.inline_arith(name, args)
         if argc == 2 and name in _COMPARE:
@@ -570,7 +438,9 @@ class Compiler:
                 return Expr(f"({a.code}) is False", is_bool=True)
             return Expr(f"_not({a.code})", is_bool=True)
         if argc == 1 and name == "null":
-            return Expr(f"({args[0].code}) is None", is_bool=True)
+            # Fast for Lisp lists; anything else goes to `null`, which refuses svit values.
+            a1, a2 = self.bind_twice(args[0])
+            return Expr(f"(({a1}) is None or _S_null({a2}))", is_bool=True)
         is_bool = name in ("=", "/=", "eq", "ne", "<", ">", "<=", ">=", "not", "xor", "is", "null")
         passed = (["_d"] if spec.takes_depth else []) + [a.code for a in args]
         return Expr(f"_S_{mangle(name)}({', '.join(passed)})", is_bool=is_bool)
@@ -633,20 +503,10 @@ class Compiler:
 
     # ------------------------------------------------------------------ special forms (expressions)
     def form_quote(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
-        if len(form) != 2:
-            raise self.error("`quote` expects one argument", form)
         return Expr(self.constant(form[1]), is_bool=type(form[1]) is bool, simple=True)
 
     def form_quasiquote(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
-        if len(form) != 2:
-            raise self.error("`quasiquote` expects one argument", form)
         return self.quasi(form[1], scope, 1)
-
-    def form_comma(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
-        raise self.error("unquote (`,`) outside of a quasiquote", form)
-
-    def form_comma_2d_at(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
-        raise self.error("unquote-splicing (`,@`) outside of a quasiquote", form)
 
     def quasi(self, form: Any, scope: Scope, level: int) -> Expr:
         if type(form) is not tuple:
@@ -669,30 +529,15 @@ class Compiler:
         return Expr(f"_qq({', '.join(segments)})")
 
     def form_if(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
-        if len(form) not in (3, 4):
-            raise self.error("`if` expects (if condition then [else])", form)
         cond = self.condition(form[1], scope)
         then = self.expr(form[2], scope, None)
         other = self.expr(form[3], scope, None) if len(form) == 4 else Expr("None", simple=True)
         return Expr(f"({then.code} if {cond} else {other.code})", is_bool=then.is_bool and other.is_bool)
 
-    def cond_clauses(self, form: tuple) -> list[tuple[Any, Any]]:
-        clauses = []
-        seen_else = False
-        for clause in form[1:]:
-            if seen_else:
-                raise self.error("`cond` clause after `else`", form)
-            if type(clause) is not tuple or len(clause) != 2:
-                raise self.error("`cond` clauses must be (predicate expression)", form)
-            if clause[0] is ELSE:
-                seen_else = True
-            clauses.append(clause)
-        return clauses
-
     def form_cond(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
         code = "None"
         all_bool = False
-        for pred, body in reversed(self.cond_clauses(form)):
+        for pred, body in reversed(form[1:]):
             e = self.expr(body, scope, None)
             if pred is ELSE:
                 code, all_bool = e.code, e.is_bool
@@ -701,30 +546,13 @@ class Compiler:
                 all_bool = all_bool and e.is_bool
         return Expr(code, is_bool=all_bool)
 
-    def case_clauses(self, form: tuple) -> list[tuple[Any, Any]]:
-        if len(form) < 2:
-            raise self.error("`case` expects (case expression clauses...)", form)
-        clauses = []
-        seen_else = False
-        for clause in form[2:]:
-            if seen_else:
-                raise self.error("`case` clause after `else`", form)
-            if type(clause) is not tuple or len(clause) != 2:
-                raise self.error("`case` clauses must be ((literals...) expression)", form)
-            if clause[0] is ELSE:
-                seen_else = True
-            elif clause[0] is not None and type(clause[0]) is not tuple:
-                raise self.error("`case` clause literals must be a list", form)
-            clauses.append(clause)
-        return clauses
-
     def case_test(self, key: str, literals: Any) -> str:
         if literals is None:
             return f"({key}) is None"
         return f"_case_match({key}, {self.constant(literals)})"
 
     def form_case(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
-        clauses = self.case_clauses(form)
+        clauses = form[2:]
         key_expr = self.expr(form[1], scope, None)
         key = self.fresh("k")
         code = "None"
@@ -734,8 +562,6 @@ class Compiler:
         return Expr(f"({code} if (({key} := {key_expr.code}) is {key} or True) else None)")
 
     def form_and(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
-        if len(form) < 2:
-            raise self.error("`and` expects at least one argument", form)
         *init, last = form[1:]
         last_e = self.expr(last, scope, None)
         if not init:
@@ -744,8 +570,6 @@ class Compiler:
         return Expr(f"({last_e.code} if {tests} else False)", is_bool=last_e.is_bool)
 
     def form_or(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
-        if len(form) < 2:
-            raise self.error("`or` expects at least one argument", form)
         *init, last = form[1:]
         last_e = self.expr(last, scope, None)
         if not init:
@@ -754,27 +578,16 @@ class Compiler:
         return Expr(f"(True if {tests} else {last_e.code})", is_bool=last_e.is_bool)
 
     def form_do(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
-        if len(form) < 2:
-            raise self.error("`do` expects at least one expression", form)
         parts = [self.expr(f, scope, None) for f in form[1:]]
         if len(parts) == 1:
             return parts[0]
         return Expr(f"({', '.join(p.code for p in parts)})[-1]", is_bool=parts[-1].is_bool)
 
     def let_bindings(self, form: tuple, scope: Scope) -> tuple[Scope, list[tuple[str, Expr]]]:
-        if len(form) != 3:
-            raise self.error("`let` expects (let ((name value) ...) body) with exactly one body expression", form)
-        bindings = form[1]
-        if bindings is not None and type(bindings) is not tuple:
-            raise self.error("`let` bindings must be a list", form)
         inner = Scope(scope)
         out = []
-        for binding in bindings or ():
-            if type(binding) is not tuple or len(binding) != 2 or type(binding[0]) is not Name:
-                raise self.error("`let` binding must be (name value)", form)
+        for binding in form[1] or ():
             lname = binding[0].name
-            if lname in SPECIAL_FORMS or lname in ("true", "false"):
-                raise self.error(f"cannot bind standard name `{lname}`", form)
             value = self.expr(binding[1], inner, None)
             py = self.fresh_local(lname)
             inner = Scope(inner, {lname: py})
@@ -790,43 +603,37 @@ class Compiler:
         return Expr(f"({body.code} if {sets} else None)", is_bool=body.is_bool)
 
     def form_lambda(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
-        return self.lambda_expr(form, scope)
+        return self.closure(form, self.resolution.params[id(form)], form[2], scope, self.fresh("lambda"))
 
     def form_define(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
         # A define below the top level binds a global when it runs.
-        target, _doc, value = self.parse_define(form)
+        target, value = form[1], form[-1]
         if type(target) is tuple:
-            fn = self.lambda_expr((Name("lambda"), target[1:] or None, value), scope, name=target[0].name)
+            params = self.resolution.params[id(form)]
+            fn = self.closure(form, params, value, scope, global_name(target[0].name))
             return Expr(f"_define_global({global_name(target[0].name)!r}, {fn.code}, {self.constant(target[0])})")
         e = self.expr(value, scope, None)
         return Expr(f"_define_global({global_name(target.name)!r}, {e.code}, {self.constant(target)})")
 
     def form_apply(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
-        if len(form) < 3:
-            raise self.error("`apply` expects (apply function args... list)", form)
         parts = [self.expr(f, scope, None).code for f in form[1:]]
         return Expr(f"_apply(_d, {', '.join(parts)})")
 
-    def form_use(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
-        raise self.error("module not found: `use` is not available in Svit Lisp", form)
-
-    def form_macro(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
-        raise self.error("`macro` is only allowed at the top level", form)
-
-    def form_const(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
-        raise self.error("`const` is only allowed at the top level", form)
+    def form_call_2d_self(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
+        args = self.args(form[1:], scope, None)
+        over = self.check_value_stack(len(args))
+        if over:
+            return Expr(over)
+        return Expr(f"{self.function_names[-1]}({', '.join(['_d + 1'] + [a.code for a in args])})")
 
     # ------------------------------------------------------------------ tail position
     def tail(self, form: Any, scope: Scope, ctx: FunctionContext, indent: str) -> list[str]:
         """Statements that compute ``form`` in tail position and return it."""
         if type(form) is tuple:
             self.note_span(form)
-            form = self.expand(form)
         if type(form) is tuple and type(form[0]) is Name and scope.lookup(form[0].name) is None:
             head = form[0].name
             if head == "if":
-                if len(form) not in (3, 4):
-                    raise self.error("`if` expects (if condition then [else])", form)
                 lines = [f"{indent}if {self.condition(form[1], scope)}:"]
                 lines += self.tail(form[2], scope, ctx, indent + "    ")
                 if len(form) == 4:
@@ -836,25 +643,22 @@ class Compiler:
                 return lines
             if head == "cond":
                 lines = []
-                for pred, body in self.cond_clauses(form):
+                for pred, body in form[1:]:
                     if pred is ELSE:
                         return lines + self.tail(body, scope, ctx, indent)
                     lines.append(f"{indent}if {self.condition(pred, scope)}:")
                     lines += self.tail(body, scope, ctx, indent + "    ")
                 return lines + [f"{indent}return None"]
             if head == "case":
-                clauses = self.case_clauses(form)
                 key = self.fresh("k")
                 lines = [f"{indent}{key} = {self.expr(form[1], scope, None).code}"]
-                for literals, body in clauses:
+                for literals, body in form[2:]:
                     if literals is ELSE:
                         return lines + self.tail(body, scope, ctx, indent)
                     lines.append(f"{indent}if {self.case_test(key, literals)}:")
                     lines += self.tail(body, scope, ctx, indent + "    ")
                 return lines + [f"{indent}return None"]
             if head == "do":
-                if len(form) < 2:
-                    raise self.error("`do` expects at least one expression", form)
                 lines = [f"{indent}{self.expr(f, scope, None).code}" for f in form[1:-1]]
                 return lines + self.tail(form[-1], scope, ctx, indent)
             if head == "let":
@@ -871,9 +675,7 @@ class Compiler:
                         lines.append(f"{indent}if {test}: return True")
                 return lines + self.tail(form[-1], scope, ctx, indent)
             if (
-                ctx.self_global is not None
-                and head == ctx.self_global
-                and head not in SPECIAL_FORMS
+                (head == "call-self" and ctx.loopable or ctx.self_global is not None and head == ctx.self_global)
                 and len(form) - 1 == len(ctx.params)
             ):
                 args = self.args(form[1:], scope, ctx)

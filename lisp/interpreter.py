@@ -25,10 +25,12 @@ from .budget import Budget
 from .compiler import Compiled, Compiler, check_program_limits, global_name, lisp_name_of, mangle, referenced_globals
 from .context import Context, LispLimits
 from .errors import BudgetExhausted, CompileError, EvalError, Frame, InternalError, LimitError, LispError
+from .expand import Expander
 from .functions import SYSTEM_FUNCTIONS
 from .functions.compare import equal
 from .functions.numbers import add2, ge2, gt2, le2, lt2, mul2, sub2
 from .reader import Program, read
+from .resolve import HostNames, host_names, resolve
 from .values import Keyword, Name, mark_function, type_name
 
 # Guest recursion is bounded by max_call_stack (hard max 4,096) long before this.
@@ -89,11 +91,6 @@ def _truth(value: Any) -> bool:
 
 def _not(value: Any) -> bool:
     return not _truth(value)
-
-
-def _arity_error(name: str, args: tuple) -> Any:
-    spec = SYSTEM_FUNCTIONS[name]
-    raise EvalError(_arity_message(name, _expected(spec.min_args, spec.max_args), len(args)))
 
 
 def _case_match(key: Any, literals: tuple) -> bool:
@@ -169,7 +166,6 @@ _BASE: dict[str, Any] = {
     "_NOARG": _NOARG,
     "_truth": _truth,
     "_not": _not,
-    "_arity_error": _arity_error,
     "_case_match": _case_match,
     "_splice": _splice,
     "_qq": _qq,
@@ -215,7 +211,6 @@ class Interpreter:
         self.globals: dict[str, Any] = dict(_BASE)
         self.globals["_s"] = 0
         self.globals["_d"] = 0
-        self.globals["_K"] = ()
         self.globals["_tick"] = self._tick
         self.globals["_define_check"] = self._define_check
         self.globals["_define_global"] = self._define_global
@@ -223,6 +218,11 @@ class Interpreter:
         self.pending: dict[str, tuple[str, Any, int, int | None]] = {}
         self.owner: Any = None
         self.compiled: Compiled | None = None
+        #: What the host installed, by Lisp name: functions with their arity, and values.
+        self.host_functions: dict[str, tuple[int, int | None]] = {}
+        self.host_values: set[str] = set()
+        self._host_names: HostNames | None = None
+        self._names_seen = 0
 
     # ------------------------------------------------------------------ host installation
     def define_function(self, name: str, fn: Callable[..., Any], min_args: int = 0, max_args: int | None = None) -> None:
@@ -235,6 +235,9 @@ class Interpreter:
         self.defined.add(gname)
         self.globals.pop(gname, None)
         self.pending[gname] = (name, fn, min_args, max_args)
+        self.host_values.discard(name)
+        self.host_functions[name] = (min_args, max_args)
+        self._host_names = None
 
     def define_functions(self, entries: dict[str, tuple[str, Any, int, int | None]], owner: Any = None) -> None:
         """Install many host functions at once: ``{global_name(name): (name, fn, min, max)}``.
@@ -246,6 +249,10 @@ class Interpreter:
         self.defined.update(entries)
         self.pending.update(entries)
         self.owner = owner
+        for name, _fn, min_args, max_args in entries.values():
+            self.host_values.discard(name)
+            self.host_functions[name] = (min_args, max_args)
+        self._host_names = None
 
     def _materialize(self, gname: str) -> None:
         name, fn, min_args, max_args = self.pending.pop(gname)
@@ -273,6 +280,25 @@ class Interpreter:
         self.pending.pop(gname, None)
         self.defined.add(gname)
         self.globals[gname] = value
+        self.host_functions.pop(name, None)
+        self.host_values.add(name)
+        self._host_names = None
+
+    def installed_names(self) -> HostNames:
+        """The names a script compiled here may use besides its own and the system's.
+
+        Host functions (with their arity) and values, plus globals an earlier run in
+        this namespace defined.
+        """
+        found = self._host_names
+        if found is None or len(self.defined) != self._names_seen:
+            values = set(self.host_values)
+            if len(self.defined) > len(self.host_functions) + len(self.host_values):
+                host = {global_name(n) for n in self.host_functions} | {global_name(n) for n in self.host_values}
+                values.update(lisp_name_of(g) for g in self.defined - host)
+            found = self._host_names = host_names(self.host_functions, values)
+            self._names_seen = len(self.defined)
+        return found
 
     def has(self, name: str) -> bool:
         gname = global_name(name)
@@ -301,6 +327,7 @@ class Interpreter:
             program = source if isinstance(source, Program) else read(source)
             check_program_limits(program, self.limits.max_syntax_depth, self.limits.max_integer_bits)
             key = None
+            names = self.installed_names()
             if not isinstance(source, Program):
                 key = (
                     blake3.blake3(source.encode("utf-8", "surrogatepass")).digest(),
@@ -309,13 +336,14 @@ class Interpreter:
                     self.limits.max_value_stack,
                     self.limits.max_integer_bits,
                     self.limits.max_syntax_depth,
+                    names,  # interned: the same installed names are the same object
                 )
                 with _compile_lock:
                     found = _compile_cache.get(key)
                     if found is not None:
                         _compile_cache.move_to_end(key)
                         return found
-            compiled = self._compile_program(program)
+            compiled = self._compile_program(program, names)
             if key is not None:
                 with _compile_lock:
                     _compile_cache[key] = compiled
@@ -323,24 +351,24 @@ class Interpreter:
                         _compile_cache.popitem(last=False)
             return compiled
 
-    def _compile_program(self, program: Program, parent: Compiler | None = None) -> Compiled:
-        compiler = Compiler(
-            program,
-            filename=self.filename,
-            max_call_stack=self.limits.max_call_stack,
-            max_value_stack=self.limits.max_value_stack,
-            max_integer_bits=self.limits.max_integer_bits,
-            evaluate_at_compile_time=self._evaluate_at_compile_time,
-        )
-        if parent is not None:
-            compiler.macros = parent.macros
-            compiler.consts = parent.consts
-            compiler.compile_budget = parent.compile_budget
-        else:
+    def _compile_program(self, program: Program, names: HostNames | None, parent: Expander | None = None) -> Compiled:
+        """Expand, resolve, generate. ``names=None``: compile-time code (an open world)."""
+        expander = Expander(program, self._evaluate_at_compile_time, parent)
+        if parent is None:
             # All compile-time work of one compilation (every const and macro expansion)
             # shares one budget: compiling cannot multiply the fuel.
-            compiler.compile_budget = Budget(self.limits.max_steps, self.limits.max_execution_millis)
+            expander.compile_budget = Budget(self.limits.max_steps, self.limits.max_execution_millis)
         try:
+            expansion = expander.expand_program()
+            resolution = resolve(expansion, names)
+            compiler = Compiler(
+                expansion,
+                resolution,
+                filename=self.filename,
+                max_call_stack=self.limits.max_call_stack,
+                max_value_stack=self.limits.max_value_stack,
+                max_integer_bits=self.limits.max_integer_bits,
+            )
             python_source, table = compiler.compile_module()
         except RecursionError:
             raise LimitError("syntax depth") from None
@@ -356,20 +384,36 @@ class Interpreter:
                 if "too many nested" in str(error) or "too complex" in str(error):
                     raise LimitError("syntax depth") from None
                 raise
-        return Compiled(code, tuple(compiler.constants), python_source, table, self.filename, referenced_globals(code))
+        return Compiled(
+            code,
+            tuple(compiler.constants),
+            python_source,
+            table,
+            self.filename,
+            referenced_globals(code),
+            compiler.constants_name,
+        )
 
-    def _evaluate_at_compile_time(self, kind: str, payload: Any, compiler: Compiler) -> Any:
-        """Run macro bodies and consts in a throwaway namespace under the same limits."""
-        helper = Interpreter(self.limits, compiler.compile_budget, filename=self.filename)
+    def _evaluate_at_compile_time(self, kind: str, payload: Any, expander: Expander) -> Any:
+        """Run macro bodies, consts and top-level functions in the compilation's own namespace.
+
+        One namespace per compilation, under the same limits and one budget: a function
+        defined at top level is there for every later macro expansion and const, as in
+        Ketos, and nothing of it outlives the compilation.
+        """
+        root = expander.root
+        helper = root.namespace
+        if helper is None:
+            helper = root.namespace = Interpreter(self.limits, root.compile_budget, filename=self.filename)
         if kind == "expand":
             fn, args = payload
             with helper._guard(None):
                 return _compile_time_value(fn(1, *args))
-        program = Program((payload,), compiler.program.spans, compiler.program.depth, 0)
-        compiled = helper._compile_program(program, parent=compiler)
+        program = Program((payload,), expander.spans, expander.program.depth, 0, expander.positions)
+        compiled = helper._compile_program(program, None, parent=expander)
         with helper._guard(compiled):
             value = helper._execute(compiled)
-            return value if kind == "macro" else _compile_time_value(value)
+            return value if kind in ("macro", "define") else _compile_time_value(value)
 
     # ------------------------------------------------------------------ run
     def run(self, source: str | Program) -> Any:
@@ -384,7 +428,7 @@ class Interpreter:
         if self.pending:
             for gname in compiled.referenced.intersection(self.pending):
                 self._materialize(gname)
-        g["_K"] = compiled.constants
+        g[compiled.constants_name] = compiled.constants
         g["_last"] = None
         exec(compiled.code, g)
         return g.get("_last")

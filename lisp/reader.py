@@ -52,9 +52,19 @@ class Program:
     spans: dict[int, Span] = field(repr=False)
     depth: int
     integer_bits: int
+    #: For each list (and for ``forms``): the (line, column) of every element, so a
+    #: name or literal inside it can be reported where it is written.
+    positions: dict[int, tuple[tuple[int, int], ...]] = field(default_factory=dict, repr=False)
 
     def span_of(self, form: Any) -> Span | None:
         return self.spans.get(id(form)) if type(form) is tuple else None
+
+    def element_span(self, parent: Any, index: int) -> Span | None:
+        """Where element ``index`` of the list ``parent`` starts, if the reader saw it."""
+        found = self.positions.get(id(parent))
+        if found is None or index >= len(found):
+            return None
+        return Span(*found[index])
 
 
 def _unescape(body: str, token: Token, *, allow_unicode: bool = True) -> str:
@@ -99,33 +109,39 @@ def _to_bytes(text: str, token: Token) -> bytes:
 class _Builder(Transformer):
     """Reduces grammar rules into (value, depth) pairs, recording list positions."""
 
+    # Every reduction yields (value, depth, (line, column)).
     def __init__(self) -> None:
         super().__init__()
         self.spans: dict[int, Span] = {}
+        self.positions: dict[int, tuple[tuple[int, int], ...]] = {}
         self.integer_bits = 0
 
-    def start(self, children: list[tuple[Any, int]]) -> tuple[tuple[Any, ...], int]:
-        depth = max((d for _, d in children), default=0)
-        return tuple(v for v, _ in children), depth
+    def start(self, children: list[tuple[Any, int, tuple[int, int]]]) -> tuple[tuple[Any, ...], int, tuple]:
+        depth = max((c[1] for c in children), default=0)
+        return tuple(c[0] for c in children), depth, tuple(c[2] for c in children)
 
-    def list(self, children: list[Any]) -> tuple[Any, int]:
+    def list(self, children: list[Any]) -> tuple[Any, int, tuple[int, int]]:
         lpar = children[0]
+        where = (lpar.line, lpar.column)
         items = children[1:-1]
         if not items:
-            return None, 1
-        value = tuple(v for v, _ in items)
-        self.spans[id(value)] = Span(lpar.line, lpar.column)
-        return value, 1 + max(d for _, d in items)
+            return None, 1, where
+        value = tuple(c[0] for c in items)
+        self.spans[id(value)] = Span(*where)
+        self.positions[id(value)] = tuple(c[2] for c in items)
+        return value, 1 + max(c[1] for c in items), where
 
-    def quoted(self, children: list[Any]) -> tuple[Any, int]:
-        prefix, (inner, depth) = children
+    def quoted(self, children: list[Any]) -> tuple[Any, int, tuple[int, int]]:
+        prefix, (inner, depth, inner_where) = children
+        where = (prefix.line, prefix.column)
         value = (_PREFIX_NAMES[prefix.type], inner)
-        self.spans[id(value)] = Span(prefix.line, prefix.column)
-        return value, depth + 1
+        self.spans[id(value)] = Span(*where)
+        self.positions[id(value)] = (where, inner_where)
+        return value, depth + 1, where
 
-    def atom(self, children: list[Token]) -> tuple[Any, int]:
+    def atom(self, children: list[Token]) -> tuple[Any, int, tuple[int, int]]:
         token = children[0]
-        return getattr(self, "_" + token.type)(token, str(token)), 0
+        return getattr(self, "_" + token.type)(token, str(token)), 0, (token.line, token.column)
 
     def _note_bits(self, value: int) -> int:
         bits = value.bit_length()
@@ -253,16 +269,19 @@ def _parse(source: str) -> Program:
     with _parser_lock:
         parser = _get_parser()
         _builder.spans = {}
+        _builder.positions = {}
         _builder.integer_bits = 0
         try:
-            forms, depth = parser.parse(source)
+            forms, depth, top = parser.parse(source)
         except UnexpectedInput as error:
             raise _describe(error, source) from None
         except VisitError as error:
             if isinstance(error.orig_exc, LispError):
                 raise error.orig_exc from None
             raise
-        return Program(forms, _builder.spans, depth, _builder.integer_bits)
+        positions = _builder.positions
+        positions[id(forms)] = top
+        return Program(forms, _builder.spans, depth, _builder.integer_bits, positions)
 
 
 _CACHE_SIZE = 512
