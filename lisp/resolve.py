@@ -301,11 +301,14 @@ class Resolver:
             self.fail(f"a condition must be a boolean, found {kind}: {hint}", span)
         self.expr(item, scope, form, index)
 
-    def check_arity(self, name: str, arity: Arity, argc: int, span: Span, usage: str | None) -> None:
+    def check_arity(
+        self, name: str, arity: Arity, argc: int, span: Span, usage: str | None, *, quoted: bool = True
+    ) -> None:
         low, high = arity
         if argc < low or (high is not None and argc > high):
             shown = f"; call it as {usage}" if usage else ""
-            self.fail(f"`{name}` expects {expected_arguments(low, high)}, found {argc}{shown}", span)
+            label = f"`{name}`" if quoted else name  # host functions keep their run-time wording
+            self.fail(f"{label} expects {expected_arguments(low, high)}, found {argc}{shown}", span)
 
     # ------------------------------------------------------------------ globals, once all defines are known
     def check_globals(self) -> None:
@@ -323,7 +326,7 @@ class Resolver:
             arity = host.functions.get(name)
             if arity is not None:
                 if use.argc is not None:
-                    self.check_arity(name, arity, use.argc, use.span, None)
+                    self.check_arity(name, arity, use.argc, use.span, None, quoted=False)
                 continue
             if name in host.values:
                 continue

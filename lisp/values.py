@@ -123,6 +123,10 @@ class Foreign:
     def display(self) -> str:
         return f"#<{self.type_name()}>"
 
+    def usage_hint(self) -> str | None:
+        """How to use this value where Lisp data was expected (shown in type errors)."""
+        return None
+
 
 def mark_function(fn: FunctionType, name: str, *, kind: str = "function") -> FunctionType:
     """Tag a Python function as a Lisp callable (``kind`` is ``function`` or ``lambda``)."""

@@ -92,6 +92,11 @@ def compile_check(name: str, source: str, limits: Any) -> None:
     if len(source.encode("utf-8")) > limits.max_script_bytes:
         raise ResourceLimitExceeded("script source")
     interp = Interpreter(lisp_limits(limits), Budget(limits.max_steps, limits.max_execution_millis), filename=script_filename(name))
+    # The names every activation installs (WorkingState.install), so a script is
+    # resolved at write time against exactly what it will run with.
+    interp.define_value("input", NULL_VALUE)
+    interp.define_value("*svit-version*", SVIT_VERSION)
+    interp.define_functions(_GUEST_FUNCTIONS)
     try:
         interp.compile(source)
     except LispError as exc:
@@ -163,6 +168,7 @@ class WorkingState:
 
     # ------------------------------------------------------------------ guest functions
     def install(self, interp: Interpreter, input_node: Node) -> None:
+        # compile_check installs the same names (a test keeps the two equal).
         interp.define_value("input", to_lisp(input_node))
         interp.define_value("*svit-version*", SVIT_VERSION)
         interp.define_functions(_GUEST_FUNCTIONS, owner=self)

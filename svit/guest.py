@@ -40,6 +40,14 @@ class SvitValue(Foreign):
     def display(self) -> str:
         return json.dumps(self.node.to_value(), ensure_ascii=False, separators=(",", ":"))
 
+    def usage_hint(self) -> str | None:
+        kind = self.node.kind
+        if kind == "null":
+            return "this is JSON null: test it with (value-null? v)"
+        if kind == "array":
+            return "a svit array: read an element with (value-get v \"/0\"), its size with (count v), or make it a Lisp list with (to-list v)"
+        return "a svit map: read a field with (value-get v \"/key\") or (map-get v \"key\")"
+
 
 NULL = tree.from_value(None, scripts_allowed=False)
 NULL_VALUE = SvitValue(NULL)

@@ -26,9 +26,12 @@ _U32_MAX = 2**32 - 1
 
 def type_error(expected: str, value: Any) -> EvalError:
     """``type error: expected X; found Y: <value>`` with a short rendering of the value."""
+    from ..values import Foreign
     from .formatting import short_repr
 
-    return EvalError(f"type error: expected {expected}; found {type_name(value)}: {short_repr(value)}")
+    text = f"type error: expected {expected}; found {type_name(value)}: {short_repr(value)}"
+    hint = value.usage_hint() if isinstance(value, Foreign) else None
+    return EvalError(f"{text}; {hint}" if hint else text)
 
 
 def mismatch(a: Any, b: Any) -> EvalError:

@@ -43,7 +43,16 @@ def fn_is(ty: Any, v: Any) -> bool:
 
 @system("null", 1)
 def fn_null(v: Any) -> bool:
-    return v is None
+    if v is None:
+        return True
+    if isinstance(v, Foreign):
+        # A JSON null or an empty array is a host value, never `()`: answering false
+        # would hide the mistake.
+        raise EvalError(
+            f"type error: `null` tests Lisp lists, found {v.type_name()}: "
+            "test JSON null with (value-null? v) and emptiness with (= (count v) 0)"
+        )
+    return False
 
 
 @system("bytes", 1)
