@@ -66,6 +66,18 @@ def test_exec_errors(svit, tmp_path: Path) -> None:
     assert ok(svit("check", str(good)))["ok"] is True
 
 
+def test_check_refuses_a_mistake_in_a_branch_that_never_runs(svit, tmp_path: Path) -> None:
+    unbound = tmp_path / "unbound.svit"
+    unbound.write_text("(define (main input)\n  (if (value-null? input) 0 (string-append \"a\" \"b\")))")
+    line = fails(svit("check", str(unbound)), "script_failed")
+    assert "2:30: unbound name `string-append`" in line and "(concat a b ...)" in line
+    arity = tmp_path / "arity.svit"
+    arity.write_text("(define (main input)\n  (if (value-null? input) 0 (read)))")
+    assert "2:30: read expects 1 argument, found 0" in fails(svit("check", str(arity)), "script_failed")
+    # exec refuses it too, before anything runs, and leaves the memory as it was.
+    assert "2:30: unbound name `string-append`" in fails(svit("exec", str(unbound)), "script_failed")
+
+
 def test_usage_errors_exit_2(svit) -> None:
     result = svit()
     assert result.returncode == 2 and result.stderr.startswith("svit: usage:")
