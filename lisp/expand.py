@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from .errors import CompileError, EvalError, LispError, Span
 from .reader import QUASIQUOTE, UNQUOTE, UNQUOTE_SPLICING, Program
-from .syntax import SPECIAL_FORMS, STANDARD_NAMES, head_name
+from .syntax import SPECIAL_FORMS, head_name, redefinition_problem
 from .values import Name
 
 MAX_EXPANSIONS = 256
@@ -139,8 +139,9 @@ class Expander:
         return self.result
 
     def check_definable(self, name: str, form: Any) -> None:
-        if name in STANDARD_NAMES:
-            raise CompileError(f"cannot redefine standard name `{name}`", self.span_of(form))
+        problem = redefinition_problem(name)
+        if problem is not None:
+            raise CompileError(problem, self.span_of(form))
 
     def define_macro(self, form: tuple) -> None:
         if len(form) != 3 or type(form[1]) is not tuple or type(form[1][0]) is not Name:

@@ -38,10 +38,10 @@ from .syntax import (
     KW_OPTIONAL,
     KW_REST,
     SPECIAL_FORMS,
-    STANDARD_NAMES,
     Params,
     expected_arguments,
     head_name,
+    redefinition_problem,
 )
 from .values import Char, Keyword, LispPath, Name
 
@@ -359,8 +359,9 @@ class Resolver:
 
     # ------------------------------------------------------------------ definitions
     def check_definable(self, name: str, span: Span) -> bool:
-        if name in STANDARD_NAMES:
-            self.fail(f"cannot redefine standard name `{name}`", span)
+        problem = redefinition_problem(name)
+        if problem is not None:
+            self.fail(problem, span)
             return False
         return True
 

@@ -53,6 +53,13 @@ class Params:
         return "(" + " ".join(parts) + ")"
 
 
+def redefinition_problem(name: str) -> str | None:
+    """Why ``name`` cannot be defined (by define, macro or const), if it cannot."""
+    if name in STANDARD_NAMES:
+        return f"cannot redefine standard name `{name}`"
+    return None
+
+
 def expected_arguments(min_args: int, max_args: int | None) -> str:
     """``2 arguments``, ``at least 1 argument``, ``1 to 3 arguments``."""
     if max_args is None:
