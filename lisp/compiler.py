@@ -33,7 +33,9 @@ SPECIAL_FORMS = frozenset(
     "define lambda let if cond case and or do apply quote quasiquote comma comma-at macro const use "
     "struct export set-module-doc call-self".split()
 )
-STANDARD_NAMES = frozenset(SYSTEM_FUNCTIONS) | SPECIAL_FORMS | {"true", "false", "else"}
+#: Svit's own system functions: a script's top-level ``define`` of one of these names wins.
+EXTENSION_NAMES = frozenset(name for name, spec in SYSTEM_FUNCTIONS.items() if spec.extension)
+STANDARD_NAMES = (frozenset(SYSTEM_FUNCTIONS) - EXTENSION_NAMES) | SPECIAL_FORMS | {"true", "false", "else"}
 
 ELSE = Name("else")
 KW_OPTIONAL = Keyword("optional")
@@ -146,6 +148,19 @@ def referenced_globals(code: Any) -> frozenset[str]:
     return frozenset(found)
 
 
+def _top_level_defined(forms: Any) -> set[str]:
+    """Names bound by the program's top-level ``define`` forms (before macro expansion)."""
+    found: set[str] = set()
+    for form in forms:
+        if type(form) is tuple and len(form) >= 3 and type(form[0]) is Name and form[0].name == "define":
+            target = form[1]
+            if type(target) is tuple and target and type(target[0]) is Name:
+                found.add(target[0].name)
+            elif type(target) is Name:
+                found.add(target.name)
+    return found
+
+
 class Scope:
     """Lexical scope: Lisp local names to Python names; ``None`` is the global scope."""
 
@@ -198,6 +213,8 @@ class Compiler:
         self.consts: dict[str, Any] = {}
         #: The budget shared by all compile-time evaluation (set by the interpreter).
         self.compile_budget: Any = None
+        #: Extension names this program defines at top level: they name its globals.
+        self.shadowed: set[str] = {name for name in _top_level_defined(program.forms) if name in EXTENSION_NAMES}
 
     # ------------------------------------------------------------------ helpers
     def fresh(self, stem: str = "t") -> str:
@@ -270,6 +287,9 @@ class Compiler:
 
     def top_define(self, form: tuple) -> list[str]:
         target, doc, value = self.parse_define(form)
+        defined = (target[0] if type(target) is tuple else target).name
+        if defined in EXTENSION_NAMES:
+            self.shadowed.add(defined)  # also when a macro expanded to this define
         if type(target) is tuple:
             name = target[0].name
             gname = global_name(name)
@@ -514,7 +534,7 @@ class Compiler:
             return Expr(self.constant(self.consts[name]), simple=True)
         if name in SPECIAL_FORMS or name in self.macros:
             raise self.error(f"`{name}` is a special form, not a value", None)
-        if name in SYSTEM_FUNCTIONS:
+        if name in SYSTEM_FUNCTIONS and name not in self.shadowed:
             return Expr("_F_" + mangle(name), simple=True)
         return Expr(global_name(name))
 
@@ -527,7 +547,7 @@ class Compiler:
                 return special(form, scope, ctx)
             if name in SPECIAL_FORMS:
                 raise self.error(f"`{name}` is not supported in Svit Lisp", form)
-            if name in SYSTEM_FUNCTIONS and name not in self.consts:
+            if name in SYSTEM_FUNCTIONS and name not in self.consts and name not in self.shadowed:
                 return self.system_call(name, form, scope, ctx)
         return self.call(form, scope, ctx)
 
