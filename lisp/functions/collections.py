@@ -390,7 +390,7 @@ def fn_count(x: Any) -> int:
 @system(
     "to-list", 1, extension=True, category="collections",
     signature="(to-list v)",
-    description="An array (or a list) as a Lisp list, so first, rest-style recursion and apply work on it.",
+    description="An array (or a list) as a Lisp list, so first, tail, len and apply work on it.",
 )
 def fn_to_list(v: Any) -> tuple | None:
     items = sequence("to-list", v)
