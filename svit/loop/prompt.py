@@ -29,7 +29,7 @@ Forms: (define (f a b) body) (lambda (x) body) (if test then else) (cond (test e
 - Tests must be booleans: write (> n 0), (null? v), (= s ""), never a bare number, list or value.
 - Values are immutable: no set!, no loop statements. To keep something, write it to /memory.
 
-Values. Text, integers, floats and booleans are native: (+ 1 2) (concat "a" "b") (= s "x"). JSON maps, arrays and null (from input, read, json-parse) are opaque svit values: read them with (map-get m "key"), (list-get arr 0), (value-get v "/orders/0/amount") (null when absent), or the collection functions below; (null? v) is true for JSON null. Build maps with (value-map "k" v ...) and arrays with (list ...): a Lisp list becomes a JSON array when written or returned. / on two integers gives an exact ratio such as 7/2, which cannot be stored or returned: use (// a b) for integer division or (/ (float a) b).
+Values. Text, integers, floats and booleans are native: (+ 1 2) (concat "a" "b") (= s "x"). JSON maps, arrays and null (from input, read, json-parse) are opaque svit values: read them with (map-get m "key"), (list-get arr 0), (value-get v "/orders/0/amount") (null when absent), or the collection functions below; (null? v) is true for JSON null. = compares two values of one native type ((= 1 "1") is an error, and so is = on a map, array or null). Build maps with (value-map "k" v ...) and arrays with (list ...): a Lisp list becomes a JSON array when written or returned, but the empty list () becomes null, so write (value-array) for []. / on two integers gives an exact ratio such as 7/2, which cannot be stored or returned: use (// a b) for integer division or (/ (float a) b).
 
 Loops: (map f xs) (filter pred xs) (fold f init xs) calls (f acc x), (range n) is 0..n-1, (range a b), or a function calling itself in tail position, which runs in constant space:
 (define (total i n acc) (if (> i n) acc (total (+ i 1) n (+ acc i))))  ; (total 1 100000 0) sums 1..100000
@@ -64,7 +64,7 @@ GUIDE_FUNCTIONS: tuple[str, ...] = (
     "keys", "values", "entries", "split", "upcase", "downcase", "trim", "contains?", "starts-with?",
     "ends-with?", "replace", "to-string", "parse-int", "parse-float",
     # the guest catalogue
-    "runtime-builtins", "value-map", "value-get", "map-get", "map-has?", "map-set", "list-get", "json-parse",
+    "runtime-builtins", "value-map", "value-array", "value-get", "map-get", "map-has?", "map-set", "list-get", "json-parse",
     "json-stringify", "json-parse-safe", "jq", "safe-call", "result-ok?", "result-value",
     "result-error-message", "map?", "list?", "string?", "number?", "boolean?", "null?", "read", "write",
     "remove", "discover", "exec", "send!", "log-info!", "port-call", "search",
