@@ -22,20 +22,20 @@ OPERATING_TEXT = (
 
 LANGUAGE_GUIDE = """\
 # Svit Lisp in one page
-A script is a file of forms; it must define (main input). exec calls main once; its return value comes back as JSON.
-Forms: (define (f a b) body) (lambda (x) body) (if test then else) (cond (test e) ... (else e)) (let ((a 1) (b (+ a 1))) body) (do e1 e2 ... last) (and ...) (or ...) (not x). Comments start with ;
-- Every body (define, lambda, let, a cond clause) is ONE expression. Put steps in (do ...), which returns its last value.
+A script is a file of forms that defines (main input); exec calls main once and returns its value as JSON. Comments start with ;
+Forms: (define (f a b) body) (lambda (x) body) (if test then else) (cond (test e) ... (else e)) (let ((a 1) (b (+ a 1))) body) (do e1 ... last) (and ...) (or ...) (not x).
+- Every body (define, lambda, let, a cond clause) is ONE expression: put steps in (do ...), which returns its last value.
 - let is sequential (b sees a) and has one body.
-- Tests must be booleans: write (> n 0), (null? v), (= s ""), never a bare number, list or value.
+- Tests must be true or false: (> n 0), (null? v), (= s ""), never a number, list or value.
 - Values are immutable: no set!, no loop statements. To keep something, write it to /memory.
 
-Values. Text, integers, floats and booleans are native: (+ 1 2) (concat "a" "b") (= s "x"). JSON maps, arrays and null (from input, read, json-parse) are opaque svit values: read them with (map-get m "key"), (list-get arr 0), (value-get v "/orders/0/amount") (null when absent), or the collection functions below; (null? v) is true for JSON null. = compares two values of one native type ((= 1 "1") is an error, and so is = on a map, array or null). Build maps with (value-map "k" v ...) and arrays with (list ...): a Lisp list becomes a JSON array when written or returned, but the empty list () becomes null, so write (value-array) for []. / on two integers gives an exact ratio such as 7/2, which cannot be stored or returned: use (// a b) for integer division or (/ (float a) b).
+Values. Text, integers, floats and booleans are native. JSON maps, arrays and null (from input, read, json-parse, port-call) are opaque svit values: read them with (map-get m "key") (an error when absent: test with map-has?), (list-get arr 0), (value-get v "/orders/0/amount") (null when absent), or the functions below. = compares two values of one native type: (= 1 "1") is an error, and so is = on a map, array or null; test null with (null? v). Build maps with (value-map "k" v ...) and arrays with (list ...): a Lisp list becomes a JSON array when written or returned, but () becomes null, so write (value-array) for []. Arithmetic: + - * // (integer division) rem (remainder) min max abs; / on integers gives an exact ratio (7/2) that cannot be stored or returned: use // or (/ (float a) b).
 
-Loops: (map f xs) (filter pred xs) (fold f init xs) calls (f acc x), (range n) is 0..n-1, (range a b), or a function calling itself in tail position, which runs in constant space:
-(define (total i n acc) (if (> i n) acc (total (+ i 1) n (+ acc i))))  ; (total 1 100000 0) sums 1..100000
+Loops: (map f xs) (filter pred xs) (fold f init xs) calls (f acc x); (range n) is 0..n-1, (range a b); or a function calling itself in tail position, which runs in constant space:
+(define (total i n acc) (if (> i n) acc (total (+ i 1) n (+ acc i))))  ; (total 1 100000 0)
 Other recursion is limited to 64 nested calls.
 
-Functions. Collections (Lisp lists and svit arrays alike; results are Lisp lists): map filter fold sort sort-by find any? every? sum count range to-list; maps: keys values entries (each entry a (key value) list) map-get map-has? map-set (returns a new map). Lisp lists also: list first last elt reverse append len. Text: concat split upcase downcase trim contains? starts-with? ends-with? replace to-string parse-int parse-float; (format "~a: ~a" k v); (apply join ", " parts). JSON: json-parse json-stringify, (jq filter v) returns an array of results. Recoverable errors: (safe-call f arg ...) and json-parse-safe return {"ok": true, "value": v} or {"ok": false, "error": text}; read with result-ok? result-value result-error-message. Predicates: map? list? string? number? boolean? null?. (runtime-builtins) returns every function with name, signature, description and category.
+Functions. On Lisp lists and svit arrays alike (results are Lisp lists): map filter fold sort sort-by find any? every? sum count contains? to-list. Lisp lists only: (append xs x) adds one element, (concat xs ys) joins lists, first last elt reverse. Maps: keys values entries (each a (key value) list) map-get map-has? (map-set m k v) returns a new map. Text: concat (texts only) split upcase downcase trim contains? starts-with? ends-with? replace to-string parse-int parse-float, (count s) counts characters; (format "~a: ~a" k v); (apply join ", " parts). JSON: json-parse json-stringify; (jq filter v) returns an array of results. (safe-call f arg ...) and json-parse-safe return {"ok": true, "value": v} or {"ok": false, "error": text}: read with result-ok? result-value result-error-message. Predicates: map? list? string? number? boolean? null?. (runtime-builtins) lists every function with name, signature, description and category.
 
 State and effects: (read "/memory/x") is null when absent; (write "/memory/x" v) needs the parent to exist; (remove path) (discover path). (exec "/lib/name" input) runs another script inside this activation. (send! "svit://host/path" body) sends a message when the activation commits. (log-info! "text") logs.
 
@@ -57,8 +57,8 @@ GUIDE_LIMIT = 4_000
 #: Every function the guide names; each must be callable in a script.
 GUIDE_FUNCTIONS: tuple[str, ...] = (
     # Ketos core
-    "+", "-", ">", "=", "//", "/", "float", "concat", "format", "join", "list", "first", "last", "elt",
-    "reverse", "append", "len", "not", "panic",
+    "+", "-", "*", ">", "=", "//", "/", "rem", "min", "max", "abs", "float", "concat", "format", "join", "list",
+    "first", "last", "elt", "reverse", "append", "not", "panic",
     # collections and text
     "map", "filter", "fold", "sort", "sort-by", "find", "any?", "every?", "sum", "count", "range", "to-list",
     "keys", "values", "entries", "split", "upcase", "downcase", "trim", "contains?", "starts-with?",

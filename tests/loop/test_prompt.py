@@ -15,8 +15,8 @@ from svit.process import Process
 
 # Words that follow "(" in the guide's prose or stand for arguments, not functions.
 PLACEHOLDERS = {
-    "Lisp", "a", "b", "define,", "each", "else", "f", "from", "key", "main", "null", "o", "open?", "orders",
-    "returns", "see", "test", "total", "writes,", "x",
+    "7/2", "a", "an", "b", "define,", "each", "else", "f", "from", "integer", "key", "main", "null", "o", "open?",
+    "orders", "remainder", "results", "see", "test", "texts", "total", "writes,", "x",
 }
 
 
