@@ -173,8 +173,20 @@ def done(directory: str, name: str) -> str:
     return f"task {name} marked done"
 
 
+def _writes_lib(record: dict[str, Any]) -> bool:
+    try:
+        path = json.loads(record["arguments"]).get("path")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(path, str) and path.startswith("/lib/")
+
+
 def score(directory: str) -> dict[str, Any]:
-    """Checker verdicts and call counts for every started task, and the totals."""
+    """Checker verdicts and call counts for every started task, and the totals.
+
+    ``first_try`` follows the exec calls only; ``first_script_try`` also counts writes of
+    /lib scripts, since a script refused when it is written is a failed attempt too.
+    """
     state = _load_state(directory)
     calls = [r for r in read_log(directory) if r["event"] == "call"]
     rows = []
@@ -183,6 +195,7 @@ def score(directory: str) -> dict[str, Any]:
             continue
         mine = [r for r in calls if r["task"] == task.name]
         execs = [r for r in mine if r["tool"] == "exec"]
+        scripts = [r for r in mine if r["tool"] == "exec" or (r["tool"] == "write" and _writes_lib(r))]
         try:
             problems = task.check(open_process(directory, task))
         except Exception as exc:  # noqa: BLE001 - a crashing checker counts as unsolved
@@ -198,6 +211,9 @@ def score(directory: str) -> dict[str, Any]:
             "exec_calls": len(execs),
             "first_exec_ok": bool(execs) and execs[0]["ok"],
             "first_try": solved and (not execs or execs[0]["ok"]),
+            "script_calls": len(scripts),
+            "failed_script_calls": sum(1 for r in scripts if not r["ok"]),
+            "first_script_try": solved and (not scripts or scripts[0]["ok"]),
             "problems": problems,
         })
     count = len(rows)
@@ -208,6 +224,8 @@ def score(directory: str) -> dict[str, Any]:
         "solved_percent": round(100 * sum(r["solved"] for r in rows) / count, 1) if count else 0.0,
         "first_exec_solved_percent": round(100 * sum(r["first_try"] for r in rows) / count, 1) if count else 0.0,
         "mean_exec_attempts": round(sum(r["exec_calls"] for r in rows) / count, 2) if count else 0.0,
+        "first_script_solved_percent": round(100 * sum(r["first_script_try"] for r in rows) / count, 1) if count else 0.0,
+        "mean_failed_script_calls": round(sum(r["failed_script_calls"] for r in rows) / count, 2) if count else 0.0,
         "max_tool_calls": max((r["tool_calls"] for r in rows), default=0),
         "tasks_over_8_tool_calls": [r["task"] for r in rows if r["tool_calls"] > TOOL_CALL_LIMIT],
     }
@@ -215,11 +233,11 @@ def score(directory: str) -> dict[str, Any]:
 
 
 def score_text(result: dict[str, Any]) -> str:
-    lines = [f"{'task':28} {'solved':6} {'calls':>5} {'execs':>5} {'first':>5}"]
+    lines = [f"{'task':28} {'solved':6} {'calls':>5} {'execs':>5} {'first':>5} {'failed scripts':>14}"]
     for row in result["tasks"]:
         lines.append(
             f"{row['task']:28} {'yes' if row['solved'] else 'NO':6} {row['tool_calls']:5} {row['exec_calls']:5} "
-            f"{'yes' if row['first_try'] else 'no':>5}"
+            f"{'yes' if row['first_try'] else 'no':>5} {row['failed_script_calls']:14}"
         )
         for problem in row["problems"][:2]:
             lines.append(f"    {problem}")
@@ -227,6 +245,7 @@ def score_text(result: dict[str, Any]) -> str:
     lines.append(
         f"tasks {t['tasks']} (not started {t['not_started']}), solved {t['solved']} ({t['solved_percent']}%), "
         f"solved on the first exec {t['first_exec_solved_percent']}%, mean exec attempts {t['mean_exec_attempts']}, "
+        f"solved with no failed script call {t['first_script_solved_percent']}%, "
         f"max tool calls {t['max_tool_calls']}, over {TOOL_CALL_LIMIT} tool calls: {len(t['tasks_over_8_tool_calls'])}"
         + (f" ({', '.join(t['tasks_over_8_tool_calls'])})" if t["tasks_over_8_tool_calls"] else "")
     )

@@ -69,6 +69,7 @@ def test_a_scripted_session_is_logged_and_scored(tmp_path, capsys):
     assert rows["counter-bump"] | {"problems": None} == {
         "task": "counter-bump", "area": "state", "solved": True, "done": True, "tool_calls": 3, "failed_calls": 1,
         "exec_calls": 2, "first_exec_ok": False, "first_try": False, "problems": None,
+        "script_calls": 2, "failed_script_calls": 1, "first_script_try": False,
     }
     assert rows["send-alert"]["solved"] and rows["send-alert"]["first_try"] and rows["send-alert"]["tool_calls"] == 1
     assert rows["quadruple-via-double"]["solved"] and rows["quadruple-via-double"]["first_try"] and not rows["quadruple-via-double"]["done"]
@@ -76,6 +77,7 @@ def test_a_scripted_session_is_logged_and_scored(tmp_path, capsys):
     assert result["totals"] == {
         "tasks": 4, "not_started": len(TASKS) - 4, "solved": 3, "solved_percent": 75.0,
         "first_exec_solved_percent": 50.0, "mean_exec_attempts": 1.25, "max_tool_calls": 3, "tasks_over_8_tool_calls": [],
+        "first_script_solved_percent": 50.0, "mean_failed_script_calls": 0.5,
     }
     log = study.read_log(d)
     assert [r["tool"] for r in log if r["event"] == "call"] == ["exec", "read", "exec", "exec", "write", "exec", "exec"]
@@ -106,3 +108,17 @@ def test_ports_are_rebuilt_for_every_call(tmp_path, capsys):
     _, out, _ = run(capsys, "call", d, "weather-port", "read", '{"path": "/memory/temp"}')
     assert json.loads(out)["value"] == 7
     assert json.loads(run(capsys, "score", d, "--json")[1])["totals"]["solved"] == 1
+
+
+def test_a_refused_library_write_counts_as_a_failed_script_call(tmp_path, capsys):
+    d = str(tmp_path / "study")
+    run(capsys, "start", d, "quadruple-via-double")
+    bad = {"path": "/lib/quadruple", "value": {"source": "(define (main input) (exec \"/lib/double\" input)", "documentation": ""}}
+    _, out, _ = run(capsys, "call", d, "quadruple-via-double", "write", json.dumps(bad))
+    assert out.startswith("error: script_failed:")
+    good = {"path": "/lib/quadruple", "value": {"source": "(define (main input) (exec \"/lib/double\" (exec \"/lib/double\" input)))"}}
+    run(capsys, "call", d, "quadruple-via-double", "write", json.dumps(good))
+    run(capsys, "call", d, "quadruple-via-double", "write", '{"path": "/memory/note", "value": 1}')
+    row = json.loads(run(capsys, "score", d, "--json")[1])["tasks"][0]
+    assert row["solved"] and row["first_try"] and not row["first_script_try"]
+    assert (row["tool_calls"], row["exec_calls"], row["script_calls"], row["failed_script_calls"]) == (3, 0, 2, 1)
