@@ -30,7 +30,7 @@ from .expand import Expansion
 from .functions import SYSTEM_FUNCTIONS
 from .reader import QUASIQUOTE, UNQUOTE, UNQUOTE_SPLICING, Program
 from .resolve import Resolution
-from .syntax import ELSE, SPECIAL_FORMS, STANDARD_NAMES, Params  # noqa: F401 (re-exported)
+from .syntax import ELSE, EXTENSION_NAMES, SPECIAL_FORMS, STANDARD_NAMES, Params  # noqa: F401 (re-exported)
 from .values import Keyword, Name
 
 #: Each compiled module names its constants tuple uniquely, so modules sharing one
@@ -195,6 +195,8 @@ class Compiler:
         self.consts: dict[str, Any] = dict(expansion.initial_consts)
         #: Python names of the functions being generated, innermost last (for call-self).
         self.function_names: list[str] = []
+        #: Extension names the program defines at top level: they name its globals.
+        self.shadowed = resolution.shadowed
 
     # ------------------------------------------------------------------ helpers
     def fresh(self, stem: str = "t") -> str:
@@ -389,7 +391,7 @@ class Compiler:
             return Expr(local, simple=True)
         if name in self.consts:
             return Expr(self.constant(self.consts[name]), simple=True)
-        if name in SYSTEM_FUNCTIONS:
+        if name in SYSTEM_FUNCTIONS and name not in self.shadowed:
             return Expr("_F_" + mangle(name), simple=True)
         return Expr(global_name(name))
 
@@ -399,7 +401,7 @@ class Compiler:
             name = head.name
             if name in SPECIAL_FORMS:
                 return getattr(self, "form_" + mangle(name))(form, scope, ctx)
-            if name in SYSTEM_FUNCTIONS and name not in self.consts:
+            if name in SYSTEM_FUNCTIONS and name not in self.consts and name not in self.shadowed:
                 return self.system_call(name, form, scope, ctx)
         return self.call(form, scope, ctx)
 

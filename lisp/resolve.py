@@ -34,6 +34,7 @@ from .reader import QUASIQUOTE, QUOTE, UNQUOTE, UNQUOTE_SPLICING, Program
 from .suggestions import ALTERNATIVES, alternative, nearest
 from .syntax import (
     ELSE,
+    EXTENSION_NAMES,
     KW_KEY,
     KW_OPTIONAL,
     KW_REST,
@@ -90,6 +91,8 @@ class Resolution:
     params: dict[int, Params] = field(default_factory=dict)
     #: ids of the function forms whose own body uses ``call-self``.
     self_calling: set[int] = field(default_factory=set)
+    #: Extension names the program defines at top level: there they name its globals.
+    shadowed: frozenset[str] = frozenset()
 
 
 class _Scope:
@@ -164,6 +167,16 @@ def _literal_kind(form: Any) -> str | None:
     return None
 
 
+def _defined_name(form: Any) -> str | None:
+    """The name a top-level ``define`` form binds, if it is one."""
+    if head_name(form) != "define" or len(form) < 3:
+        return None
+    target = form[1]
+    if type(target) is tuple and type(target[0]) is Name:
+        return target[0].name
+    return target.name if type(target) is Name else None
+
+
 class Resolver:
     """Checks one expanded program against the names in scope."""
 
@@ -180,6 +193,9 @@ class Resolver:
         self.uses: list[_GlobalUse] = []
         self.functions: list[_Function] = []
         self.current: Span = Span(1, 1)
+        self.shadowed = self.result.shadowed = frozenset(
+            name for name in (_defined_name(form) for form in self.program.forms) if name in EXTENSION_NAMES
+        )
 
     # ------------------------------------------------------------------ entry
     def resolve(self) -> Resolution:
@@ -277,7 +293,7 @@ class Resolver:
         if name in SPECIAL_FORMS or name in self.macros:
             self.fail(f"`{name}` is a special form, not a value", span)
             return
-        spec = SYSTEM_FUNCTIONS.get(name)
+        spec = SYSTEM_FUNCTIONS.get(name) if name not in self.shadowed else None
         if spec is not None:
             if argc is not None:
                 self.check_arity(name, (spec.min_args, spec.max_args), argc, span, spec.signature)

@@ -16,7 +16,9 @@ SPECIAL_FORMS = frozenset(
     "define lambda let if cond case and or do apply quote quasiquote comma comma-at macro const use "
     "struct export set-module-doc call-self".split()
 )
-STANDARD_NAMES = frozenset(SYSTEM_FUNCTIONS) | SPECIAL_FORMS | {"true", "false", "else"}
+#: Svit's own system functions: a script's top-level ``define`` of one of these names wins.
+EXTENSION_NAMES = frozenset(name for name, spec in SYSTEM_FUNCTIONS.items() if spec.extension)
+STANDARD_NAMES = (frozenset(SYSTEM_FUNCTIONS) - EXTENSION_NAMES) | SPECIAL_FORMS | {"true", "false", "else"}
 
 ELSE = Name("else")
 KW_OPTIONAL = Keyword("optional")

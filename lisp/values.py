@@ -127,6 +127,25 @@ class Foreign:
         """How to use this value where Lisp data was expected (shown in type errors)."""
         return None
 
+    # The collection protocol: how the collection functions (``map``, ``count``,
+    # ``entries``...) see inside host containers without knowing what they are.
+
+    def container_kind(self) -> str | None:
+        """``"array"`` or ``"map"`` for a host container, ``None`` for anything else."""
+        return None
+
+    def entry_count(self) -> int | None:
+        """Entries of a host array or map (without converting them), else ``None``."""
+        return None
+
+    def sequence_items(self) -> list[Any] | None:
+        """The elements of a host array as Lisp values (charged by the host), else ``None``."""
+        return None
+
+    def mapping_items(self) -> list[tuple[str, Any]] | None:
+        """(key, Lisp value) pairs of a host map in key order (charged), else ``None``."""
+        return None
+
 
 def mark_function(fn: FunctionType, name: str, *, kind: str = "function") -> FunctionType:
     """Tag a Python function as a Lisp callable (``kind`` is ``function`` or ``lambda``)."""

@@ -12,13 +12,14 @@ import json
 import math
 from typing import Any
 
+from lisp.context import current
 from lisp.values import Foreign, type_name
 
 from . import tree
 from .errors import InvalidValue
 from .limits import Limits
 from .tree import Node
-from .values import I64_MAX, I64_MIN
+from .values import I64_MAX, I64_MIN, Script
 
 
 class SvitValue(Foreign):
@@ -48,9 +49,54 @@ class SvitValue(Foreign):
             return "a svit array: read an element with (value-get v \"/0\"), its size with (count v), or make it a Lisp list with (to-list v)"
         return "a svit map: read a field with (value-get v \"/key\") or (map-get v \"key\")"
 
+    # The collection protocol of lisp.values.Foreign.
+
+    def container_kind(self) -> str | None:
+        kind = self.node[0]
+        if kind == tree.ARRAY:
+            return "array"
+        if kind == tree.MAP:
+            return "map"
+        return None
+
+    def entry_count(self) -> int | None:
+        kind = self.node[0]
+        if kind == tree.ARRAY or kind == tree.MAP:
+            return len(self.node[1])
+        return None
+
+    def sequence_items(self) -> list[Any] | None:
+        if self.node[0] != tree.ARRAY:
+            return None
+        items = self.node[1]
+        # Children are shared, not copied: the cost is the list that holds them.
+        current().allocate(_ITEM_UNITS * len(items))
+        return [_item_to_lisp(item) for item in items]
+
+    def mapping_items(self) -> list[tuple[str, Any]] | None:
+        if self.node[0] != tree.MAP:
+            return None
+        entries = self.node[1]
+        current().allocate(_ITEM_UNITS * 2 * len(entries))
+        return [(key, _item_to_lisp(item)) for key, item in entries.items()]
+
 
 NULL = tree.from_value(None, scripts_allowed=False)
 NULL_VALUE = SvitValue(NULL)
+
+#: Guest-memory units per element of a list built from a container (as Lisp lists count).
+_ITEM_UNITS = 8
+
+
+def _item_to_lisp(item: Any) -> Any:
+    """A container's stored child (a node, or a scalar kept inline) as a Lisp value."""
+    if type(item) is Node:
+        return to_lisp(item)
+    if item is None:
+        return NULL_VALUE
+    if type(item) is Script:
+        return to_lisp(tree.leaf_node(item))
+    return item
 
 
 def to_lisp(node: Node | None) -> Any:

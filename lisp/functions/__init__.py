@@ -10,6 +10,11 @@ first (``fn(depth, *args)``), so it can call guest functions it was given
 (``f(depth + 1, ...)``) under the same call-stack bound. ``signature``,
 ``description`` and ``category`` feed the catalogue a script reads with
 ``(runtime-builtins)``.
+
+Functions registered with ``extension=True`` are Svit's own additions under names
+Ketos does not use (``map``, ``split``...). Unlike Ketos's standard names a script
+may define its own function under such a name; its definition then wins in that
+script, as it would in Ketos, where the name is free.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ class SystemFunction:
     signature: str | None = None
     description: str | None = None
     category: str | None = None
+    extension: bool = False
 
 
 SYSTEM_FUNCTIONS: dict[str, SystemFunction] = {}
@@ -42,12 +48,13 @@ def system(
     signature: str | None = None,
     description: str | None = None,
     category: str | None = None,
+    extension: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register ``fn`` as the system function ``name``; ``max_args=-1`` means exactly ``min_args``."""
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
         upper = min_args if max_args == -1 else max_args
-        SYSTEM_FUNCTIONS[name] = SystemFunction(name, fn, min_args, upper, takes_depth, signature, description, category)
+        SYSTEM_FUNCTIONS[name] = SystemFunction(name, fn, min_args, upper, takes_depth, signature, description, category, extension)
         return fn
 
     return register
@@ -55,7 +62,7 @@ def system(
 
 def _load() -> None:
     # Importing the family modules registers their functions.
-    from . import numbers, compare, lists, strings, formatting, types  # noqa: F401
+    from . import numbers, compare, lists, strings, formatting, types, collections, text  # noqa: F401
 
 
 _load()

@@ -88,32 +88,13 @@ from .events import (
 from .aio import run_on_host_loop
 from .messages import Message, Reply
 from .observers import Broadcast, Observer
+from .prompt import SYSTEM_PROMPT, compose_system_prompt  # noqa: F401 - re-exported from here as before
 from .tools import TOOL_SPECS, run_tool
 
 THREAD_FORMAT = "svit-thread@8"
 DEFAULT_MAX_ITERATIONS = 16
 MAX_ITERATIONS_TEXT = "maximum reason/act iterations reached before a final answer"
 INTERRUPTED_TEXT = "the turn was interrupted before it completed"
-
-SYSTEM_PROMPT = (
-    "You operate a Svit process: a durable tree of values that you change only through your tools "
-    "(discover, read, stat, write, remove, exec). Keep durable facts under /memory. Reusable Svit Lisp "
-    "scripts live under /lib; each defines (main input) and runs with exec, either from a /lib path or as "
-    "inline source. A write, remove or exec commits one new process version, or nothing when it fails. "
-    "Inside scripts, use jq to query and reshape values, search to find text in values and mounts, and "
-    "value-map to build maps. (port-call \"name\" input) reaches the host integrations listed under /ports; "
-    "port calls are immediate external effects: they happen once and are not rolled back if the script "
-    "later fails. Tool errors come back as text starting with \"error:\"; read them and correct course. "
-    "When the task is done, reply with a final message."
-)
-
-
-def compose_system_prompt(address: str, instructions: str | None) -> str:
-    """Fixed text, the process address, then the host's instructions when non-blank."""
-    prompt = f"{SYSTEM_PROMPT}\n\nProcess address: {address}"
-    if instructions is not None and instructions.strip():
-        prompt += f"\n\n<instructions>\n{instructions}\n</instructions>"
-    return prompt
 
 
 # ---------------------------------------------------------------------- ports with a host context

@@ -33,22 +33,49 @@ def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
 
 
 _PATH = {"type": "string", "description": "An absolute process path such as /memory/notes or /lib/name."}
-_VALUE = {"description": "Any JSON value (for /lib/<name>: {\"source\": ..., \"documentation\": ...})."}
+_VALUE = {
+    "description": "Any JSON value. For a /lib/<name> script, the record {\"source\": \"(define (main input) ...)\", "
+    "\"documentation\": \"what it does\"}."
+}
 
 TOOL_SPECS: tuple[ToolSpec, ...] = (
-    ToolSpec("discover", "List the child names of a process path (a map or array).", _object({"path": _PATH}, ["path"])),
-    ToolSpec("read", "Read the committed value at a path (null when absent) and the process version.", _object({"path": _PATH}, ["path"])),
-    ToolSpec("stat", "Describe the node at a path (kind, size, hash, access) without its value.", _object({"path": _PATH}, ["path"])),
-    ToolSpec("write", "Write a JSON value under /memory or a script under /lib; commits one version.", _object({"path": _PATH, "value": _VALUE}, ["path", "value"])),
-    ToolSpec("remove", "Remove a path under /memory or /lib; commits one version.", _object({"path": _PATH}, ["path"])),
+    ToolSpec(
+        "discover",
+        'List the child names of a map or array, e.g. {"path": "/memory"} or {"path": "/lib"}.',
+        _object({"path": _PATH}, ["path"]),
+    ),
+    ToolSpec(
+        "read",
+        'Read the committed value at a path (null when absent) and the process version, e.g. {"path": "/memory/notes"}.',
+        _object({"path": _PATH}, ["path"]),
+    ),
+    ToolSpec(
+        "stat",
+        'Describe the node at a path (kind, size, hash, access) without its value, e.g. {"path": "/mounts/docs"}.',
+        _object({"path": _PATH}, ["path"]),
+    ),
+    ToolSpec(
+        "write",
+        'Write a JSON value under /memory, e.g. {"path": "/memory/count", "value": 0}, or store a script: '
+        '{"path": "/lib/name", "value": {"source": "(define (main input) ...)", "documentation": "..."}}. '
+        "The source is checked before it is stored; commits one version.",
+        _object({"path": _PATH, "value": _VALUE}, ["path", "value"]),
+    ),
+    ToolSpec(
+        "remove",
+        'Remove a path under /memory or /lib, e.g. {"path": "/memory/draft"}; commits one version.',
+        _object({"path": _PATH}, ["path"]),
+    ),
     ToolSpec(
         "exec",
-        "Run Svit Lisp: either inline `source` defining (main input), or a stored script at a /lib path. "
-        "Commits the script's writes and message intents together, or nothing. Port calls inside are immediate external effects.",
+        'Run Svit Lisp once: {"source": "(define (main input) ...)", "input": {...}} runs inline source (never stored); '
+        '{"path": "/lib/name", "input": ...} runs a stored script. main receives input (null when omitted); the result '
+        "has its output, its messages and the new version. Commits the script's writes and messages together, "
+        "or nothing on any error. Port calls inside are immediate external effects.",
         {
             "type": "object",
             "properties": {
-                "source": {"type": "string", "description": "Inline Svit Lisp source; run once, never stored."},
+                "source": {"type": "string", "description": "Inline Svit Lisp source defining (main input); run once, never stored."},
                 "path": {"type": "string", "description": "A /lib/<name> script path."},
                 "input": {"description": "The JSON input passed to main."},
             },

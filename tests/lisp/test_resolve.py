@@ -377,3 +377,9 @@ def test_a_type_error_on_a_host_value_carries_its_usage_hint() -> None:
     with pytest.raises(EvalError) as caught:
         evaluate("(+ 1 v)", LIMITS, v=_Plain())
     assert caught.value.message.endswith("found foreign: #<foreign>")
+
+
+def test_a_top_level_define_of_an_extension_name_wins_with_its_own_arity() -> None:
+    assert evaluate("(define (f) (map 1))\n(define (map x) (list 'mine x))\n(f)") == (Name("mine"), 1)
+    assert "`map` expects 1 argument, found 2; call it as (map x)" in compile_error("(define (map x) x)\n(map 1 2)").message
+    assert "`map` expects 2 arguments, found 1" in compile_error("(map (lambda (x) x))").message

@@ -221,7 +221,7 @@ def test_failed_turn_leaves_item_and_a_resumed_loop_retries_it():
 
 
 def test_model_output_over_value_limits_fails_closed():
-    agent = Svit.builder(ADDRESS).limits(Limits(max_text_bytes=4096)).reasoner(ScriptedReasoner(["x" * 5000])).build()
+    agent = Svit.builder(ADDRESS).limits(Limits(max_text_bytes=16384)).reasoner(ScriptedReasoner(["x" * 20000])).build()
     replies = agent.outbox()
     agent.inbox().send(Message.user("Say a lot."))
     with pytest.raises(TurnFailed, match="maximum text bytes exceeded"):
