@@ -31,6 +31,7 @@ from .functions.compare import equal
 from .functions.numbers import add2, ge2, gt2, le2, lt2, mul2, sub2
 from .reader import Program, read
 from .resolve import HostNames, host_names, resolve
+from .syntax import expected_arguments
 from .values import Keyword, Name, mark_function, type_name
 
 # Guest recursion is bounded by max_call_stack (hard max 4,096) long before this.
@@ -50,12 +51,7 @@ def _arity_message(name: str, expected: str, found: int) -> str:
     return f"`{name}` expects {expected}, found {found}"
 
 
-def _expected(min_args: int, max_args: int | None) -> str:
-    if max_args is None:
-        return f"at least {min_args} argument{'s' if min_args != 1 else ''}"
-    if min_args == max_args:
-        return f"{min_args} argument{'s' if min_args != 1 else ''}"
-    return f"{min_args} to {max_args} arguments"
+_expected = expected_arguments  # run-time arity errors read like the resolver's
 
 
 def _system_wrapper(name: str) -> Callable[..., Any]:
