@@ -429,11 +429,11 @@ class WorkingState(GuestHelpers):
         return held(tree.from_value(result, scripts_allowed=False))
 
     def fn_log_info(self, message: Any, fields: Any = None) -> Any:
-        if len(self.logs) >= self.limits.max_logs:
-            raise ResourceLimitExceeded("log records")
-        record = {"fields": to_plain(fields, self.limits), "message": to_plain(message, self.limits)}
+        record = {"fields": to_plain(fields, self.limits), "message": _text(message, "log-info! message")}
         node = tree.from_value(record, scripts_allowed=False)
         tree.validate_value(node, self.limits, scripts_allowed=False)
+        if len(self.logs) >= self.limits.max_logs:
+            raise ResourceLimitExceeded("log records")
         self.logs.append({"message": record["message"], "fields": record["fields"]})
         return None
 

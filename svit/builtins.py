@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any, Callable
 from lisp import context as lisp_context
 from lisp.compiler import global_name
 from lisp.context import UNITS_PER_STEP
-from lisp.errors import BudgetExhausted, InternalError, LimitError, LispError
+from lisp.errors import BudgetExhausted, EvalError, InternalError, LimitError, LispError
 from lisp.functions.catalogue import system_catalogue
 from lisp.interpreter import as_lisp_error
 from lisp.values import Foreign, is_function, type_name
 
 from . import tree
-from .errors import ExecutionLimitExceeded, InvalidValue, ResourceLimitExceeded, ScriptFailed, SvitError, sanitize
+from .errors import ExecutionLimitExceeded, ResourceLimitExceeded, ScriptFailed, SvitError, sanitize
 from .guest import SvitValue, to_lisp, to_node
 from .tree import Node
 
@@ -170,7 +170,7 @@ BUILTINS: tuple[Builtin, ...] = (
        "True for an integer or a float (false for a ratio such as 1/2)."),
     _b("boolean?", "fn_is_boolean", 1, 1, "(boolean? value)", "predicate",
        "True for true and false."),
-    _b("null?", "fn_value_null", 1, 1, "(null? value)", "predicate",
+    _b("null?", "fn_is_null", 1, 1, "(null? value)", "predicate",
        "True only for Svit null (same as value-null?)."),
     _b("result-ok", "fn_result_ok", 1, 1, "(result-ok value)", "result",
        "The result map {ok: true, value: value}."),
@@ -209,6 +209,8 @@ BUILTINS: tuple[Builtin, ...] = (
 )
 
 assert all(b.category in CATEGORIES for b in BUILTINS)
+# Each entry has its own implementation (it carries that entry's wrong-count text).
+assert len({b.implementation for b in BUILTINS}) == len(BUILTINS)
 
 #: What :meth:`lisp.interpreter.Interpreter.define_functions` installs, derived from the table.
 GUEST_FUNCTIONS: dict[str, tuple[str, str, int, int | None]] = {
@@ -231,6 +233,8 @@ def bind_implementations(cls: type) -> None:
                     break
         if fn is None:
             raise TypeError(f"guest function {builtin.name} has no implementation {builtin.implementation}")
+        if isinstance(fn, staticmethod):
+            fn = fn.__func__
         fn.arity_text = builtin.wrong_count_text()
         fn.takes_depth = builtin.takes_depth
 
@@ -269,10 +273,6 @@ class DispatchTable(Foreign):
 
     def memory_size(self) -> int:
         return max(1, len(self.handlers))
-
-
-class _PathStep:
-    __slots__ = ()
 
 
 def _map_node(value: Any, what: str) -> Node:
@@ -427,6 +427,10 @@ class GuestHelpers:
     # ------------------------------------------------------------------ predicates
     @staticmethod
     def fn_value_null(value: Any) -> bool:
+        return type(value) is SvitValue and value.node.kind == "null"
+
+    @staticmethod
+    def fn_is_null(value: Any) -> bool:
         return type(value) is SvitValue and value.node.kind == "null"
 
     @staticmethod
@@ -613,8 +617,6 @@ class GuestHelpers:
 def _call(depth: int, function: Any, args: tuple[Any, ...]) -> Any:
     """Call a guest function one frame deeper than the helper that received it."""
     if not is_function(function):
-        from lisp.errors import EvalError
-
         raise EvalError(f"type error: expected function, found {type_name(function)}")
     return function(depth + 1, *args)
 
