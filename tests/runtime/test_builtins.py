@@ -263,3 +263,13 @@ def test_script_records_enter_results_as_records() -> None:
         "documentation": "one",
         "source": "(define (main input) 1)",
     }
+
+
+def test_the_manual_lists_every_guest_function() -> None:
+    from pathlib import Path
+
+    manual = (Path(__file__).resolve().parents[2] / "docs" / "lisp.md").read_text(encoding="utf-8")
+    section = manual.split("## Guest functions", 1)[1]
+    for index, builtin in enumerate(BUILTINS):
+        description = builtin.description.replace("|", "\\|")
+        assert f"| {index} | `{builtin.signature}` | {builtin.category} | {description} |" in section, builtin.name
