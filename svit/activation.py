@@ -193,7 +193,12 @@ class WorkingState(GuestHelpers):
 
     def fn_value_get(self, value: Any, path: Any) -> Any:
         segments = parse(_text(path, "value-get path"))
-        node = value.node if type(value) is SvitValue else to_node(value, self.limits) if type(value) is tuple else None
+        if type(value) is SvitValue:
+            # Validated on entry: an over-size port response is reduced with jq, not walked here.
+            node = value.node
+            tree.validate_value(node, self.limits, scripts_allowed=False)
+        else:
+            node = to_node(value, self.limits) if type(value) is tuple else None
         if node is None:
             if segments:
                 raise InvalidPath(f"cannot walk through a scalar: {path}")
