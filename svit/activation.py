@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from lisp import context as lisp_context
 from lisp.budget import Budget
 from lisp.context import LispLimits
 from lisp.errors import LispError
-from lisp.compiler import global_name
 from lisp.interpreter import Interpreter
 
 from . import stdlib, tree
