@@ -256,18 +256,36 @@ class Interpreter:
             fn = getattr(self.owner, fn)
         g = self.globals
         budget = self.budget
+        # A host function may carry its own wrong-count text (``arity_text``) and may ask
+        # for the caller's call depth (``takes_depth``) to call guest functions it is given.
+        arity_text = getattr(fn, "arity_text", None) or f"{name} expects {_expected(min_args, max_args)}"
 
-        def host(_d: int, *args: Any) -> Any:
-            n = len(args)
-            if n < min_args or (max_args is not None and n > max_args):
-                raise EvalError(f"{name} expects {_expected(min_args, max_args)}")
-            # Return the unused slice so nested runs draw from the same budget exactly.
-            unused = g["_s"]
-            if unused > 0:
-                budget.give_back(unused)
-            g["_s"] = 0
-            budget.charge(1)
-            return fn(*args)
+        if getattr(fn, "takes_depth", False):
+
+            def host(_d: int, *args: Any) -> Any:
+                n = len(args)
+                if n < min_args or (max_args is not None and n > max_args):
+                    raise EvalError(arity_text)
+                unused = g["_s"]
+                if unused > 0:
+                    budget.give_back(unused)
+                g["_s"] = 0
+                budget.charge(1)
+                return fn(_d, *args)
+
+        else:
+
+            def host(_d: int, *args: Any) -> Any:
+                n = len(args)
+                if n < min_args or (max_args is not None and n > max_args):
+                    raise EvalError(arity_text)
+                # Return the unused slice so nested runs draw from the same budget exactly.
+                unused = g["_s"]
+                if unused > 0:
+                    budget.give_back(unused)
+                g["_s"] = 0
+                budget.charge(1)
+                return fn(*args)
 
         g[gname] = mark_function(host, name)
 
@@ -502,6 +520,11 @@ class _Guard:
             error.stack = _lisp_stack(tb, self.compiled)
         error.located(interp.filename)
         raise error from None
+
+
+def as_lisp_error(exc: BaseException) -> LispError:
+    """The Lisp error a failure escaping guest code stands for (an unknown failure is internal)."""
+    return _translate(exc)
 
 
 def _translate(exc: BaseException) -> LispError:

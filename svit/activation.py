@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from lisp import context as lisp_context
 from lisp.budget import Budget
 from lisp.context import LispLimits
 from lisp.errors import LispError
-from lisp.compiler import global_name
 from lisp.interpreter import Interpreter
 
 from . import stdlib, tree
+from .builtins import GUEST_FUNCTIONS, GuestHelpers, PortFailed, bind_implementations
 from .errors import (
     InvalidPath,
     InvalidValue,
@@ -116,7 +116,7 @@ def _text(value: Any, what: str) -> str:
     return value
 
 
-class WorkingState:
+class WorkingState(GuestHelpers):
     """The private, transactional state of one activation and its nested execs."""
 
     def __init__(self, process: "Process") -> None:
@@ -129,7 +129,7 @@ class WorkingState:
         self.staged: list[tuple[str, Script | None]] = []
         self.staged_latest: dict[str, Script | None] = {}
         self.mutations: list[dict[str, Any]] = []
-        self.changed: set[str] = set()
+        self.changed: dict[str, None] = {}  # an ordered set: a checkpoint is its length
         self.logs: list[dict[str, Any]] = []
         self.messages: list[dict[str, Any]] = []
         self.mount_writes: list[tuple[str, str, Any]] = []  # (op, path, value)
@@ -138,6 +138,29 @@ class WorkingState:
         self.budget = Budget(self.limits.max_steps, self.limits.max_execution_millis)
         self.lisp_limits = lisp_limits(self.limits)
         self._lib_view: Node | None = None
+
+    # ------------------------------------------------------------------ checkpoints
+    def checkpoint(self) -> tuple[Any, ...]:
+        """What a captured failure restores, in O(1): the buffers only grow, so lengths suffice."""
+        return (
+            self.memory, len(self.staged), len(self.mutations), len(self.changed),
+            len(self.logs), len(self.messages), len(self.mount_writes),
+        )
+
+    def restore(self, saved: tuple[Any, ...]) -> None:
+        """Undo everything staged since ``checkpoint`` (port calls made stay counted: they happened)."""
+        memory, staged, mutations, changed, logs, messages, mount_writes = saved
+        self.memory = memory
+        if len(self.staged) != staged:
+            del self.staged[staged:]
+            self.staged_latest = dict(self.staged)
+            self._lib_view = None
+        del self.mutations[mutations:]
+        while len(self.changed) > changed:
+            self.changed.popitem()
+        del self.logs[logs:]
+        del self.messages[messages:]
+        del self.mount_writes[mount_writes:]
 
     # ------------------------------------------------------------------ scripts
     def find_script(self, name: str) -> Script:
@@ -171,11 +194,16 @@ class WorkingState:
         # compile_check installs the same names (a test keeps the two equal).
         interp.define_value("input", to_lisp(input_node))
         interp.define_value("*svit-version*", SVIT_VERSION)
-        interp.define_functions(_GUEST_FUNCTIONS, owner=self)
+        interp.define_functions(GUEST_FUNCTIONS, owner=self)
 
     def fn_value_get(self, value: Any, path: Any) -> Any:
         segments = parse(_text(path, "value-get path"))
-        node = value.node if type(value) is SvitValue else to_node(value, self.limits) if type(value) is tuple else None
+        if type(value) is SvitValue:
+            # Validated on entry: an over-size port response is reduced with jq, not walked here.
+            node = value.node
+            tree.validate_value(node, self.limits, scripts_allowed=False)
+        else:
+            node = to_node(value, self.limits) if type(value) is tuple else None
         if node is None:
             if segments:
                 raise InvalidPath(f"cannot walk through a scalar: {path}")
@@ -252,10 +280,26 @@ class WorkingState:
         segments = parse(text)
         if len(segments) >= 2 and segments[0] == "mounts":
             return plain_to_lisp(self.process._mount_stat(segments))
-        node = self.view_get(segments)
+        if segments and segments[0] == "lib" and len(segments) <= 2:
+            # Scripts as the host stats them (leaf, svit-script, the script's hash), not
+            # as the {documentation, source} records read shows.
+            node = tree.get(self.staged_lib(), segments[1:])
+        else:
+            node = self.view_get(segments)
         if node is None:
             return NULL_VALUE
         return plain_to_lisp(self.process._facts(text, segments, node))
+
+    def staged_lib(self) -> Node:
+        """``/lib`` as it would commit: the committed scripts with the staged edits applied."""
+        lib = self.committed_lib
+        for name, script in self.staged:
+            if script is None:
+                if tree.get(lib, (name,)) is not None:
+                    lib = tree.remove_at(lib, (name,))
+            else:
+                lib = tree.set_at(lib, (name,), tree.from_value(script, scripts_allowed=True))
+        return lib
 
     def _stage_script(self, name: str, script: Script | None) -> None:
         if len(self.staged) >= self.limits.max_staged_scripts:
@@ -272,14 +316,14 @@ class WorkingState:
             self.memory = node if len(segments) == 1 else tree.set_at(self.memory, segments[1:], node)
             tree.validate_value(self.memory, self.limits, scripts_allowed=False)
             self.mutations.append({"operation": "set", "path": format_path(segments), "value": node})
-            self.changed.add(format_path(segments))
+            self.changed[format_path(segments)] = None
             return None
         name = lib_name(segments)
         if name is not None:
             script = library_record(to_plain(value, self.limits) if type(value) is not Script else value)
             self._stage_script(name, script)
             self.mutations.append({"operation": "set", "path": format_path(segments), "value": script})
-            self.changed.add(format_path(segments))
+            self.changed[format_path(segments)] = None
             return None
         if len(segments) >= 2 and segments[0] == "mounts":
             self.process._mount_check_write(segments)
@@ -297,7 +341,7 @@ class WorkingState:
                 raise InvalidPath("cannot remove a namespace root")
             self.memory = tree.remove_at(self.memory, segments[1:])
             self.mutations.append({"operation": "remove", "path": format_path(segments)})
-            self.changed.add(format_path(segments))
+            self.changed[format_path(segments)] = None
             return None
         name = lib_name(segments)
         if name is not None:
@@ -305,7 +349,7 @@ class WorkingState:
                 raise InvalidPath(f"path does not exist: {text}")
             self._stage_script(name, None)
             self.mutations.append({"operation": "remove", "path": format_path(segments)})
-            self.changed.add(format_path(segments))
+            self.changed[format_path(segments)] = None
             return None
         if len(segments) >= 2 and segments[0] == "mounts":
             self.process._mount_check_write(segments)
@@ -335,27 +379,30 @@ class WorkingState:
         return to_lisp(output)
 
     def fn_port_call(self, name: Any, input_value: Any) -> Any:
-        if type(name) is not str or not name or "/" in name:
-            raise ScriptFailed("port-call name must be non-empty text without '/'")
-        ports = self.process.ports
-        if ports is None:
-            raise ScriptFailed("Svit Lisp port calls require a Svit host")
-        if self.port_calls >= self.limits.max_port_calls:
-            raise ResourceLimitExceeded("port calls")
+        name = _text(name, "port-call name")
+        if not name or "/" in name:
+            raise ScriptFailed("port-call name must name one port")
         plain = to_plain(input_value, self.limits)
         tree.validate_value(tree.from_value(plain, scripts_allowed=False), self.limits, scripts_allowed=False)
+        # From here on every failure is a PortFailed: hard, so a safe helper can never
+        # turn a refused or failed port call into a committed success.
+        ports = self.process.ports
+        if ports is None:
+            raise PortFailed("Svit Lisp port calls require a Svit host")
+        if self.port_calls >= self.limits.max_port_calls:
+            raise ResourceLimitExceeded("port calls")
         if len(json.dumps(plain, ensure_ascii=False, separators=(",", ":")).encode()) > PORT_INPUT_LIMIT:
-            raise ScriptFailed("port input limit exceeded")
+            raise PortFailed("port input limit exceeded")
         self.port_calls += 1
         port = ports.get(name)
         if port is None:
-            raise ScriptFailed(f"port /ports/{name} failed: port not found")
+            raise PortFailed(f"port /ports/{name} failed: port not found")
         context = self.process._port_context()
         started = time.monotonic()
         try:
             result = port.execute(context, plain)
         except Exception as exc:  # the port's failure, whatever its type, fails the activation
-            raise ScriptFailed(f"port /ports/{name} failed: {failure_text(exc)}") from None
+            raise PortFailed(f"port /ports/{name} failed: {failure_text(exc)}") from None
         finally:
             # Time spent inside the port is not charged to the guest.
             if self.budget.deadline is not None:
@@ -363,7 +410,7 @@ class WorkingState:
         try:
             node = tree.from_value(result, scripts_allowed=False)
         except SvitError as exc:
-            raise ScriptFailed(f"port /ports/{name} failed: invalid port output: {exc.detail}") from None
+            raise PortFailed(f"port /ports/{name} failed: invalid port output: {exc.detail}") from None
         # Not validated against value limits on entry (the guest may reduce it first), but
         # held by the guest like any other value, so charged to guest memory.
         lisp_context.current().allocate(node.text + 4 * node.count)
@@ -392,11 +439,11 @@ class WorkingState:
         return held(tree.from_value(result, scripts_allowed=False))
 
     def fn_log_info(self, message: Any, fields: Any = None) -> Any:
-        if len(self.logs) >= self.limits.max_logs:
-            raise ResourceLimitExceeded("log records")
-        record = {"fields": to_plain(fields, self.limits), "message": to_plain(message, self.limits)}
+        record = {"fields": to_plain(fields, self.limits), "message": _text(message, "log-info! message")}
         node = tree.from_value(record, scripts_allowed=False)
         tree.validate_value(node, self.limits, scripts_allowed=False)
+        if len(self.logs) >= self.limits.max_logs:
+            raise ResourceLimitExceeded("log records")
         self.logs.append({"message": record["message"], "fields": record["fields"]})
         return None
 
@@ -414,36 +461,13 @@ def located(exc: ScriptFailed, name: str) -> ScriptFailed:
     if getattr(exc, "located", False):
         return exc
     prefix = script_filename(name) + ": "
-    fresh = ScriptFailed(exc.detail if exc.detail.startswith(prefix) else prefix + exc.detail)
+    # The same class: a port failure stays hard however many execs it crosses.
+    fresh = type(exc)(exc.detail if exc.detail.startswith(prefix) else prefix + exc.detail)
     fresh.located = True  # type: ignore[attr-defined]
     return fresh
 
 
-def _value_is_null(value: Any) -> bool:
-    return type(value) is SvitValue and value.node.kind == "null"
-
-
-#: The 15 guest functions: global name -> (Lisp name, WorkingState method or function, min, max).
-_GUEST_FUNCTIONS = {
-    global_name(name): (name, method or _value_is_null, lo, hi)
-    for name, method, lo, hi in (
-        ("value-get", "fn_value_get", 2, 2),
-        ("value-map", "fn_value_map", 0, None),
-        ("value-array", "fn_value_array", 0, None),
-        ("value-null?", None, 1, 1),
-        ("read", "fn_read", 1, 1),
-        ("discover", "fn_discover", 1, 1),
-        ("stat", "fn_stat", 1, 1),
-        ("write", "fn_write", 2, 2),
-        ("remove", "fn_remove", 1, 1),
-        ("exec", "fn_exec", 2, 2),
-        ("port-call", "fn_port_call", 2, 2),
-        ("jq", "fn_jq", 2, 2),
-        ("search", "fn_search", 2, 2),
-        ("log-info!", "fn_log_info", 1, 2),
-        ("send!", "fn_send", 2, 2),
-    )
-}
+bind_implementations(WorkingState)
 
 
 def library_record(value: Any) -> Script:

@@ -502,7 +502,10 @@ class Process:
                     continue
                 outcome = before(request)
                 if isinstance(outcome, Cancel):
-                    raise HookCancelled(outcome.reason)
+                    # Every observer hears how the activation ended, a cancelled one included.
+                    cancelled = HookCancelled(outcome.reason)
+                    self._after(ActivationEvent(self.address, request.script, version_before, "failed", error=cancelled.message))
+                    raise cancelled
                 if isinstance(outcome, ActivationRequest):
                     request = outcome
             try:
