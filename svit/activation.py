@@ -96,7 +96,7 @@ def compile_check(name: str, source: str, limits: Any) -> None:
     # resolved at write time against exactly what it will run with.
     interp.define_value("input", NULL_VALUE)
     interp.define_value("*svit-version*", SVIT_VERSION)
-    interp.define_functions(_GUEST_FUNCTIONS)
+    interp.define_functions(GUEST_FUNCTIONS)
     try:
         interp.compile(source)
     except LispError as exc:

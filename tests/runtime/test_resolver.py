@@ -8,14 +8,14 @@ from lisp.interpreter import Interpreter
 from lisp.suggestions import ALTERNATIVES
 from lisp.syntax import SPECIAL_FORMS
 from svit import Process
-from svit.activation import _GUEST_FUNCTIONS, compile_check
+from svit.activation import GUEST_FUNCTIONS, compile_check
 from svit.errors import ScriptFailed
 from svit.limits import Limits
 from svit.loop.messages import ToolCall
 from svit.loop.tools import run_tool
 
 ADDRESS = "svit://local/t/p"
-GUEST_NAMES = {name for name, *_ in _GUEST_FUNCTIONS.values()}
+GUEST_NAMES = {name for name, *_ in GUEST_FUNCTIONS.values()}
 TARGETS = sorted({t for targets, _ in ALTERNATIVES.values() for t in targets if t not in SPECIAL_FORMS})
 
 # Only an untaken branch is wrong: the script would succeed if it ran.
@@ -56,7 +56,7 @@ def test_compile_check_resolves_against_exactly_what_an_activation_installs(monk
     names = seen[0]
     assert {"input", "*svit-version*"} <= names.values
     assert {name: arity for name, arity in names.functions.items()} == {
-        name: (lo, hi) for name, _fn, lo, hi in _GUEST_FUNCTIONS.values()
+        name: (lo, hi) for name, _fn, lo, hi in GUEST_FUNCTIONS.values()
     }
 
 
