@@ -55,6 +55,9 @@ class Activation:
     version: int
     root_hash: str
     changed: list[str]
+    #: False for a dry run: nothing was committed, version and root_hash are the process's
+    #: unchanged ones, and ``changed``/``messages`` say what a real run would have done.
+    committed: bool = True
 
 
 _LISP_LIMITS: dict[Any, LispLimits] = {}
@@ -135,6 +138,7 @@ class WorkingState(GuestHelpers):
         self.mount_writes: list[tuple[str, str, Any]] = []  # (op, path, value)
         self.port_calls = 0
         self.exec_depth = 0
+        self.dry_run = False
         self.budget = Budget(self.limits.max_steps, self.limits.max_execution_millis)
         self.lisp_limits = lisp_limits(self.limits)
         self._lib_view: Node | None = None
@@ -386,6 +390,8 @@ class WorkingState(GuestHelpers):
         tree.validate_value(tree.from_value(plain, scripts_allowed=False), self.limits, scripts_allowed=False)
         # From here on every failure is a PortFailed: hard, so a safe helper can never
         # turn a refused or failed port call into a committed success.
+        if self.dry_run:
+            raise PortFailed(f"port /ports/{name} was not called: a dry run makes no external effects")
         ports = self.process.ports
         if ports is None:
             raise PortFailed("Svit Lisp port calls require a Svit host")

@@ -478,21 +478,34 @@ class Process:
         return PortContext(self.read, self.stat, self.discover, self.address)
 
     # ------------------------------------------------------------------ activations
-    def exec(self, path: str, input: Any = None) -> Activation:
-        """Run ``/lib/<name>``'s ``main(input)`` and commit one new version, or nothing."""
+    def exec(self, path: str, input: Any = None, *, dry_run: bool = False) -> Activation:
+        """Run ``/lib/<name>``'s ``main(input)`` and commit one new version, or nothing.
+
+        With ``dry_run=True`` the activation runs and is validated exactly as it would be
+        committed, then discarded: the result reports its output, logs, messages and
+        changed paths with ``committed=False``, and the process is left as it was. A dry
+        run makes no external effects, so a port call inside one fails (hard).
+        """
         name = lib_name(parse(path)) if isinstance(path, str) else None
         if name is None:
             raise InvalidPath(f"exec accepts only /lib/<name> paths: {path}")
-        return self._activate(name, None, input)
+        return self._activate(name, None, input, dry_run)
 
-    def exec_inline(self, source: str, input: Any = None) -> Activation:
-        """Run a one-off script that is compiled first and never stored."""
+    def exec_inline(self, source: str, input: Any = None, *, dry_run: bool = False) -> Activation:
+        """Run a one-off script that is compiled first and never stored (``dry_run`` as for :meth:`exec`)."""
         if type(source) is not str:
             raise InvalidValue("inline source must be text")
         compile_check(INLINE_NAME, source, self.limits)
-        return self._activate(INLINE_NAME, source, input)
+        return self._activate(INLINE_NAME, source, input, dry_run)
 
-    def _activate(self, name: str, inline_source: str | None, input: Any) -> Activation:
+    def _activate(self, name: str, inline_source: str | None, input: Any, dry_run: bool = False) -> Activation:
+        if type(dry_run) is not bool:
+            raise InvalidValue("dry_run must be true or false")
+        if dry_run:
+            # Nothing is committed, so the activation hooks (which observe commits and
+            # steer what is committed) are not involved.
+            with self._lock:
+                return self._run_activation(name, inline_source, input, dry_run=True)
         with self._lock:
             version_before = self.version
             request = ActivationRequest(name, input)
@@ -531,10 +544,11 @@ class Process:
                 except Exception as exc:  # host code; reported, never propagated
                     _log.warning("after_activation hook failed: %s", sanitize(str(exc) or type(exc).__name__))
 
-    def _run_activation(self, name: str, inline_source: str | None, input: Any) -> Activation:
+    def _run_activation(self, name: str, inline_source: str | None, input: Any, *, dry_run: bool = False) -> Activation:
         input_node = tree.from_value(input, scripts_allowed=False)
         tree.validate_value(input_node, self.limits, scripts_allowed=False)
         ws = WorkingState(self)
+        ws.dry_run = dry_run
         if inline_source is None:
             if name != INLINE_NAME:
                 validate_script_name(name)
@@ -580,6 +594,17 @@ class Process:
             mutations.append({"operation": "append", "path": "/system/outbox", "values": [tree.from_value(i, scripts_allowed=False) for i in intents]})
             changed.add("/system/outbox")
         validate_root(candidate, self.address, self.limits, self._compile_script, previous=root, error=InvalidValue)
+        if dry_run:
+            changed.update(mount_change_path(parse(path)) for _op, path, _value in ws.mount_writes)
+            return Activation(
+                output=output.to_value(),
+                logs=ws.logs,
+                messages=[{"message_id": i["message_id"], "to": i["to"], "body": i["body"]} for i in intents],
+                version=version,
+                root_hash=root.hash,
+                changed=sorted(changed),
+                committed=False,
+            )
         transition = Transition(self.address, version, next_version, root, candidate, mutations, "activation")
         guard = self.effects_guard if ws.mount_writes and self.effects_guard is not None else contextlib.nullcontext
         with guard():

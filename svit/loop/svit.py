@@ -404,13 +404,13 @@ class Svit:
     def remove(self, path: str) -> Change:
         return self._committed(self._process.remove(path))
 
-    def exec(self, path: str, input: Any = None) -> Any:
-        """Run ``/lib/<name>`` with the attached ports."""
-        return self._activated(self._process.exec(path, input))
+    def exec(self, path: str, input: Any = None, *, dry_run: bool = False) -> Any:
+        """Run ``/lib/<name>`` with the attached ports (``dry_run``: run, report, commit nothing)."""
+        return self._activated(self._process.exec(path, input, dry_run=dry_run))
 
-    def exec_inline(self, source: str, input: Any = None) -> Any:
+    def exec_inline(self, source: str, input: Any = None, *, dry_run: bool = False) -> Any:
         """Run one-off source with the attached ports; the source is never stored."""
-        return self._activated(self._process.exec_inline(source, input))
+        return self._activated(self._process.exec_inline(source, input, dry_run=dry_run))
 
     def attach_mount(self, name: str, mount: Mount) -> Change | None:
         return self._committed(self._process.attach_mount(name, mount))
@@ -711,6 +711,8 @@ class Svit:
         return change
 
     def _activated(self, activation: Any) -> Any:
+        if not activation.committed:
+            return activation
         paths = [p for p in activation.changed]
         hashes: dict[str, str | None] = {}
         if self._process.version == activation.version:

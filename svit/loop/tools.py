@@ -70,14 +70,19 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
         "exec",
         'Run Svit Lisp once: {"source": "(define (main input) ...)", "input": {...}} runs inline source (never stored); '
         '{"path": "/lib/name", "input": ...} runs a stored script. main receives input (null when omitted); the result '
-        "has its output, its messages and the new version. Commits the script's writes and messages together, "
-        "or nothing on any error. Port calls inside are immediate external effects.",
+        "has its output, the changed paths, its messages and the new version. Commits the script's writes and messages "
+        'together, or nothing on any error. Add "dry_run": true to test a script: it runs and reports the same result, '
+        "then nothing is committed (port calls are refused in a dry run). Port calls inside are immediate external effects.",
         {
             "type": "object",
             "properties": {
                 "source": {"type": "string", "description": "Inline Svit Lisp source defining (main input); run once, never stored."},
                 "path": {"type": "string", "description": "A /lib/<name> script path."},
                 "input": {"description": "The JSON input passed to main."},
+                "dry_run": {
+                    "type": "boolean",
+                    "description": "Run, report output, changed paths and messages, and commit nothing (default false).",
+                },
             },
             "additionalProperties": False,
         },
@@ -93,8 +98,8 @@ class ToolTarget(Protocol):
     def stat(self, path: str) -> Any: ...
     def write(self, path: str, value: Any) -> Any: ...
     def remove(self, path: str) -> Any: ...
-    def exec(self, path: str, input: Any = None) -> Any: ...
-    def exec_inline(self, source: str, input: Any = None) -> Any: ...
+    def exec(self, path: str, input: Any = None, *, dry_run: bool = False) -> Any: ...
+    def exec_inline(self, source: str, input: Any = None, *, dry_run: bool = False) -> Any: ...
 
 
 class UnknownTool(SvitError):
@@ -155,17 +160,24 @@ def _remove(target: ToolTarget, args: dict[str, Any]) -> Any:
 
 def _exec(target: ToolTarget, args: dict[str, Any]) -> Any:
     source, path, input = args.get("source"), args.get("path"), args.get("input")
+    dry_run = args.get("dry_run", False)
+    if type(dry_run) is not bool:
+        raise InvalidToolArguments("`dry_run` must be true or false")
     if type(source) is str:
-        activation = target.exec_inline(source, input)
+        activation = target.exec_inline(source, input, dry_run=dry_run)
     elif type(path) is str and path.startswith("/lib/"):
-        activation = target.exec(path, input)
+        activation = target.exec(path, input, dry_run=dry_run)
     else:
         raise InvalidPath("exec requires source or a /lib path")
-    return {
+    result = {
+        "changed": list(activation.changed),
         "messages": [{"body": m["body"], "id": m["message_id"], "to": m["to"]} for m in activation.messages],
         "output": to_json_value(activation.output),
         "version": activation.version,
     }
+    if dry_run:
+        result["dry_run"] = True  # nothing was committed; version is the unchanged one
+    return result
 
 
 TOOLS: dict[str, Callable[[ToolTarget, dict[str, Any]], Any]] = {

@@ -1308,11 +1308,11 @@ class DurableProcess:
     def remove(self, path: str) -> Any:
         return self._process.remove(path)
 
-    def exec(self, path: str, input: Any = None) -> Any:
-        return self._process.exec(path, input)
+    def exec(self, path: str, input: Any = None, *, dry_run: bool = False) -> Any:
+        return self._process.exec(path, input, dry_run=dry_run)
 
-    def exec_inline(self, source: str, input: Any = None) -> Any:
-        return self._process.exec_inline(source, input)
+    def exec_inline(self, source: str, input: Any = None, *, dry_run: bool = False) -> Any:
+        return self._process.exec_inline(source, input, dry_run=dry_run)
 
     def enqueue_inbox(self, value: Any) -> Any:
         return self._process.enqueue_inbox(value)

@@ -173,6 +173,13 @@ def done(directory: str, name: str) -> str:
     return f"task {name} marked done"
 
 
+def _is_dry_run(record: dict[str, Any]) -> bool:
+    try:
+        return json.loads(record["arguments"]).get("dry_run") is True
+    except (ValueError, AttributeError):
+        return False
+
+
 def _writes_lib(record: dict[str, Any]) -> bool:
     try:
         path = json.loads(record["arguments"]).get("path")
@@ -186,6 +193,9 @@ def score(directory: str) -> dict[str, Any]:
 
     ``first_try`` follows the exec calls only; ``first_script_try`` also counts writes of
     /lib scripts, since a script refused when it is written is a failed attempt too.
+    ``exec_attempts`` counts the exec calls up to and including the first that succeeded
+    (a dry run included): the tries it took to get a script right. ``exec_calls`` counts
+    every exec, including a dry run and the real run that follows it.
     """
     state = _load_state(directory)
     calls = [r for r in read_log(directory) if r["event"] == "call"]
@@ -195,6 +205,7 @@ def score(directory: str) -> dict[str, Any]:
             continue
         mine = [r for r in calls if r["task"] == task.name]
         execs = [r for r in mine if r["tool"] == "exec"]
+        first_ok = next((i for i, r in enumerate(execs) if r["ok"]), None)
         scripts = [r for r in mine if r["tool"] == "exec" or (r["tool"] == "write" and _writes_lib(r))]
         try:
             problems = task.check(open_process(directory, task))
@@ -209,6 +220,8 @@ def score(directory: str) -> dict[str, Any]:
             "tool_calls": len(mine),
             "failed_calls": sum(1 for r in mine if not r["ok"]),
             "exec_calls": len(execs),
+            "exec_attempts": len(execs) if first_ok is None else first_ok + 1,
+            "dry_runs": sum(1 for r in execs if _is_dry_run(r)),
             "first_exec_ok": bool(execs) and execs[0]["ok"],
             "first_try": solved and (not execs or execs[0]["ok"]),
             "script_calls": len(scripts),
@@ -223,7 +236,8 @@ def score(directory: str) -> dict[str, Any]:
         "solved": sum(r["solved"] for r in rows),
         "solved_percent": round(100 * sum(r["solved"] for r in rows) / count, 1) if count else 0.0,
         "first_exec_solved_percent": round(100 * sum(r["first_try"] for r in rows) / count, 1) if count else 0.0,
-        "mean_exec_attempts": round(sum(r["exec_calls"] for r in rows) / count, 2) if count else 0.0,
+        "mean_exec_attempts": round(sum(r["exec_attempts"] for r in rows) / count, 2) if count else 0.0,
+        "mean_exec_calls": round(sum(r["exec_calls"] for r in rows) / count, 2) if count else 0.0,
         "first_script_solved_percent": round(100 * sum(r["first_script_try"] for r in rows) / count, 1) if count else 0.0,
         "mean_failed_script_calls": round(sum(r["failed_script_calls"] for r in rows) / count, 2) if count else 0.0,
         "max_tool_calls": max((r["tool_calls"] for r in rows), default=0),
@@ -233,18 +247,19 @@ def score(directory: str) -> dict[str, Any]:
 
 
 def score_text(result: dict[str, Any]) -> str:
-    lines = [f"{'task':28} {'solved':6} {'calls':>5} {'execs':>5} {'first':>5} {'failed scripts':>14}"]
+    lines = [f"{'task':28} {'solved':6} {'calls':>5} {'execs':>5} {'tries':>5} {'first':>5} {'failed scripts':>14}"]
     for row in result["tasks"]:
         lines.append(
             f"{row['task']:28} {'yes' if row['solved'] else 'NO':6} {row['tool_calls']:5} {row['exec_calls']:5} "
-            f"{'yes' if row['first_try'] else 'no':>5} {row['failed_script_calls']:14}"
+            f"{row['exec_attempts']:5} {'yes' if row['first_try'] else 'no':>5} {row['failed_script_calls']:14}"
         )
         for problem in row["problems"][:2]:
             lines.append(f"    {problem}")
     t = result["totals"]
     lines.append(
         f"tasks {t['tasks']} (not started {t['not_started']}), solved {t['solved']} ({t['solved_percent']}%), "
-        f"solved on the first exec {t['first_exec_solved_percent']}%, mean exec attempts {t['mean_exec_attempts']}, "
+        f"solved on the first exec {t['first_exec_solved_percent']}%, mean exec attempts {t['mean_exec_attempts']} "
+        f"(exec calls {t['mean_exec_calls']}), "
         f"solved with no failed script call {t['first_script_solved_percent']}%, "
         f"max tool calls {t['max_tool_calls']}, over {TOOL_CALL_LIMIT} tool calls: {len(t['tasks_over_8_tool_calls'])}"
         + (f" ({', '.join(t['tasks_over_8_tool_calls'])})" if t["tasks_over_8_tool_calls"] else "")

@@ -40,7 +40,7 @@ def test_a_scripted_session_is_logged_and_scored(tmp_path, capsys):
     assert json.loads(out) == {"path": "/memory/visits", "value": 41, "version": 0}
     source = "(define (main input) (let ((n (+ 1 (read \"/memory/visits\")))) (do (write \"/memory/visits\" n) n)))"
     code, out, _ = run(capsys, "call", d, "counter-bump", "exec", json.dumps({"source": source}))
-    assert json.loads(out) == {"messages": [], "output": 42, "version": 1}
+    assert json.loads(out) == {"changed": ["/memory/visits"], "messages": [], "output": 42, "version": 1}
     run(capsys, "done", d, "counter-bump")
 
     # solved with one exec
@@ -55,6 +55,8 @@ def test_a_scripted_session_is_logged_and_scored(tmp_path, capsys):
     value = {"source": "(define (main input) (exec \"/lib/double\" (exec \"/lib/double\" input)))", "documentation": "x4"}
     code, out, _ = run(capsys, "call", d, "quadruple-via-double", "write", json.dumps({"path": "/lib/quadruple", "value": value}))
     assert json.loads(out)["changed"] == ["/lib/quadruple"]
+    code, out, _ = run(capsys, "call", d, "quadruple-via-double", "exec", '{"path": "/lib/quadruple", "input": 5, "dry_run": true}')
+    assert json.loads(out)["output"] == 20 and json.loads(out)["dry_run"] is True
     code, out, _ = run(capsys, "call", d, "quadruple-via-double", "exec", '{"path": "/lib/quadruple", "input": 5}')
     assert json.loads(out)["output"] == 20
 
@@ -68,21 +70,22 @@ def test_a_scripted_session_is_logged_and_scored(tmp_path, capsys):
     rows = {r["task"]: r for r in result["tasks"]}
     assert rows["counter-bump"] | {"problems": None} == {
         "task": "counter-bump", "area": "state", "solved": True, "done": True, "tool_calls": 3, "failed_calls": 1,
-        "exec_calls": 2, "first_exec_ok": False, "first_try": False, "problems": None,
+        "exec_calls": 2, "exec_attempts": 2, "dry_runs": 0, "first_exec_ok": False, "first_try": False, "problems": None,
         "script_calls": 2, "failed_script_calls": 1, "first_script_try": False,
     }
     assert rows["send-alert"]["solved"] and rows["send-alert"]["first_try"] and rows["send-alert"]["tool_calls"] == 1
     assert rows["quadruple-via-double"]["solved"] and rows["quadruple-via-double"]["first_try"] and not rows["quadruple-via-double"]["done"]
+    assert (rows["quadruple-via-double"]["exec_calls"], rows["quadruple-via-double"]["exec_attempts"], rows["quadruple-via-double"]["dry_runs"]) == (2, 1, 1)
     assert not rows["open-orders-total"]["solved"] and rows["open-orders-total"]["problems"]
     assert result["totals"] == {
         "tasks": 4, "not_started": len(TASKS) - 4, "solved": 3, "solved_percent": 75.0,
-        "first_exec_solved_percent": 50.0, "mean_exec_attempts": 1.25, "max_tool_calls": 3, "tasks_over_8_tool_calls": [],
+        "first_exec_solved_percent": 50.0, "mean_exec_attempts": 1.25, "mean_exec_calls": 1.5, "max_tool_calls": 3, "tasks_over_8_tool_calls": [],
         "first_script_solved_percent": 50.0, "mean_failed_script_calls": 0.5,
     }
     log = study.read_log(d)
-    assert [r["tool"] for r in log if r["event"] == "call"] == ["exec", "read", "exec", "exec", "write", "exec", "exec"]
+    assert [r["tool"] for r in log if r["event"] == "call"] == ["exec", "read", "exec", "exec", "write", "exec", "exec", "exec"]
     code, out, _ = run(capsys, "score", d)
-    assert "solved 3 (75.0%)" in out and "mean exec attempts 1.25" in out
+    assert "solved 3 (75.0%)" in out and "mean exec attempts 1.25 (exec calls 1.5)" in out
 
 
 def test_misuse_is_a_harness_error_not_a_tool_result(tmp_path, capsys):

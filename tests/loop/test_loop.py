@@ -414,7 +414,7 @@ def test_tool_specs_are_json_schemas():
         json.dumps(spec.to_json())
     by_name = {spec.name: spec for spec in TOOL_SPECS}
     assert by_name["write"].parameters["required"] == ["path", "value"]
-    assert set(by_name["exec"].parameters["properties"]) == {"source", "path", "input"}
+    assert set(by_name["exec"].parameters["properties"]) == {"source", "path", "input", "dry_run"}
 
 
 def test_hooks_see_tool_activations():
