@@ -25,7 +25,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import LimitError
+from .errors import LimitError, Span
 from .expand import Expansion
 from .functions import SYSTEM_FUNCTIONS
 from .reader import QUASIQUOTE, UNQUOTE, UNQUOTE_SPLICING, Program
@@ -40,6 +40,13 @@ _constants_names = itertools.count()
 # Integer fast paths: operator, slow-path helper.
 _ARITH = {"+": ("+", "_add2"), "-": ("-", "_sub2"), "*": ("*", "_mul2")}
 _COMPARE = {"<": ("<", "_lt2"), ">": (">", "_gt2"), "<=": ("<=", "_le2"), ">=": (">=", "_ge2")}
+
+
+#: Brackets a position mark in generated code: ``_MARK`` index ``_MARK_END``. The
+#: layout pass (:func:`layout`) turns each mark into a line break, so the code after it
+#: starts a physical line of its own, and records which Lisp form that line belongs to.
+_MARK = "\x00"
+_MARK_END = "\x01"
 
 
 _MANGLED: dict[str, str] = {}
@@ -127,7 +134,8 @@ class Compiled:
     code: Any
     constants: tuple[Any, ...]
     python_source: str
-    line_table: dict[int, int]
+    #: Python line to the Lisp position of the form running there (see :func:`layout`).
+    line_table: dict[int, Span]
     filename: str
     #: Every guest global the code can mention (host functions it never names need not exist).
     referenced: frozenset[str] = frozenset()
@@ -189,8 +197,11 @@ class Compiler:
         self.constants_name = f"_K{next(_constants_names)}"
         self.counter = 0
         self.factories: list[str] = []
-        self.factory_spans: list[int | None] = []
-        self.current_line: int | None = None
+        self.factory_spans: list[Span | None] = []
+        #: The position of the innermost form being generated that has one.
+        self.enclosing: Span | None = None
+        #: The positions the marks in the generated code stand for, by index.
+        self.marks: list[Span] = []
         #: Consts bound so far, in program order (a const is visible after its form).
         self.consts: dict[str, Any] = dict(expansion.initial_consts)
         #: Python names of the functions being generated, innermost last (for call-self).
@@ -223,26 +234,40 @@ class Compiler:
             self.constant_index[key] = index
         return f"{self.constants_name}[{index}]"
 
-    def note_span(self, form: Any) -> None:
+    def note_span(self, form: Any) -> Span | None:
+        """Enter ``form``: returns the enclosing position to restore on leaving it."""
+        saved = self.enclosing
         span = self.program.span_of(form)
         if span is not None:
-            self.current_line = span.line
+            self.enclosing = span
+        return saved
+
+    def at(self, form: Any, code: str) -> str:
+        """``code`` marked as the code of ``form``: a failure in it reports its position.
+
+        Only calls (and global loads) can fail, and a traceback names the line where the
+        failing call starts, so a mark goes right before each call. Marks cost nothing at
+        run time: they become line breaks between tokens.
+        """
+        span = self.program.span_of(form) or self.enclosing
+        if span is None:
+            return code
+        self.marks.append(span)
+        return f"{_MARK}{len(self.marks) - 1}{_MARK_END}{code}"
 
     # ------------------------------------------------------------------ module
-    def compile_module(self) -> tuple[str, dict[int, int]]:
+    def compile_module(self) -> tuple[str, dict[int, Span]]:
         body: list[str] = []
-        spans: list[int | None] = []
+        spans: list[Span | None] = []
         for form in self.program.forms:
-            self.note_span(form)
-            for line in self.top_level(form):
-                body.append(line)
-                spans.append(self.current_line)
-        lines = self.factories + body
-        all_spans = self.factory_spans + spans
-        table = {i + 1: s for i, s in enumerate(all_spans) if s is not None}
-        return "\n".join(lines) + "\n", table
+            saved = self.note_span(form)
+            lines = self.top_level(form)
+            body += lines
+            spans += [self.enclosing] * len(lines)
+            self.enclosing = saved
+        return layout(self.factories + body, self.factory_spans + spans, self.marks)
 
-    def emit_factory(self, lines: list[str], spans: list[int | None]) -> None:
+    def emit_factory(self, lines: list[str], spans: list[Span | None]) -> None:
         self.factories.extend(lines)
         self.factory_spans.extend(spans)
 
@@ -351,11 +376,12 @@ class Compiler:
         captured = sorted(self.free_locals(form, scope))
         factory = self.fresh("mk")
         cap_scope = Scope(None, {lisp: py for lisp, py in captured}, boundary=True)
-        saved_line = self.current_line
+        saved = self.note_span(form)
+        here = self.enclosing
         body = self.function_def(inner, params, body, cap_scope, self_global=self_global, indent="    ")
-        self.current_line = saved_line
+        self.enclosing = saved
         lines = [f"def {factory}({', '.join(py for _, py in captured)}):"] + body + [f"    return {inner}"]
-        self.emit_factory(lines, [self.current_line] * len(lines))
+        self.emit_factory(lines, [here] * len(lines))
         return Expr(f"{factory}({', '.join(py for _, py in captured)})")
 
     def free_locals(self, form: Any, scope: Scope) -> set[tuple[str, str]]:
@@ -378,8 +404,11 @@ class Compiler:
         if t is Name:
             return self.reference(form, scope)
         if t is tuple:
-            self.note_span(form)
-            return self.call_or_form(form, scope, ctx)
+            saved = self.note_span(form)
+            try:
+                return self.call_or_form(form, scope, ctx)
+            finally:
+                self.enclosing = saved
         if t is bool:
             return Expr(self.constant(form), is_bool=True, simple=True)
         return Expr(self.constant(form), simple=True)
@@ -393,7 +422,7 @@ class Compiler:
             return Expr(self.constant(self.consts[name]), simple=True)
         if name in SYSTEM_FUNCTIONS and name not in self.shadowed:
             return Expr("_F_" + mangle(name), simple=True)
-        return Expr(global_name(name))
+        return Expr(self.at(None, global_name(name)))
 
     def call_or_form(self, form: tuple, scope: Scope, ctx: FunctionContext | None) -> Expr:
         head = form[0]
@@ -418,8 +447,8 @@ class Compiler:
         args = self.args(form[1:], scope, ctx)
         over = self.check_value_stack(len(args))
         if over:
-            return Expr(over)
-        return Expr(f"{callee.code}({', '.join(['_d + 1'] + [a.code for a in args])})")
+            return Expr(self.at(form, over))
+        return Expr(self.at(form, f"{callee.code}({', '.join(['_d + 1'] + [a.code for a in args])})"))
 
     def system_call(self, name: str, form: tuple, scope: Scope, ctx: FunctionContext | None) -> Expr:
         spec = SYSTEM_FUNCTIONS[name]
@@ -427,25 +456,25 @@ class Compiler:
         args = self.args(form[1:], scope, ctx)
         over = self.check_value_stack(argc)
         if over:
-            return Expr(over)
+            return Expr(self.at(form, over))
         if argc == 2 and name in _ARITH:
-            return self.inline_arith(name, args)
+            return self.inline_arith(form, name, args)
         if argc == 2 and name in _COMPARE:
-            return self.inline_compare(name, args)
+            return self.inline_compare(form, name, args)
         if argc == 2 and name == "=":
-            return self.inline_binary(args, "{a} == {b}", "_equal({a}, {b})", is_bool=True)
+            return self.inline_binary(form, args, "{a} == {b}", "_equal({a}, {b})", is_bool=True)
         if argc == 1 and name == "not":
             a = args[0]
             if a.is_bool:
                 return Expr(f"({a.code}) is False", is_bool=True)
-            return Expr(f"_not({a.code})", is_bool=True)
+            return Expr(self.at(form, f"_not({a.code})"), is_bool=True)
         if argc == 1 and name == "null":
             # Fast for Lisp lists; anything else goes to `null`, which refuses svit values.
             a1, a2 = self.bind_twice(args[0])
-            return Expr(f"(({a1}) is None or _S_null({a2}))", is_bool=True)
+            return Expr(f"(({a1}) is None or {self.at(form, f'_S_null({a2})')})", is_bool=True)
         is_bool = name in ("=", "/=", "eq", "ne", "<", ">", "<=", ">=", "not", "xor", "is", "null")
         passed = (["_d"] if spec.takes_depth else []) + [a.code for a in args]
-        return Expr(f"_S_{mangle(name)}({', '.join(passed)})", is_bool=is_bool)
+        return Expr(self.at(form, f"_S_{mangle(name)}({', '.join(passed)})"), is_bool=is_bool)
 
     def bind_twice(self, arg: Expr) -> tuple[str, str]:
         """(first mention, later mentions) of an argument that must be evaluated once."""
@@ -454,7 +483,7 @@ class Compiler:
         tmp = self.fresh()
         return f"({tmp} := {arg.code})", tmp
 
-    def inline_arith(self, name: str, args: list[Expr]) -> Expr:
+    def inline_arith(self, form: tuple, name: str, args: list[Expr]) -> Expr:
         op, slow = _ARITH[name]
         a, b = args
         a1, a2 = self.bind_twice(a)
@@ -464,7 +493,7 @@ class Compiler:
         checks = []
         # Evaluate both operands (in order) before testing either type.
         if self.is_int_literal(a) and self.is_int_literal(b):
-            return Expr(f"{slow}({a.code}, {b.code})")
+            return Expr(self.at(form, f"{slow}({a.code}, {b.code})"))
         if self.is_int_literal(a):
             checks.append(f"_type({b1}) is _int")
         elif self.is_int_literal(b):
@@ -472,16 +501,17 @@ class Compiler:
         else:
             checks.append(f"_type({a1}) is _type({b1}) is _int")
         checks.append(f"{-bound} < ({result} := {a2} {op} {b2}) < {bound}")
-        return Expr(f"({result} if {' and '.join(checks)} else {slow}({a2}, {b2}))")
+        return Expr(f"({result} if {' and '.join(checks)} else {self.at(form, f'{slow}({a2}, {b2})')})")
 
-    def inline_compare(self, name: str, args: list[Expr]) -> Expr:
+    def inline_compare(self, form: tuple, name: str, args: list[Expr]) -> Expr:
         op, slow = _COMPARE[name]
-        return self.inline_binary(args, "{a} " + op + " {b}", slow + "({a}, {b})", is_bool=True)
+        return self.inline_binary(form, args, "{a} " + op + " {b}", slow + "({a}, {b})", is_bool=True)
 
-    def inline_binary(self, args: list[Expr], fast: str, slow: str, *, is_bool: bool) -> Expr:
+    def inline_binary(self, form: tuple, args: list[Expr], fast: str, slow: str, *, is_bool: bool) -> Expr:
         a, b = args
         a1, a2 = self.bind_twice(a)
         b1, b2 = self.bind_twice(b)
+        slow = self.at(form, slow)
         if self.is_int_literal(a) and self.is_int_literal(b):
             return Expr(slow.format(a=a.code, b=b.code), is_bool=is_bool)
         if self.is_int_literal(a):
@@ -501,7 +531,7 @@ class Compiler:
         e = self.expr(form, scope, None)
         if e.is_bool:
             return e.code
-        return f"_truth({e.code})"
+        return self.at(form, f"_truth({e.code})")
 
     # ------------------------------------------------------------------ special forms (expressions)
     def form_quote(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
@@ -525,7 +555,7 @@ class Compiler:
         segments = []
         for item in form:
             if type(item) is tuple and item[0] is UNQUOTE_SPLICING and len(item) == 2 and level == 1:
-                segments.append(f"_splice({self.expr(item[1], scope, None).code})")
+                segments.append(self.at(item, f"_splice({self.expr(item[1], scope, None).code})"))
             else:
                 segments.append(f"({self.quasi(item, scope, level).code},)")
         return Expr(f"_qq({', '.join(segments)})")
@@ -551,7 +581,7 @@ class Compiler:
     def case_test(self, key: str, literals: Any) -> str:
         if literals is None:
             return f"({key}) is None"
-        return f"_case_match({key}, {self.constant(literals)})"
+        return self.at(None, f"_case_match({key}, {self.constant(literals)})")
 
     def form_case(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
         clauses = form[2:]
@@ -613,26 +643,31 @@ class Compiler:
         if type(target) is tuple:
             params = self.resolution.params[id(form)]
             fn = self.closure(form, params, value, scope, global_name(target[0].name))
-            return Expr(f"_define_global({global_name(target[0].name)!r}, {fn.code}, {self.constant(target[0])})")
+            return Expr(self.at(form, f"_define_global({global_name(target[0].name)!r}, {fn.code}, {self.constant(target[0])})"))
         e = self.expr(value, scope, None)
-        return Expr(f"_define_global({global_name(target.name)!r}, {e.code}, {self.constant(target)})")
+        return Expr(self.at(form, f"_define_global({global_name(target.name)!r}, {e.code}, {self.constant(target)})"))
 
     def form_apply(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
         parts = [self.expr(f, scope, None).code for f in form[1:]]
-        return Expr(f"_apply(_d, {', '.join(parts)})")
+        return Expr(self.at(form, f"_apply(_d, {', '.join(parts)})"))
 
     def form_call_2d_self(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
         args = self.args(form[1:], scope, None)
         over = self.check_value_stack(len(args))
         if over:
-            return Expr(over)
-        return Expr(f"{self.function_names[-1]}({', '.join(['_d + 1'] + [a.code for a in args])})")
+            return Expr(self.at(form, over))
+        return Expr(self.at(form, f"{self.function_names[-1]}({', '.join(['_d + 1'] + [a.code for a in args])})"))
 
     # ------------------------------------------------------------------ tail position
     def tail(self, form: Any, scope: Scope, ctx: FunctionContext, indent: str) -> list[str]:
         """Statements that compute ``form`` in tail position and return it."""
-        if type(form) is tuple:
-            self.note_span(form)
+        saved = self.note_span(form)
+        try:
+            return self.tail_statements(form, scope, ctx, indent)
+        finally:
+            self.enclosing = saved
+
+    def tail_statements(self, form: Any, scope: Scope, ctx: FunctionContext, indent: str) -> list[str]:
         if type(form) is tuple and type(form[0]) is Name and scope.lookup(form[0].name) is None:
             head = form[0].name
             if head == "if":
@@ -696,3 +731,39 @@ def check_program_limits(program: Program, max_syntax_depth: int, max_integer_bi
         raise LimitError("syntax depth")
     if program.integer_bits > max_integer_bits:
         raise LimitError("integer bits")
+
+
+def layout(lines: list[str], spans: list[Span | None], marks: list[Span]) -> tuple[str, dict[int, Span]]:
+    """The final source and its line table: Python line to the Lisp position running there.
+
+    Each mark in a line becomes a backslash line break (between two tokens, so neither
+    the code nor its nesting changes) and the physical line after it belongs to the
+    mark's form; a line's text before its first mark belongs to ``spans[i]``. Marks with
+    nothing but blanks before them on their line share it and the first one wins: the
+    outermost call, whose CALL is where a traceback points.
+    """
+    out: list[str] = []
+    table: dict[int, Span] = {}
+    for text, span in zip(lines, spans):
+        if _MARK in text:
+            pieces = text.split(_MARK)
+            current = pieces[0]
+            marked = False
+            for piece in pieces[1:]:
+                index, _, rest = piece.partition(_MARK_END)
+                if current.isspace() or not current:
+                    if not marked:
+                        span = marks[int(index)]
+                else:
+                    out.append(current + " \\")
+                    if span is not None:
+                        table[len(out)] = span
+                    current = ""
+                    span = marks[int(index)]
+                marked = True
+                current += rest
+            text = current
+        out.append(text)
+        if span is not None:
+            table[len(out)] = span
+    return "\n".join(out) + "\n", table

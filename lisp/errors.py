@@ -33,10 +33,15 @@ class Span:
 
 @dataclass(frozen=True)
 class Frame:
-    """One entry of a Lisp call stack: the function's name and where it was executing."""
+    """One entry of a Lisp call stack: the function's name and where it was executing.
+
+    ``line`` and ``column`` are those of the form that was running in the frame: the
+    call that failed, or in a caller the call that led to the next frame.
+    """
 
     function: str
     line: int | None = None
+    column: int | None = None
 
     def __str__(self) -> str:
         where = f" (line {self.line})" if self.line is not None else ""

@@ -564,11 +564,12 @@ def _lisp_stack(tb: Any, compiled: Compiled | None) -> tuple[Frame, ...]:
         code = tb.tb_frame.f_code
         if compiled is not None and code.co_filename == compiled.filename:
             name = code.co_name
-            line = compiled.line_table.get(tb.tb_lineno)
+            span = compiled.line_table.get(tb.tb_lineno)
+            line, column = (span.line, span.column) if span is not None else (None, None)
             if name == "<module>":
-                frames.append(Frame("top level", line))
+                frames.append(Frame("top level", line, column))
             elif not name.startswith("_mk"):
-                frames.append(Frame(lisp_name_of(name), line))
+                frames.append(Frame(lisp_name_of(name), line, column))
         tb = tb.tb_next
     return tuple(frames[-16:])
 
