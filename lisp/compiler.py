@@ -242,14 +242,14 @@ class Compiler:
             self.enclosing = span
         return saved
 
-    def at(self, form: Any, code: str) -> str:
+    def at(self, form: Any, code: str, span: Span | None = None) -> str:
         """``code`` marked as the code of ``form``: a failure in it reports its position.
 
         Only calls (and global loads) can fail, and a traceback names the line where the
         failing call starts, so a mark goes right before each call. Marks cost nothing at
         run time: they become line breaks between tokens.
         """
-        span = self.program.span_of(form) or self.enclosing
+        span = span or self.program.span_of(form) or self.enclosing
         if span is None:
             return code
         self.marks.append(span)
@@ -527,11 +527,14 @@ class Compiler:
         code = e.code
         return e.simple and (code.isdigit() or (code.startswith("-") and code[1:].isdigit()))
 
-    def condition(self, form: Any, scope: Scope) -> str:
+    def condition(self, parent: tuple, index: int, scope: Scope) -> str:
+        """Element ``index`` of ``parent`` as a condition (a non-boolean fails where it is written)."""
+        form = parent[index]
         e = self.expr(form, scope, None)
         if e.is_bool:
             return e.code
-        return self.at(form, f"_truth({e.code})")
+        span = self.program.span_of(form) or self.program.element_span(parent, index)
+        return self.at(form, f"_truth({e.code})", span)
 
     # ------------------------------------------------------------------ special forms (expressions)
     def form_quote(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
@@ -561,7 +564,7 @@ class Compiler:
         return Expr(f"_qq({', '.join(segments)})")
 
     def form_if(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
-        cond = self.condition(form[1], scope)
+        cond = self.condition(form, 1, scope)
         then = self.expr(form[2], scope, None)
         other = self.expr(form[3], scope, None) if len(form) == 4 else Expr("None", simple=True)
         return Expr(f"({then.code} if {cond} else {other.code})", is_bool=then.is_bool and other.is_bool)
@@ -569,12 +572,13 @@ class Compiler:
     def form_cond(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
         code = "None"
         all_bool = False
-        for pred, body in reversed(form[1:]):
+        for clause in reversed(form[1:]):
+            pred, body = clause
             e = self.expr(body, scope, None)
             if pred is ELSE:
                 code, all_bool = e.code, e.is_bool
             else:
-                code = f"({e.code} if {self.condition(pred, scope)} else {code})"
+                code = f"({e.code} if {self.condition(clause, 0, scope)} else {code})"
                 all_bool = all_bool and e.is_bool
         return Expr(code, is_bool=all_bool)
 
@@ -598,7 +602,7 @@ class Compiler:
         last_e = self.expr(last, scope, None)
         if not init:
             return last_e
-        tests = " and ".join(self.condition(f, scope) for f in init)
+        tests = " and ".join(self.condition(form, i, scope) for i in range(1, len(form) - 1))
         return Expr(f"({last_e.code} if {tests} else False)", is_bool=last_e.is_bool)
 
     def form_or(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
@@ -606,7 +610,7 @@ class Compiler:
         last_e = self.expr(last, scope, None)
         if not init:
             return last_e
-        tests = " or ".join(self.condition(f, scope) for f in init)
+        tests = " or ".join(self.condition(form, i, scope) for i in range(1, len(form) - 1))
         return Expr(f"(True if {tests} else {last_e.code})", is_bool=last_e.is_bool)
 
     def form_do(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
@@ -671,7 +675,7 @@ class Compiler:
         if type(form) is tuple and type(form[0]) is Name and scope.lookup(form[0].name) is None:
             head = form[0].name
             if head == "if":
-                lines = [f"{indent}if {self.condition(form[1], scope)}:"]
+                lines = [f"{indent}if {self.condition(form, 1, scope)}:"]
                 lines += self.tail(form[2], scope, ctx, indent + "    ")
                 if len(form) == 4:
                     lines += self.tail(form[3], scope, ctx, indent)
@@ -680,10 +684,11 @@ class Compiler:
                 return lines
             if head == "cond":
                 lines = []
-                for pred, body in form[1:]:
+                for clause in form[1:]:
+                    pred, body = clause
                     if pred is ELSE:
                         return lines + self.tail(body, scope, ctx, indent)
-                    lines.append(f"{indent}if {self.condition(pred, scope)}:")
+                    lines.append(f"{indent}if {self.condition(clause, 0, scope)}:")
                     lines += self.tail(body, scope, ctx, indent + "    ")
                 return lines + [f"{indent}return None"]
             if head == "case":
@@ -704,8 +709,8 @@ class Compiler:
                 return lines + self.tail(form[2], inner, ctx, indent)
             if head in ("and", "or") and len(form) >= 3:
                 lines = []
-                for f in form[1:-1]:
-                    test = self.condition(f, scope)
+                for i in range(1, len(form) - 1):
+                    test = self.condition(form, i, scope)
                     if head == "and":
                         lines.append(f"{indent}if not {test}: return False")
                     else:

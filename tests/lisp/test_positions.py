@@ -220,3 +220,49 @@ def test_deep_nesting_within_the_default_syntax_depth_still_runs() -> None:
         assert interp.run(source) == depth
     except LimitError as error:  # CPython's own nesting limit, reported as the Lisp one
         assert error.limit == "syntax depth"
+
+
+def test_non_boolean_condition_reports_the_condition_line() -> None:
+    source = """(define (pick x)
+  (cond
+    ((= x 0) "zero")
+    (x "truthy")
+    (else "other")))
+(pick 5)
+"""
+    error = failure(source)
+    assert error.message == f"{SOURCE}:4: type error: expected bool, found integer"
+    assert error.stack[-1] == Frame("pick", 4, 6)
+
+
+def test_bad_unquote_splicing_reports_its_line() -> None:
+    source = """(define (wrap x)
+  `(begin
+     ,@x))
+(wrap 3)
+"""
+    error = failure(source)
+    assert error.message.startswith(f"{SOURCE}:3: type error: unquote-splicing expects a list")
+
+
+def test_failure_in_a_let_binding_reports_the_binding_line() -> None:
+    source = """(define (f x)
+  (let ((a (+ x 1))
+        (b (+ x "b")))
+    (+ a b)))
+(f 1)
+"""
+    error = failure(source)
+    assert error.message.startswith(f"{SOURCE}:3: type error")
+    assert error.stack[-1] == Frame("f", 3, 12)
+
+
+def test_unknown_keyword_argument_names_the_calling_line_in_the_caller() -> None:
+    source = """(define (opt :key a) a)
+(define (main)
+  (list 1
+        (opt :b 2)))
+(main)
+"""
+    error = failure(source)
+    assert frames(error)[:2] == [("top level", 5), ("main", 4)]
