@@ -169,7 +169,7 @@ class _Builder(Transformer):
         value = Fraction(-top if numerator.startswith("-") else top, bottom)
         self._note_bits(value.numerator)
         self._note_bits(value.denominator)
-        return value.numerator if value.denominator == 1 else value
+        return value  # a ratio stays a ratio even when whole (`4/2` is `2/1`)
 
     def _STRING(self, token: Token, text: str) -> str:
         return _unescape(text[1:-1], token)

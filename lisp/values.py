@@ -9,7 +9,7 @@ unit ``()``   ``None`` (also the empty list)
 bool          ``bool``
 integer       ``int`` (bounded by ``max_integer_bits`` at run time)
 float         ``float``
-ratio         ``fractions.Fraction`` (never with denominator 1)
+ratio         ``fractions.Fraction`` (a whole ratio stays a ratio)
 string        ``str``
 char          :class:`Char`
 bytes         ``bytes``
