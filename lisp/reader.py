@@ -143,6 +143,7 @@ class _Builder(Transformer):
         return int(digits)
 
     def _INTEGER(self, token: Token, text: str) -> int:
+        text = text.replace("_", "")  # digit separators
         sign = -1 if text.startswith("-") else 1
         digits = text.lstrip("-")
         base = {"0x": 16, "0o": 8, "0b": 2}.get(digits[:2], 10)
@@ -152,12 +153,13 @@ class _Builder(Transformer):
         return self._note_bits(value)
 
     def _FLOAT(self, token: Token, text: str) -> float:
-        value = float(text)
+        value = float(text.replace("_", ""))
         if value in (float("inf"), float("-inf")):
             raise _error(token, "float literal is out of range")
         return value
 
     def _RATIO(self, token: Token, text: str) -> Any:
+        text = text.replace("_", "")
         numerator, denominator = text.split("/")
         if len(text) > 20_000:
             raise _error(token, "ratio literal is too long")
