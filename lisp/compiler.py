@@ -20,6 +20,7 @@ It runs with no Python builtins: only the helpers the interpreter installs.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Callable
@@ -44,6 +45,12 @@ KW_REST = Keyword("rest")
 _ARITH = {"+": ("+", "_add2"), "-": ("-", "_sub2"), "*": ("*", "_mul2")}
 _COMPARE = {"<": ("<", "_lt2"), ">": (">", "_gt2"), "<=": ("<=", "_le2"), ">=": (">=", "_ge2")}
 
+
+# The depth argument carries the call depth in its low bits and, when the value stack
+# is tracked, the values held by the callers above them.
+_VALUE_SHIFT = 24
+_DEPTH_MASK = (1 << _VALUE_SHIFT) - 1
+_STACK_MARK = re.compile("\x01([GD])([0-9]+)\x01")
 
 _MANGLED: dict[str, str] = {}
 
@@ -198,6 +205,10 @@ class Compiler:
         self.consts: dict[str, Any] = {}
         #: The budget shared by all compile-time evaluation (set by the interpreter).
         self.compile_budget: Any = None
+        #: Value-stack accounting: the functions being compiled (innermost last) and each
+        #: one's frame size (parameters plus let bindings), filled in as bodies compile.
+        self.frames: list[int] = []
+        self.frame_sizes: dict[int, int] = {}
 
     # ------------------------------------------------------------------ helpers
     def fresh(self, stem: str = "t") -> str:
@@ -247,7 +258,36 @@ class Compiler:
         lines = self.factories + body
         all_spans = self.factory_spans + spans
         table = {i + 1: s for i, s in enumerate(all_spans) if s is not None}
-        return "\n".join(lines) + "\n", table
+        return self.place_stack_checks("\n".join(lines) + "\n"), table
+
+    def place_stack_checks(self, source: str) -> str:
+        """Fill in each function's entry check and call-site depth step.
+
+        The value stack counts every active frame's parameters and let bindings, as
+        Ketos's does. When no frame is big enough for ``max_call_stack`` frames of it
+        to exceed ``max_value_stack``, only the call depth is tracked (one comparison
+        at entry). Otherwise the depth argument also carries the values held by the
+        callers, in its bits from ``_VALUE_SHIFT`` up: each call site adds its frame's
+        size and each entry checks both counts.
+        """
+        if not self.frame_sizes:
+            return source
+        limit_c, limit_v = self.max_call_stack, self.max_value_stack
+        tracked = any(size * limit_c > limit_v for size in self.frame_sizes.values())
+
+        def fill(match: Any) -> str:
+            kind, fid = match.group(1), int(match.group(2))
+            size = self.frame_sizes[fid]
+            if kind == "G":
+                if not tracked:
+                    return f"if _d > {limit_c}: _deep()"
+                return (
+                    f"if _d >> {_VALUE_SHIFT} > {limit_v - size} or _d & {_DEPTH_MASK} > {limit_c}: "
+                    f"_stack_exceeded(_d, {limit_c})"
+                )
+            return str(1 + (size << _VALUE_SHIFT)) if tracked else "1"
+
+        return _STACK_MARK.sub(fill, source)
 
     def emit_factory(self, lines: list[str], spans: list[int | None]) -> None:
         self.factories.extend(lines)
@@ -376,6 +416,19 @@ class Compiler:
         if type(params) is not tuple and params is not None:
             raise self.error("parameter list must be a list", form)
         required, optional, keys, rest = self.parse_params(params, form)
+        frame = len(self.frame_sizes)
+        self.frame_sizes[frame] = len(required) + len(optional) + len(keys) + (rest is not None)
+        self.frames.append(frame)
+        try:
+            return self._function_def(pyname, body, outer, self_global, required, optional, keys, rest, indent, frame)
+        finally:
+            self.frames.pop()
+
+    def _function_def(
+        self, pyname: str, body: Any, outer: Scope, self_global: str | None,
+        required: list[str], optional: list[tuple[str, Any]], keys: list[tuple[str, Any]], rest: str | None,
+        indent: str, frame: int,
+    ) -> list[str]:
         scope = Scope(outer, {}, boundary=True)
         sig = ["_d"]
         prologue: list[str] = []
@@ -412,7 +465,7 @@ class Compiler:
         tail = self.tail(body, scope, ctx, "        ")
         lines = [f"{indent}def {pyname}({', '.join(sig)}):", f"{indent}    global _s"]
         guard = [
-            f"{indent}    if _d > {self.max_call_stack}: _deep()",
+            f"{indent}    \x01G{frame}\x01",  # the stack check, placed by place_stack_checks
         ]
         fuel = ["_s -= 1", "if _s < 0: _tick()"]
         if ctx.loops:
@@ -545,7 +598,8 @@ class Compiler:
         over = self.check_value_stack(len(args))
         if over:
             return Expr(over)
-        return Expr(f"{callee.code}({', '.join(['_d + 1'] + [a.code for a in args])})")
+        step = f"\x01D{self.frames[-1]}\x01" if self.frames else "1"
+        return Expr(f"{callee.code}({', '.join([f'_d + {step}'] + [a.code for a in args])})")
 
     def system_call(self, name: str, form: tuple, scope: Scope, ctx: FunctionContext | None) -> Expr:
         spec = SYSTEM_FUNCTIONS[name]
@@ -776,6 +830,8 @@ class Compiler:
             if lname in SPECIAL_FORMS or lname in ("true", "false"):
                 raise self.error(f"cannot bind standard name `{lname}`", form)
             value = self.expr(binding[1], inner, None)
+            if self.frames:
+                self.frame_sizes[self.frames[-1]] += 1
             py = self.fresh_local(lname)
             inner = Scope(inner, {lname: py})
             out.append((py, value))

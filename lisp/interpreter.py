@@ -162,6 +162,13 @@ def _value_stack() -> Any:
     raise LimitError("value stack")
 
 
+def _stack_exceeded(depth: int, max_call_stack: int) -> Any:
+    """A tracked entry check failed: the call depth or the values held ran out."""
+    if depth & ((1 << 24) - 1) > max_call_stack:
+        raise LimitError("call stack")
+    raise LimitError("value stack")
+
+
 _BASE: dict[str, Any] = {
     "__builtins__": {},
     "_type": type,
@@ -177,6 +184,7 @@ _BASE: dict[str, Any] = {
     "_keyword_args": _keyword_args,
     "_deep": _deep,
     "_value_stack": _value_stack,
+    "_stack_exceeded": _stack_exceeded,
     "_equal": equal,
     "_add2": add2,
     "_sub2": sub2,

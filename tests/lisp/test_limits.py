@@ -182,3 +182,35 @@ def test_huge_decimal_literals_are_an_integer_bits_limit_not_an_internal_error()
     for source in ("9" * 5000, "(+ 1 " + "9" * 5000 + ")", "1/" + "3" * 5000, "-" + "7" * 4400):
         assert limit_of(source, max_integer_bits=4096) == "integer bits"
     assert run("-3/6") == __import__("fractions").Fraction(-1, 2)
+
+
+# --- the value stack counts every active frame's parameters and let bindings -----------
+
+WIDE = (
+    "(define (wide n) (let ((a 1) (b 2) (c 3) (d 4) (e 5) (f 6) (g 7) (h 8) (i 9))"
+    " (if (= n 0) 0 (+ a (wide (- n 1)))))) "
+)
+
+
+def test_value_stack_counts_bindings_of_active_frames() -> None:
+    # ten values per frame (one parameter, nine bindings): 12 frames hold 120 > 100
+    assert limit_of(WIDE + "(wide 12)", max_call_stack=64, max_value_stack=100) == "value stack"
+
+
+def test_value_stack_allows_frames_within_the_limit() -> None:
+    assert run(WIDE + "(wide 8)", max_call_stack=64, max_value_stack=100) == 8
+
+
+def test_value_stack_through_mutual_recursion() -> None:
+    source = WIDE + "(define (other n) (wide n)) (other 30)"
+    assert limit_of(source, max_call_stack=1024, max_value_stack=100) == "value stack"
+
+
+def test_tracked_value_stack_still_reports_the_call_stack() -> None:
+    # `wide` makes the program track values, but the narrow recursion runs out of depth first
+    assert limit_of(WIDE + DEPTH + "(depth 100)", max_call_stack=8, max_value_stack=1000) == "call stack"
+    assert run(WIDE + DEPTH + "(depth 7)", max_call_stack=8, max_value_stack=1000) == 7
+
+
+def test_a_frame_larger_than_the_value_stack_fails_at_entry() -> None:
+    assert limit_of(WIDE + "(wide 0)", max_call_stack=64, max_value_stack=5) == "value stack"
