@@ -124,11 +124,12 @@ def _qq(*segments: tuple) -> Any:
         total += len(segment)
     if not total:
         return None
-    run_context.current().allocate(8 * total)
+    context = run_context.current()
+    context.allocate(8 * total)  # refused before the splices are copied
     items: list = []
     for segment in segments:
         items.extend(segment)
-    return tuple(items)
+    return context.new_list(items)
 
 
 def _apply(_d: int, fn: Any, *args: Any) -> Any:
