@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from .errors import CompileError, LimitError, Span
 from .functions import SYSTEM_FUNCTIONS
-from .reader import QUASIQUOTE, QUOTE, UNQUOTE, UNQUOTE_SPLICING, Program
+from .reader import QUASIQUOTE, QUOTE, UNQUOTE, UNQUOTE_SPLICING, Program, as_data
 from .values import Char, Keyword, LispPath, Name
 
 SPECIAL_FORMS = frozenset(
@@ -689,7 +689,7 @@ class Compiler:
     def form_quote(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
         if len(form) != 2:
             raise self.error("`quote` expects one argument", form)
-        return Expr(self.constant(form[1]), is_bool=type(form[1]) is bool, simple=True)
+        return Expr(self.constant(as_data(form[1])), is_bool=type(form[1]) is bool, simple=True)
 
     def form_quasiquote(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
         if len(form) != 2:
@@ -707,13 +707,28 @@ class Compiler:
             return Expr(self.constant(form), simple=True)
         head = form[0]
         if head is UNQUOTE and len(form) == 2:
-            if level == 1:
-                return self.expr(form[1], scope, None)
-            inner = self.quasi(form[1], scope, level - 1)
-            return Expr(f"({self.constant(UNQUOTE)}, {inner.code})")
+            # Consecutive commas apply together, as Ketos reads `,,x`: as many as the
+            # quasiquotes around them evaluate, fewer stay as a comma value.
+            commas, inner_form = 1, form[1]
+            while type(inner_form) is tuple and len(inner_form) == 2 and inner_form[0] is UNQUOTE:
+                commas, inner_form = commas + 1, inner_form[1]
+            if commas > level:
+                raise self.error("more commas than backquotes", form)
+            if commas == level:
+                return self.expr(inner_form, scope, None)
+            code = self.quasi(inner_form, scope, level - commas).code
+            for _ in range(commas):
+                code = f"_quoted('comma', {code})"
+            return Expr(code)
         if head is QUASIQUOTE and len(form) == 2:
             inner = self.quasi(form[1], scope, level + 1)
-            return Expr(f"({self.constant(QUASIQUOTE)}, {inner.code})")
+            return Expr(f"_quoted('quasiquote', {inner.code})")
+        if head is QUOTE and len(form) == 2:
+            inner = self.quasi(form[1], scope, level)
+            return Expr(f"_quoted('quote', {inner.code})")
+        if head is UNQUOTE_SPLICING and len(form) == 2 and level > 1:
+            inner = self.quasi(form[1], scope, level - 1)
+            return Expr(f"_quoted('comma-at', {inner.code})")
         segments = []
         for item in form:
             if type(item) is tuple and item[0] is UNQUOTE_SPLICING and len(item) == 2 and level == 1:

@@ -28,8 +28,8 @@ from .errors import BudgetExhausted, CompileError, EvalError, Frame, InternalErr
 from .functions import SYSTEM_FUNCTIONS
 from .functions.compare import equal
 from .functions.numbers import add2, ge2, gt2, le2, lt2, mul2, sub2
-from .reader import Program, read
-from .values import Keyword, Name, mark_function, type_name
+from .reader import Program, as_code, as_data, read
+from .values import Keyword, Name, make_quoted, mark_function, type_name
 
 # Guest recursion is bounded by max_call_stack (hard max 4,096) long before this.
 if sys.getrecursionlimit() < 20_000:
@@ -186,6 +186,7 @@ _BASE: dict[str, Any] = {
     "_deep": _deep,
     "_value_stack": _value_stack,
     "_stack_exceeded": _stack_exceeded,
+    "_quoted": make_quoted,
     "_equal": equal,
     "_add2": add2,
     "_sub2": sub2,
@@ -372,8 +373,9 @@ class Interpreter:
         helper = Interpreter(self.limits, compiler.compile_budget, filename=self.filename)
         if kind == "expand":
             fn, args = payload
+            # A macro receives its arguments as data and returns code (quote forms as values).
             with helper._guard(None):
-                return _compile_time_value(fn(1, *args))
+                return as_code(_compile_time_value(fn(1, *(as_data(a) for a in args))))
         program = Program((payload,), compiler.program.spans, compiler.program.depth, 0)
         compiled = helper._compile_program(program, parent=compiler)
         with helper._guard(compiled):

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..context import current
 from ..errors import EvalError, LimitError
-from ..values import Char, Foreign, Keyword, LispPath, Name, function_label
+from ..values import Char, Foreign, Keyword, LispPath, Name, Quoted, function_label
 from . import system
 from .numbers import type_error
 
@@ -120,6 +120,9 @@ def _atom(v: Any, debug: bool) -> str:
         return _bytes_text(v)
     if t is LispPath:
         return '#p"' + _escape(v.path, '"') + '"' if debug else v.path
+    if t is Quoted:
+        # quote forms nest no deeper than the source (or quasiquote) that made them
+        return v.prefix() + _render(v.value, True, current().max_memory)
     if isinstance(v, Foreign):
         return v.display()
     if t is FunctionType:
