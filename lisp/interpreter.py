@@ -378,9 +378,18 @@ class Interpreter:
                 return as_code(_compile_time_value(fn(1, *(as_data(a) for a in args))))
         program = Program((payload,), compiler.program.spans, compiler.program.depth, 0)
         compiled = helper._compile_program(program, parent=compiler)
-        with helper._guard(compiled):
-            value = helper._execute(compiled)
-            return value if kind == "macro" else _compile_time_value(value)
+        try:
+            with helper._guard(compiled):
+                value = helper._execute(compiled)
+                return value if kind == "macro" else _compile_time_value(value)
+        except EvalError as error:
+            if kind == "const" and error.detail.startswith("unbound name"):
+                # A define runs only when the script runs: a const cannot use it (Ketos: not constant).
+                raise CompileError(
+                    f"const value is not constant: {error.detail} "
+                    "(a const may use literals, system functions and earlier consts)"
+                ) from None
+            raise
 
     # ------------------------------------------------------------------ run
     def run(self, source: str | Program) -> Any:

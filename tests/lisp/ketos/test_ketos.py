@@ -94,11 +94,29 @@ ERROR_CHECKS: dict[str, Callable[[LispError], bool]] = {
 }
 
 
+#: Cases where this interpreter knowingly differs from Ketos (each listed, with its
+#: reason, under "Choices and differences" in docs/lisp.md).
+DIFFERENCES = {
+    "test_macro:1": "`quote`, `quasiquote`, `comma` and `comma-at` are reserved names: no macro may take them",
+}
+
+#: Cases for behaviour not built yet; they are expected to fail until it is.
+NOT_YET = {
+    "test_call_self:1": "`call-self` is not supported yet",
+    "test_call_self:2": "`call-self` is not supported yet",
+    "test_const_define:1": "a macro cannot yet call a function defined by `define`",
+}
+
+
 def load(name: str) -> list[Any]:
     cases = json.loads((HERE / name).read_text(encoding="utf-8"))
     params = []
     for case in cases:
         marks = [pytest.mark.skip(reason=case["excluded"])] if "excluded" in case else []
+        if case["id"] in DIFFERENCES:
+            marks.append(pytest.mark.xfail(strict=True, reason=DIFFERENCES[case["id"]]))
+        if case["id"] in NOT_YET:
+            marks.append(pytest.mark.xfail(strict=False, reason=NOT_YET[case["id"]]))
         params.append(pytest.param(case, id=case["id"], marks=marks))
     return params
 
