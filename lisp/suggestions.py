@@ -57,6 +57,7 @@ ALTERNATIVES: dict[str, tuple[tuple[str, ...], str]] = {
     "nth": (("elt", "list-get"), "use (elt xs i) for a Lisp list, (list-get v i) for a svit array"),
     "rest": (("tail",), "use (tail xs)"),
     "assoc": (("map-set",), "use (map-set m \"key\" value): it returns a new map"),
+    "dissoc": (("map-remove",), "use (map-remove m \"key\"): it returns a new map without the key"),
     "hash-map": (("value-map",), "build a svit map with (value-map \"key\" value ...)"),
     "conj": (("append",), "use (append xs x)"),
     "cons": (("concat",), "use (concat (list x) xs)"),

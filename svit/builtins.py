@@ -212,6 +212,8 @@ BUILTINS: tuple[Builtin, ...] = (
 EXTENSIONS: tuple[Builtin, ...] = (
     _b("to-array", "fn_to_array", 1, 1, "(to-array xs)", "persistent-value",
        "A Lisp list or an array as an array value: (to-array ()) is [], where writing () stores null."),
+    _b("map-remove", "fn_map_remove", 2, 2, "(map-remove map key)", "structured-data",
+       "A new map without the entry under key (unchanged when absent); the given map is unchanged."),
 )
 
 assert all(b.category in CATEGORIES for b in BUILTINS + EXTENSIONS)
@@ -516,6 +518,13 @@ class GuestHelpers:
         node = _map_node(mapping, "map-set")
         key = _text(key, "map-set")
         return _held(tree.set_at(node, (key,), to_node(value, self.limits)))
+
+    def fn_map_remove(self, mapping: Any, key: Any) -> Any:
+        node = _map_node(mapping, "map-remove")
+        key = _text(key, "map-remove")
+        if tree.get(node, (key,)) is None:
+            return mapping
+        return _held(tree.remove_at(node, (key,)))
 
     def fn_list_get(self, items: Any, index: Any) -> Any:
         is_array = type(items) is SvitValue and items.node.kind == "array"

@@ -310,3 +310,27 @@ def test_to_array_refuses_what_is_not_a_sequence(source: str, message: str) -> N
     with pytest.raises(ScriptFailed) as error:
         p.exec_inline(f"(define (main input) {source})")
     assert message in error.value.message
+
+
+def test_map_remove_returns_a_new_map_without_the_key() -> None:
+    p = Process.builder("svit://local/t/rm").memory("m", {"a": 1, "b": {"c": 2}}).build()
+    a = p.exec_inline(
+        '(define (main input) (let ((m (read "/memory/m")))'
+        ' (list (map-remove m "a") (map-remove m "zz") (map-remove (map-remove m "a") "b") m)))'
+    )
+    assert a.output == [{"b": {"c": 2}}, {"a": 1, "b": {"c": 2}}, {}, {"a": 1, "b": {"c": 2}}]
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ('(map-remove (list 1) "a")', "map-remove expects a map"),
+        ('(map-remove (read "/memory/absent") "a")', "map-remove expects a map"),
+        ('(map-remove (read "/memory/m") 1)', "map-remove must be text"),
+    ],
+)
+def test_map_remove_errors(source: str, message: str) -> None:
+    p = Process.builder("svit://local/t/rm").memory("m", {"a": 1}).build()
+    with pytest.raises(ScriptFailed) as error:
+        p.exec_inline(f"(define (main input) {source})")
+    assert message in error.value.message
