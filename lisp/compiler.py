@@ -22,13 +22,14 @@ It runs with no Python builtins: only the helpers the interpreter installs.
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from .errors import LimitError, Span
 from .expand import Expansion
 from .functions import SYSTEM_FUNCTIONS
-from .reader import QUASIQUOTE, UNQUOTE, UNQUOTE_SPLICING, Program
+from .reader import QUASIQUOTE, QUOTE, UNQUOTE, UNQUOTE_SPLICING, Program, as_data
 from .resolve import Resolution
 from .syntax import ELSE, EXTENSION_NAMES, SPECIAL_FORMS, STANDARD_NAMES, Params  # noqa: F401 (re-exported)
 from .values import Keyword, Name
@@ -45,9 +46,14 @@ _COMPARE = {"<": ("<", "_lt2"), ">": (">", "_gt2"), "<=": ("<=", "_le2"), ">=": 
 #: Brackets a position mark in generated code: ``_MARK`` index ``_MARK_END``. The
 #: layout pass (:func:`layout`) turns each mark into a line break, so the code after it
 #: starts a physical line of its own, and records which Lisp form that line belongs to.
-_MARK = "\x00"
-_MARK_END = "\x01"
+_MARK = "\x02"
+_MARK_END = "\x03"
 
+# The depth argument carries the call depth in its low bits and, when the value stack
+# is tracked, the values held by the callers above them.
+_VALUE_SHIFT = 24
+_DEPTH_MASK = (1 << _VALUE_SHIFT) - 1
+_STACK_MARK = re.compile("\x01([GD])([0-9]+)\x01")
 
 _MANGLED: dict[str, str] = {}
 
@@ -208,6 +214,10 @@ class Compiler:
         self.function_names: list[str] = []
         #: Extension names the program defines at top level: they name its globals.
         self.shadowed = resolution.shadowed
+        #: Value-stack accounting: the functions being compiled (innermost last) and each
+        #: one's frame size (parameters plus let bindings), filled in as bodies compile.
+        self.frames: list[int] = []
+        self.frame_sizes: dict[int, int] = {}
 
     # ------------------------------------------------------------------ helpers
     def fresh(self, stem: str = "t") -> str:
@@ -265,7 +275,38 @@ class Compiler:
             body += lines
             spans += [self.enclosing] * len(lines)
             self.enclosing = saved
-        return layout(self.factories + body, self.factory_spans + spans, self.marks)
+        # Stack checks never break a line, so the table stays true after them.
+        source, table = layout(self.factories + body, self.factory_spans + spans, self.marks)
+        return self.place_stack_checks(source), table
+
+    def place_stack_checks(self, source: str) -> str:
+        """Fill in each function's entry check and call-site depth step.
+
+        The value stack counts every active frame's parameters and let bindings, as
+        Ketos's does. When no frame is big enough for ``max_call_stack`` frames of it
+        to exceed ``max_value_stack``, only the call depth is tracked (one comparison
+        at entry). Otherwise the depth argument also carries the values held by the
+        callers, in its bits from ``_VALUE_SHIFT`` up: each call site adds its frame's
+        size and each entry checks both counts.
+        """
+        if not self.frame_sizes:
+            return source
+        limit_c, limit_v = self.max_call_stack, self.max_value_stack
+        tracked = any(size * limit_c > limit_v for size in self.frame_sizes.values())
+
+        def fill(match: Any) -> str:
+            kind, fid = match.group(1), int(match.group(2))
+            size = self.frame_sizes[fid]
+            if kind == "G":
+                if not tracked:
+                    return f"if _d > {limit_c}: _deep()"
+                return (
+                    f"if _d >> {_VALUE_SHIFT} > {limit_v - size} or _d & {_DEPTH_MASK} > {limit_c}: "
+                    f"_stack_exceeded(_d, {limit_c})"
+                )
+            return str(1 + (size << _VALUE_SHIFT)) if tracked else "1"
+
+        return _STACK_MARK.sub(fill, source)
 
     def emit_factory(self, lines: list[str], spans: list[Span | None]) -> None:
         self.factories.extend(lines)
@@ -313,6 +354,19 @@ class Compiler:
     ) -> list[str]:
         """A ``def`` for a Lisp function whose free locals are all in ``outer``'s captures."""
         required, optional, keys, rest = params.required, params.optional, params.keys, params.rest
+        frame = len(self.frame_sizes)
+        self.frame_sizes[frame] = len(required) + len(optional) + len(keys) + (rest is not None)
+        self.frames.append(frame)
+        try:
+            return self._function_def(pyname, body, outer, self_global, required, optional, keys, rest, indent, frame)
+        finally:
+            self.frames.pop()
+
+    def _function_def(
+        self, pyname: str, body: Any, outer: Scope, self_global: str | None,
+        required: list[str], optional: list[tuple[str, Any]], keys: list[tuple[str, Any]], rest: str | None,
+        indent: str, frame: int,
+    ) -> list[str]:
         scope = Scope(outer, {}, boundary=True)
         sig = ["_d"]
         prologue: list[str] = []
@@ -353,7 +407,7 @@ class Compiler:
             self.function_names.pop()
         lines = [f"{indent}def {pyname}({', '.join(sig)}):", f"{indent}    global _s"]
         guard = [
-            f"{indent}    if _d > {self.max_call_stack}: _deep()",
+            f"{indent}    \x01G{frame}\x01",  # the stack check, placed by place_stack_checks
         ]
         fuel = ["_s -= 1", "if _s < 0: _tick()"]
         if ctx.loops:
@@ -448,7 +502,8 @@ class Compiler:
         over = self.check_value_stack(len(args))
         if over:
             return Expr(self.at(form, over))
-        return Expr(self.at(form, f"{callee.code}({', '.join(['_d + 1'] + [a.code for a in args])})"))
+        step = f"\x01D{self.frames[-1]}\x01" if self.frames else "1"
+        return Expr(self.at(form, f"{callee.code}({', '.join([f'_d + {step}'] + [a.code for a in args])})"))
 
     def system_call(self, name: str, form: tuple, scope: Scope, ctx: FunctionContext | None) -> Expr:
         spec = SYSTEM_FUNCTIONS[name]
@@ -538,7 +593,7 @@ class Compiler:
 
     # ------------------------------------------------------------------ special forms (expressions)
     def form_quote(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
-        return Expr(self.constant(form[1]), is_bool=type(form[1]) is bool, simple=True)
+        return Expr(self.constant(as_data(form[1])), is_bool=type(form[1]) is bool, simple=True)
 
     def form_quasiquote(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
         return self.quasi(form[1], scope, 1)
@@ -548,13 +603,27 @@ class Compiler:
             return Expr(self.constant(form), simple=True)
         head = form[0]
         if head is UNQUOTE and len(form) == 2:
-            if level == 1:
-                return self.expr(form[1], scope, None)
-            inner = self.quasi(form[1], scope, level - 1)
-            return Expr(f"({self.constant(UNQUOTE)}, {inner.code})")
+            # Consecutive commas apply together, as Ketos reads `,,x`: as many as the
+            # quasiquotes around them evaluate, fewer stay as a comma value.
+            commas, inner_form = 1, form[1]
+            while type(inner_form) is tuple and len(inner_form) == 2 and inner_form[0] is UNQUOTE:
+                commas, inner_form = commas + 1, inner_form[1]
+            # (More commas than quasiquotes were refused by the resolver.)
+            if commas == level:
+                return self.expr(inner_form, scope, None)
+            code = self.quasi(inner_form, scope, level - commas).code
+            for _ in range(commas):
+                code = f"_quoted('comma', {code})"
+            return Expr(code)
         if head is QUASIQUOTE and len(form) == 2:
             inner = self.quasi(form[1], scope, level + 1)
-            return Expr(f"({self.constant(QUASIQUOTE)}, {inner.code})")
+            return Expr(f"_quoted('quasiquote', {inner.code})")
+        if head is QUOTE and len(form) == 2:
+            inner = self.quasi(form[1], scope, level)
+            return Expr(f"_quoted('quote', {inner.code})")
+        if head is UNQUOTE_SPLICING and len(form) == 2 and level > 1:
+            inner = self.quasi(form[1], scope, level - 1)
+            return Expr(f"_quoted('comma-at', {inner.code})")
         segments = []
         for item in form:
             if type(item) is tuple and item[0] is UNQUOTE_SPLICING and len(item) == 2 and level == 1:
@@ -625,6 +694,8 @@ class Compiler:
         for binding in form[1] or ():
             lname = binding[0].name
             value = self.expr(binding[1], inner, None)
+            if self.frames:
+                self.frame_sizes[self.frames[-1]] += 1
             py = self.fresh_local(lname)
             inner = Scope(inner, {lname: py})
             out.append((py, value))

@@ -12,9 +12,17 @@ from dataclasses import dataclass
 
 from .budget import Budget
 from .errors import LimitError
+from .values import Foreign
+
+#: Element types that hold guest memory of their own inside a list.
+_HOLDING = frozenset((tuple, str, bytes))
 
 #: A string or list costs one extra step for every this many units it holds.
 UNITS_PER_STEP = 64
+#: Guest memory units per list element.
+LIST_UNIT = 8
+#: Lists whose size is remembered (with the lists themselves, so their ids stay theirs).
+_SIZES_KEPT = 1024
 
 
 @dataclass(frozen=True)
@@ -34,13 +42,16 @@ class LispLimits:
 class Context:
     """Limits plus the budget of the run in progress."""
 
-    __slots__ = ("limits", "budget", "max_bits", "max_memory")
+    __slots__ = ("limits", "budget", "max_bits", "max_memory", "sizes")
 
     def __init__(self, limits: LispLimits, budget: Budget) -> None:
         self.limits = limits
         self.budget = budget
         self.max_bits = limits.max_integer_bits
         self.max_memory = limits.max_guest_memory
+        #: id -> (list, size) of recently built lists, so a list built from them is
+        #: measured without walking them again.
+        self.sizes: dict[int, tuple[tuple, int]] = {}
 
     def check_int(self, value: int) -> int:
         """Return ``value`` if its magnitude fits ``max_integer_bits``."""
@@ -59,6 +70,104 @@ class Context:
             raise LimitError("guest memory")
         if units >= UNITS_PER_STEP:
             self.budget.charge(units // UNITS_PER_STEP)
+
+    def new_list(self, items: tuple | list) -> tuple | None:
+        """A new Lisp list of ``items``, refused if it would exceed guest memory.
+
+        As in Ketos, a list's size is its own elements plus the size of every list,
+        string, byte string and host value inside it (counted each time it occurs), so
+        a structure that nests or repeats its parts grows toward the guest memory limit
+        however each piece was built. The sizes of recently built lists are remembered,
+        so building a list from lists made before costs O(1) per element.
+        """
+        if not items:
+            return None
+        own = LIST_UNIT * len(items)
+        if own > self.max_memory:
+            raise LimitError("guest memory")
+        size = own + self._held_inside(items)
+        if size > self.max_memory:
+            raise LimitError("guest memory")
+        if own >= UNITS_PER_STEP:
+            self.budget.charge(own // UNITS_PER_STEP)
+        value = tuple(items)
+        self._remember(value, size)
+        return value
+
+    def _remember(self, value: tuple, size: int) -> None:
+        sizes = self.sizes
+        if len(sizes) >= _SIZES_KEPT:
+            sizes.pop(next(iter(sizes)))  # the oldest
+        sizes[id(value)] = (value, size)
+
+    def _held_inside(self, items: tuple | list) -> int:
+        kinds = set(map(type, items))
+        if not kinds.intersection(_HOLDING) and not any(issubclass(k, Foreign) for k in kinds):
+            return 0
+        total = 0
+        limit = self.max_memory
+        for item in items:
+            t = type(item)
+            if t is tuple:
+                total += self.size_of(item)
+            elif t is str or t is bytes:
+                total += len(item)
+            elif isinstance(item, Foreign):
+                total += item.memory_size()
+            if total > limit:
+                raise LimitError("guest memory")
+        return total
+
+    def _known(self, value: tuple) -> int | None:
+        found = self.sizes.get(id(value))
+        return found[1] if found is not None and found[0] is value else None
+
+    def size_of(self, value: tuple) -> int:
+        """The size of a list with everything inside it (walked once if not remembered)."""
+        known = self._known(value)
+        if known is not None:
+            return known
+        # Walk the structure bottom-up, each distinct list measured once, charging a step
+        # per 64 elements visited and stopping as soon as a part exceeds the limit.
+        limit = self.max_memory
+        measured: dict[int, int] = {}
+        pending: list[tuple[tuple, int]] = [(value, 0)]
+        visited = 0
+        while pending:
+            node, start = pending.pop()
+            if start == 0:
+                visited += len(node)
+            descended = False
+            for i in range(start, len(node)):
+                item = node[i]
+                if type(item) is tuple and id(item) not in measured:
+                    inner = self._known(item)
+                    if inner is not None:
+                        measured[id(item)] = inner
+                        continue
+                    pending.append((node, i))
+                    pending.append((item, 0))
+                    descended = True
+                    break
+            if descended:
+                continue
+            size = LIST_UNIT * len(node)
+            for item in node:
+                t = type(item)
+                if t is tuple:
+                    size += measured[id(item)]
+                elif t is str or t is bytes:
+                    size += len(item)
+                elif isinstance(item, Foreign):
+                    size += item.memory_size()
+            if size > limit:
+                raise LimitError("guest memory")
+            measured[id(node)] = size
+        if visited >= UNITS_PER_STEP:
+            self.budget.charge(visited // UNITS_PER_STEP)
+        size = measured[id(value)]
+        self._remember(value, size)
+        return size
 
 
 _local = threading.local()

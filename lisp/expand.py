@@ -158,7 +158,6 @@ class Expander:
         name = form[1].name
         self.check_definable(name, form)
         self.result.const_sites.setdefault(name, self.span_of(form))
-        self.flush_defines()
         value = self.evaluate("const", form[2], self)
         self.consts[name] = value
         self.result.const_values[id(form)] = value

@@ -29,10 +29,10 @@ from .expand import Expander
 from .functions import SYSTEM_FUNCTIONS
 from .functions.compare import equal
 from .functions.numbers import add2, ge2, gt2, le2, lt2, mul2, sub2
-from .reader import Program, read
+from .reader import Program, as_code, as_data, read
 from .resolve import HostNames, host_names, resolve
 from .syntax import expected_arguments
-from .values import Keyword, Name, mark_function, type_name
+from .values import Keyword, Name, make_quoted, mark_function, type_name
 
 # Guest recursion is bounded by max_call_stack (hard max 4,096) long before this.
 if sys.getrecursionlimit() < 20_000:
@@ -117,11 +117,12 @@ def _qq(*segments: tuple) -> Any:
         total += len(segment)
     if not total:
         return None
-    run_context.current().allocate(8 * total)
+    context = run_context.current()
+    context.allocate(8 * total)  # refused before the splices are copied
     items: list = []
     for segment in segments:
         items.extend(segment)
-    return tuple(items)
+    return context.new_list(items)
 
 
 def _apply(_d: int, fn: Any, *args: Any) -> Any:
@@ -155,6 +156,13 @@ def _value_stack() -> Any:
     raise LimitError("value stack")
 
 
+def _stack_exceeded(depth: int, max_call_stack: int) -> Any:
+    """A tracked entry check failed: the call depth or the values held ran out."""
+    if depth & ((1 << 24) - 1) > max_call_stack:
+        raise LimitError("call stack")
+    raise LimitError("value stack")
+
+
 _BASE: dict[str, Any] = {
     "__builtins__": {},
     "_type": type,
@@ -169,6 +177,8 @@ _BASE: dict[str, Any] = {
     "_keyword_args": _keyword_args,
     "_deep": _deep,
     "_value_stack": _value_stack,
+    "_stack_exceeded": _stack_exceeded,
+    "_quoted": make_quoted,
     "_equal": equal,
     "_add2": add2,
     "_sub2": sub2,
@@ -412,22 +422,37 @@ class Interpreter:
         """Run macro bodies, consts and top-level functions in the compilation's own namespace.
 
         One namespace per compilation, under the same limits and one budget: a function
-        defined at top level is there for every later macro expansion and const, as in
-        Ketos, and nothing of it outlives the compilation.
+        defined at top level is there for every later macro expansion, as in Ketos, and
+        nothing of it outlives the compilation. A const is evaluated apart from it.
         """
         root = expander.root
-        helper = root.namespace
-        if helper is None:
-            helper = root.namespace = Interpreter(self.limits, root.compile_budget, filename=self.filename)
+        if kind == "const":
+            # A const is a constant expression: it sees no function the script defines
+            # (Ketos: a const calling a defined function is "not constant").
+            helper = Interpreter(self.limits, root.compile_budget, filename=self.filename)
+        else:
+            helper = root.namespace
+            if helper is None:
+                helper = root.namespace = Interpreter(self.limits, root.compile_budget, filename=self.filename)
         if kind == "expand":
             fn, args = payload
+            # A macro receives its arguments as data and returns code (quote forms as values).
             with helper._guard(None):
-                return _compile_time_value(fn(1, *args))
+                return as_code(_compile_time_value(fn(1, *(as_data(a) for a in args))))
         program = Program((payload,), expander.spans, expander.program.depth, 0, expander.positions)
         compiled = helper._compile_program(program, None, parent=expander)
-        with helper._guard(compiled):
-            value = helper._execute(compiled)
-            return value if kind in ("macro", "define") else _compile_time_value(value)
+        try:
+            with helper._guard(compiled):
+                value = helper._execute(compiled)
+                return value if kind in ("macro", "define") else _compile_time_value(value)
+        except EvalError as error:
+            if kind == "const" and error.detail.startswith("unbound name"):
+                # A value define runs only when the script runs: a const cannot use it (Ketos: not constant).
+                raise CompileError(
+                    f"const value is not constant: {error.detail} "
+                    "(a const may use literals, system functions and earlier consts)"
+                ) from None
+            raise
 
     # ------------------------------------------------------------------ run
     def run(self, source: str | Program) -> Any:

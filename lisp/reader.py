@@ -21,12 +21,15 @@ from lark import Lark, Transformer, Token
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from .errors import LispError, ReadError, Span
-from .values import Char, Keyword, LispPath, Name
+from .values import Char, Keyword, LispPath, Name, Quoted, make_quoted
 
 QUOTE = Name("quote")
 QUASIQUOTE = Name("quasiquote")
 UNQUOTE = Name("comma")
 UNQUOTE_SPLICING = Name("comma-at")
+
+_QUOTE_KINDS = {QUOTE: "quote", QUASIQUOTE: "quasiquote", UNQUOTE: "comma", UNQUOTE_SPLICING: "comma-at"}
+_QUOTE_HEADS = {kind: head for head, kind in _QUOTE_KINDS.items()}
 
 _PREFIX_NAMES = {
     "QUOTE": QUOTE,
@@ -159,6 +162,7 @@ class _Builder(Transformer):
         return int(digits)
 
     def _INTEGER(self, token: Token, text: str) -> int:
+        text = text.replace("_", "")  # digit separators
         sign = -1 if text.startswith("-") else 1
         digits = text.lstrip("-")
         base = {"0x": 16, "0o": 8, "0b": 2}.get(digits[:2], 10)
@@ -168,12 +172,13 @@ class _Builder(Transformer):
         return self._note_bits(value)
 
     def _FLOAT(self, token: Token, text: str) -> float:
-        value = float(text)
+        value = float(text.replace("_", ""))
         if value in (float("inf"), float("-inf")):
             raise _error(token, "float literal is out of range")
         return value
 
     def _RATIO(self, token: Token, text: str) -> Any:
+        text = text.replace("_", "")
         numerator, denominator = text.split("/")
         if len(text) > 20_000:
             raise _error(token, "ratio literal is too long")
@@ -185,7 +190,7 @@ class _Builder(Transformer):
         value = Fraction(-top if numerator.startswith("-") else top, bottom)
         self._note_bits(value.numerator)
         self._note_bits(value.denominator)
-        return value.numerator if value.denominator == 1 else value
+        return value  # a ratio stays a ratio even when whole (`4/2` is `2/1`)
 
     def _STRING(self, token: Token, text: str) -> str:
         return _unescape(text[1:-1], token)
@@ -308,6 +313,58 @@ def read(source: str) -> Program:
         if len(_cache) > _CACHE_SIZE:
             _cache.popitem(last=False)
     return program
+
+
+def as_data(form: Any) -> Any:
+    """Source forms as the data a program sees: ``'x`` and its kin become :class:`Quoted`.
+
+    The compiler reads ``'x`` as ``(quote x)``; quoted data, and the arguments a macro
+    receives, hold it as Ketos does, a quote value that prints as ``'x``. Shared parts
+    are converted once, and a form with no quote inside is returned as it is.
+    """
+    done: dict[int, Any] = {}
+
+    def convert(item: Any) -> Any:
+        if type(item) is not tuple:
+            return item
+        found = done.get(id(item))
+        if found is not None:
+            return found
+        head = item[0]
+        if len(item) == 2 and type(head) is Name and head in _QUOTE_KINDS:
+            result: Any = make_quoted(_QUOTE_KINDS[head], convert(item[1]))
+        else:
+            parts = tuple(convert(x) for x in item)
+            result = item if all(a is b for a, b in zip(parts, item)) else parts
+        done[id(item)] = result
+        return result
+
+    return convert(form)
+
+
+def as_code(value: Any) -> Any:
+    """Data (a macro's expansion) back as source forms: a :class:`Quoted` becomes ``(quote x)``."""
+    done: dict[int, Any] = {}
+
+    def convert(item: Any) -> Any:
+        t = type(item)
+        if t is Quoted:
+            result = convert(item.value)
+            head = _QUOTE_HEADS[item.kind]
+            for _ in range(item.depth):
+                result = (head, result)
+            return result
+        if t is not tuple:
+            return item
+        found = done.get(id(item))
+        if found is not None:
+            return found
+        parts = tuple(convert(x) for x in item)
+        result = item if all(a is b for a, b in zip(parts, item)) else parts
+        done[id(item)] = result
+        return result
+
+    return convert(value)
 
 
 def read_forms(source: str) -> tuple[Any, ...]:

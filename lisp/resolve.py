@@ -533,13 +533,25 @@ class Resolver:
             return
         head = form[0]
         if head is UNQUOTE and len(form) == 2:
-            if level == 1:
-                self.expr(form[1], scope, form, 1)
+            # Consecutive commas apply together (`,,x`), as code generation reads them.
+            commas, holder = 1, form
+            while type(holder[1]) is tuple and len(holder[1]) == 2 and holder[1][0] is UNQUOTE:
+                commas, holder = commas + 1, holder[1]
+            if commas > level:
+                self.fail("more commas than backquotes", self.span(form))
+            elif commas == level:
+                self.expr(holder[1], scope, holder, 1)
             else:
-                self.quasi(form[1], scope, level - 1, form, 1)
+                self.quasi(holder[1], scope, level - commas, holder, 1)
             return
         if head is QUASIQUOTE and len(form) == 2:
             self.quasi(form[1], scope, level + 1, form, 1)
+            return
+        if head is QUOTE and len(form) == 2:
+            self.quasi(form[1], scope, level, form, 1)
+            return
+        if head is UNQUOTE_SPLICING and len(form) == 2 and level > 1:
+            self.quasi(form[1], scope, level - 1, form, 1)
             return
         for i, item in enumerate(form):
             if type(item) is tuple and item[0] is UNQUOTE_SPLICING and len(item) == 2 and level == 1:

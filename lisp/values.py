@@ -9,7 +9,7 @@ unit ``()``   ``None`` (also the empty list)
 bool          ``bool``
 integer       ``int`` (bounded by ``max_integer_bits`` at run time)
 float         ``float``
-ratio         ``fractions.Fraction`` (never with denominator 1)
+ratio         ``fractions.Fraction`` (a whole ratio stays a ratio)
 string        ``str``
 char          :class:`Char`
 bytes         ``bytes``
@@ -17,6 +17,7 @@ path          :class:`LispPath`
 name          :class:`Name` (interned)
 keyword       :class:`Keyword` (interned)
 list          non-empty ``tuple``
+quoted        :class:`Quoted` (``'x`` `` `x `` ``,x`` ``,@x`` as values; type ``object``)
 function      a Python function marked by :func:`mark_function`
 foreign       a :class:`Foreign` subclass (host data, opaque to Lisp)
 ============  ======================================================
@@ -105,6 +106,36 @@ class Keyword(_Interned):
     _table: dict[str, "Keyword"] = {}
 
 
+class Quoted:
+    """A quote form held as a value, as Ketos keeps it: ``''a`` evaluates to ``'a``.
+
+    ``kind`` is ``quote``, ``quasiquote``, ``comma`` or ``comma-at``; ``depth`` how many
+    times it applies (``''a`` is one quote of depth 2 around ``a``).
+    """
+
+    __slots__ = ("kind", "value", "depth")
+
+    PREFIXES = {"quote": "'", "quasiquote": "`", "comma": ",", "comma-at": ",@"}
+
+    def __init__(self, kind: str, value: Any, depth: int = 1) -> None:
+        self.kind = kind
+        self.value = value
+        self.depth = depth
+
+    def prefix(self) -> str:
+        return self.PREFIXES[self.kind] * self.depth
+
+    def __repr__(self) -> str:
+        return f"Quoted({self.kind!r}, {self.value!r}, {self.depth})"
+
+
+def make_quoted(kind: str, value: Any) -> Quoted:
+    """``kind`` applied once more to ``value``; repeated quotes of one kind merge."""
+    if type(value) is Quoted and (value.kind == kind or (kind == "comma" and value.kind == "comma-at")):
+        return Quoted(value.kind, value.value, value.depth + 1)
+    return Quoted(kind, value)
+
+
 class Foreign:
     """Host data inside Lisp. Lisp functions treat it as opaque.
 
@@ -182,6 +213,7 @@ _TYPE_NAMES: dict[type, str] = {
     Name: "name",
     Keyword: "keyword",
     tuple: "list",
+    Quoted: "object",
 }
 
 

@@ -208,13 +208,21 @@ BUILTINS: tuple[Builtin, ...] = (
        arity_text="safe-call expects at least one argument", takes_depth=True),
 )
 
-assert all(b.category in CATEGORIES for b in BUILTINS)
-# Each entry has its own implementation (it carries that entry's wrong-count text).
-assert len({b.implementation for b in BUILTINS}) == len(BUILTINS)
+#: Guest functions of this implementation beyond the v2 catalogue (listed last by runtime-builtins).
+EXTENSIONS: tuple[Builtin, ...] = (
+    _b("to-array", "fn_to_array", 1, 1, "(to-array xs)", "persistent-value",
+       "A Lisp list or an array as an array value: (to-array ()) is [], where writing () stores null."),
+    _b("map-remove", "fn_map_remove", 2, 2, "(map-remove map key)", "structured-data",
+       "A new map without the entry under key (unchanged when absent); the given map is unchanged."),
+)
 
-#: What :meth:`lisp.interpreter.Interpreter.define_functions` installs, derived from the table.
+assert all(b.category in CATEGORIES for b in BUILTINS + EXTENSIONS)
+# Each entry has its own implementation (it carries that entry's wrong-count text).
+assert len({b.implementation for b in BUILTINS + EXTENSIONS}) == len(BUILTINS + EXTENSIONS)
+
+#: What :meth:`lisp.interpreter.Interpreter.define_functions` installs, derived from the tables.
 GUEST_FUNCTIONS: dict[str, tuple[str, str, int, int | None]] = {
-    global_name(b.name): (b.name, b.implementation, b.min_args, b.max_args) for b in BUILTINS
+    global_name(b.name): (b.name, b.implementation, b.min_args, b.max_args) for b in BUILTINS + EXTENSIONS
 }
 
 
@@ -224,7 +232,7 @@ def bind_implementations(cls: type) -> None:
     Called once for :class:`~svit.activation.WorkingState`; refuses a table entry whose
     implementation does not exist, so the table and the code cannot drift apart.
     """
-    for builtin in BUILTINS:
+    for builtin in BUILTINS + EXTENSIONS:
         fn = cls.__dict__.get(builtin.implementation)
         if fn is None:
             for base in cls.__mro__:
@@ -243,7 +251,7 @@ _CATALOGUE: tuple[int, list[dict[str, str]], Node] | None = None
 
 
 def runtime_catalogue() -> list[dict[str, str]]:
-    """The catalogue entries: the guest functions in order, then every Lisp system function."""
+    """The catalogue entries: the v2 guest functions in order, every Lisp system function, then the guest extensions."""
     return _catalogue()[1]
 
 
@@ -256,6 +264,10 @@ def _catalogue() -> tuple[int, list[dict[str, str]], Node]:
             for b in BUILTINS
         ]
         entries.extend(system)
+        entries.extend(
+            {"category": b.category, "description": b.description, "name": b.name, "signature": b.signature}
+            for b in EXTENSIONS
+        )
         _CATALOGUE = (len(system), entries, tree.from_value(entries, scripts_allowed=False))
     return _CATALOGUE
 
@@ -385,6 +397,18 @@ class GuestHelpers:
     def restore(self, checkpoint: Any) -> None:  # pragma: no cover - provided by WorkingState
         raise NotImplementedError
 
+    # ------------------------------------------------------------------ extensions
+    def fn_to_array(self, items: Any) -> SvitValue:
+        if type(items) is SvitValue:
+            if items.node.kind == "array":
+                return items
+            raise ScriptFailed(f"to-array expects a Lisp list or an array, found a {items.node.kind}")
+        if items is None:
+            return _held(tree.from_value([], scripts_allowed=False))
+        if type(items) is not tuple:
+            raise ScriptFailed(f"to-array expects a Lisp list or an array, found {type_name(items)}")
+        return _held(to_node(items, self.limits))
+
     # ------------------------------------------------------------------ results
     def _ok(self, node: Node) -> SvitValue:
         result = _result_node(True, node)
@@ -494,6 +518,13 @@ class GuestHelpers:
         node = _map_node(mapping, "map-set")
         key = _text(key, "map-set")
         return _held(tree.set_at(node, (key,), to_node(value, self.limits)))
+
+    def fn_map_remove(self, mapping: Any, key: Any) -> Any:
+        node = _map_node(mapping, "map-remove")
+        key = _text(key, "map-remove")
+        if tree.get(node, (key,)) is None:
+            return mapping
+        return _held(tree.remove_at(node, (key,)))
 
     def fn_list_get(self, items: Any, index: Any) -> Any:
         is_array = type(items) is SvitValue and items.node.kind == "array"
@@ -631,6 +662,7 @@ __all__ = [
     "Builtin",
     "CATEGORIES",
     "DispatchTable",
+    "EXTENSIONS",
     "GUEST_FUNCTIONS",
     "GuestHelpers",
     "HARD_FAILURES",

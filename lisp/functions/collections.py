@@ -388,6 +388,25 @@ def fn_count(x: Any) -> int:
 
 
 @system(
+    "empty?", 1, extension=True, category="collections",
+    signature="(empty? x)",
+    description="True for (), an empty array or map, and the empty text \"\".",
+)
+def fn_is_empty(x: Any) -> bool:
+    if x is None:
+        return True
+    t = type(x)
+    if t is tuple or t is str:
+        return not x
+    if isinstance(x, Foreign):
+        n = x.entry_count()
+        if n is not None:
+            return n == 0
+        raise EvalError(f"empty?: expected a list, array, map or text; found {_found(x)}; test for null with (null? v)")
+    raise EvalError(f"empty?: expected a list, array, map or text; found {_found(x)}")
+
+
+@system(
     "to-list", 1, extension=True, category="collections",
     signature="(to-list v)",
     description="An array (or a list) as a Lisp list, so first, tail, len and apply work on it.",

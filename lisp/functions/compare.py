@@ -15,7 +15,7 @@ from typing import Any
 
 from ..context import current
 from ..errors import EvalError
-from ..values import Char, Foreign, Keyword, LispPath, Name
+from ..values import Char, Foreign, Keyword, LispPath, Name, Quoted
 from . import system
 from .numbers import mismatch, num_cmp, num_eq, type_error
 
@@ -65,6 +65,8 @@ def _equal_scalar(a: Any, b: Any) -> bool:
             return a == b
         if ta is FunctionType:
             return a is b
+        if ta is Quoted:
+            return a.kind == b.kind and a.depth == b.depth and equal(a.value, b.value)
     if (ta is tuple and b is None) or (a is None and tb is tuple):
         return False
     if isinstance(a, Foreign) or isinstance(b, Foreign):

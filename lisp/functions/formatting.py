@@ -8,8 +8,8 @@ memory limit, so exponentially shared lists cannot exhaust the host.
 
 ``format`` follows Ketos's Common-Lisp-style directives: ``~a ~s ~c ~d ~b ~o
 ~x ~r ~f ~e ~p ~t ~% ~& ~| ~~ ~* ~? ~^`` and the groups ``~{~}``, ``~[~;~]``,
-``~(~)``. ``~<...~>`` and ``~z`` are not supported and fail with an error
-naming the directive. ``print`` and friends format and discard the text: Svit
+``~(~)`` and ``~<~;~>`` (justification). ``~z`` (pretty printing) is not
+supported and fails with an error naming the directive. ``print`` and friends format and discard the text: Svit
 has no output stream.
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 
 from ..context import current
 from ..errors import EvalError, LimitError
-from ..values import Char, Foreign, Keyword, LispPath, Name, function_label
+from ..values import Char, Foreign, Keyword, LispPath, Name, Quoted, function_label
 from . import system
 from .numbers import type_error
 
@@ -120,6 +120,9 @@ def _atom(v: Any, debug: bool) -> str:
         return _bytes_text(v)
     if t is LispPath:
         return '#p"' + _escape(v.path, '"') + '"' if debug else v.path
+    if t is Quoted:
+        # quote forms nest no deeper than the source (or quasiquote) that made them
+        return v.prefix() + _render(v.value, True, current().max_memory)
     if isinstance(v, Foreign):
         return v.display()
     if t is FunctionType:
@@ -712,22 +715,37 @@ class _Formatter:
             if self.depth >= _MAX_FORMAT_DEPTH:
                 raise _fmt_error("format indirection nested too deeply")
             nodes = _compile(fmt, self.depth + 1)
+            # ``~^`` inside the indirect format ends only that format, as in Ketos.
             if d.at:
                 self.depth += 1
                 try:
                     self.run(nodes)
+                except _Stop:
+                    pass
                 finally:
                     self.depth -= 1
             else:
                 sub_args = _as_args(self.next_arg())
-                _Formatter(sub_args, self.out, self.depth + 1).run(nodes)
+                try:
+                    _Formatter(sub_args, self.out, self.depth + 1).run(nodes)
+                except _Stop:
+                    pass
         elif c == "^":
-            if self.left() == 0:
-                if d.colon:
-                    if self.last_list:
-                        raise _Stop(True)
-                    raise _Stop(False)
-                raise _Stop(False)
+            first = self.int_param(p, 0, None)
+            second = self.int_param(p, 1, None)
+            third = self.int_param(p, 2, None)
+            self.no_more(p, 3)
+            if first is None:
+                # ``~:^`` ends a ``~:{`` at its last sublist; ``~^`` when no arguments are left
+                stop = self.last_list if d.colon else self.left() == 0
+            elif second is None:
+                stop = first == 0
+            elif third is None:
+                stop = first == second
+            else:
+                stop = first <= second <= third
+            if stop:
+                raise _Stop(d.colon)
         elif c in ("z", ">", ";") or c in _OPENERS:
             raise _fmt_error(f"unsupported directive `~{c}`")
         else:
@@ -760,6 +778,8 @@ class _Formatter:
             self.conditional(g)
         elif kind == "(":
             self.case_convert(g)
+        elif kind == "<":
+            self.justify(g)
         else:
             raise _fmt_error(f"unsupported directive `~{kind}`")
 
@@ -769,7 +789,13 @@ class _Formatter:
         self.no_more(d.params, 1)
         body = g.clauses[0]
         if not body:
-            raise _fmt_error("unsupported directive `~{~}` with an empty body")
+            # an empty body takes the format to iterate from the next argument
+            fmt = self.next_arg()
+            if type(fmt) is not str:
+                raise _fmt_error(f"expected string; found {_type(fmt)}")
+            if self.depth >= _MAX_FORMAT_DEPTH:
+                raise _fmt_error("format indirection nested too deeply")
+            body = _compile(fmt, self.depth + 1)
         run_once = g.close is not None and g.close.colon
         if d.colon:
             lists = self.args[self.index:] if d.at else _as_args(self.next_arg())
@@ -836,14 +862,13 @@ class _Formatter:
             if self.index >= len(self.args):
                 return
             n = self.integer(self.next_arg())
-        default = None
-        if g.separators and g.separators[-1].colon:
-            default = g.clauses[-1]
-        choices = g.clauses[:-1] if default is not None else g.clauses
-        if 0 <= n < len(choices):
-            self.run(choices[n])
-        elif default is not None:
-            self.run(default)
+        # A ``~:;`` separator makes the clause after it the default: choosing it or any
+        # later index runs that clause (clauses after the default cannot be chosen).
+        default = next((i + 1 for i, sep in enumerate(g.separators) if sep.colon), None)
+        if default is not None and n >= default:
+            self.run(g.clauses[default])
+        elif 0 <= n < len(g.clauses):
+            self.run(g.clauses[n])
 
     def case_convert(self, g: _Group) -> None:
         d = g.open
@@ -851,7 +876,11 @@ class _Formatter:
         parts = self.out.parts
         start = len(parts)
         col_before = self.out.col
-        self.run(g.clauses[0])
+        stopped: _Stop | None = None
+        try:
+            self.run(g.clauses[0])
+        except _Stop as stop:
+            stopped = stop  # what was written before ``~^`` is still converted
         text = "".join(parts[start:])
         del parts[start:]
         if d.at and d.colon:
@@ -866,6 +895,80 @@ class _Formatter:
         # case conversion can change lengths ("ß" -> "SS"): recompute the column
         k = text.rfind("\n")
         self.out.col = col_before + len(text) if k < 0 else len(text) - k - 1
+        if stopped is not None:
+            raise stopped
+
+    def justify(self, g: _Group) -> None:
+        """``~mincol,colinc,minpad,padchar<seg~;seg~>`` as Ketos lays it out.
+
+        Segments share this formatter's arguments; a ``~^`` in a segment drops it and
+        ends the layout. A first segment closed by ``~spare,width:;`` is a prefix
+        written only when the laid-out text would run past ``width - spare``
+        columns of the current line.
+        """
+        d = g.open
+        p = d.params
+        min_col = self.int_param(p, 0, 0)
+        col_inc = self.int_param(p, 1, 1) or 1
+        min_pad = self.int_param(p, 2, 0)
+        pad_char = self.char_param(p, 3, " ")
+        self.no_more(p, 4)
+        out = self.out
+        line_len = 72
+        prefix: str | None = None
+        texts: list[str] = []
+        for i, clause in enumerate(g.clauses):
+            closer = g.separators[i] if i < len(g.separators) else None
+            if closer is not None and closer.colon and i > 0:
+                raise _fmt_error("directive not expected here")
+            start, col_before, total_before = len(out.parts), out.col, out.total
+            try:
+                self.run(clause)
+            except _Stop:
+                del out.parts[start:]
+                out.col, out.total = col_before, total_before
+                break
+            text = "".join(out.parts[start:])
+            del out.parts[start:]
+            out.col, out.total = col_before, total_before
+            if closer is not None and closer.colon:
+                prefix = text
+                spare = self.int_param(closer.params, 0, 0)
+                width = self.int_param(closer.params, 1, None)
+                self.no_more(closer.params, 2)
+                if width is not None:
+                    line_len = max(width - spare, 0)
+            else:
+                texts.append(text)
+        if not texts:
+            out.emit(pad_char * min_col)
+            return
+        pads = len(texts) - 1 + int(d.at) + int(d.colon) or 1
+        total_text = sum(len(t.encode("utf-8")) for t in texts)
+        cols = max(min_col, total_text + pads * min_pad)
+        cols += (cols + col_inc - 1) % col_inc
+        base_pad, extra_pad = divmod(cols - total_text, pads)
+        pieces: list[str] = []
+
+        def pad() -> str:
+            nonlocal extra_pad
+            if extra_pad:
+                extra_pad -= 1
+                return pad_char * (base_pad + 1)
+            return pad_char * base_pad
+
+        if d.colon or (len(texts) == 1 and not d.at):
+            pads -= 1
+            pieces.append(pad())
+        for text in texts:
+            pieces.append(text)
+            if pads:
+                pads -= 1
+                pieces.append(pad())
+        laid_out = "".join(pieces)
+        if prefix is not None and out.column() + len(laid_out) > line_len:
+            out.emit(prefix)
+        out.emit(laid_out)
 
 
 def _title(text: str) -> str:

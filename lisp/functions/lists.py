@@ -20,11 +20,8 @@ _LIST_UNIT = 8  # allocation units per list element
 
 
 def make_list(items: list | tuple) -> tuple | None:
-    """A Lisp list from Python items, charged against guest memory."""
-    if not items:
-        return None
-    current().allocate(_LIST_UNIT * len(items))
-    return tuple(items)
+    """A Lisp list from Python items, charged against guest memory with what it holds."""
+    return current().new_list(items)
 
 
 def _string(s: str) -> str:
@@ -95,12 +92,12 @@ def _concat_lists(args: tuple) -> tuple | None:
         total += len(a)
     if total == 0:
         return None
-    current().allocate(_LIST_UNIT * total)
+    current().allocate(_LIST_UNIT * total)  # refused before the parts are copied
     out: list = []
     for a in args:
         if a is not None:
             out.extend(a)
-    return tuple(out)
+    return make_list(out)
 
 
 def _text_piece(v: Any) -> str:
@@ -186,14 +183,14 @@ def fn_join(sep: Any, *args: Any) -> Any:
         total += len(sep) * max(len(args) - 1, 0)
         if total == 0:
             return None
-        current().allocate(_LIST_UNIT * total)
+        current().allocate(_LIST_UNIT * total)  # refused before the parts are copied
         out: list = []
         for i, a in enumerate(args):
             if i:
                 out.extend(sep)
             if a is not None:
                 out.extend(a)
-        return tuple(out)
+        return make_list(out)
     if t is str or t is Char:
         return _concat_strings(args, _text_piece(sep))
     if t is bytes:

@@ -1,7 +1,8 @@
 """Arithmetic and bitwise system functions (reference §4.5).
 
-Numbers are ``int`` (never ``bool``), ``float`` and ``Fraction`` (never with
-denominator 1). Mixed operands coerce as Ketos does: int+float -> float,
+Numbers are ``int`` (never ``bool``), ``float`` and ``Fraction``. As in Ketos a
+ratio stays a ratio even when it is whole (``(* 2 1/2)`` is ``1/1``); only the
+division of two integers that divides exactly gives an integer. Mixed operands coerce as Ketos does: int+float -> float,
 int+ratio -> ratio, ratio+float -> float. Every integer that a function
 produces goes through the run's ``max_integer_bits`` check; powers and left
 shifts are estimated first so a huge result is refused before it is built.
@@ -75,14 +76,9 @@ def check_int(value: int) -> int:
     return value
 
 
-def norm_ratio(value: Fraction) -> Any:
-    """A ratio with denominator 1 becomes an int; both parts are size-checked."""
+def norm_ratio(value: Fraction) -> Fraction:
+    """A ratio result (kept a ratio even when whole) with both parts size-checked."""
     max_bits = current().max_bits
-    if value.denominator == 1:
-        n = value.numerator
-        if n.bit_length() > max_bits:
-            raise LimitError("integer bits")
-        return n
     if value.numerator.bit_length() > max_bits or value.denominator.bit_length() > max_bits:
         raise LimitError("integer bits")
     return value
@@ -222,7 +218,7 @@ def _floor_value(x: Any) -> Any:
     if t is float:
         return float(math.floor(x)) if math.isfinite(x) else x
     if t is Fraction:
-        return check_int(x.numerator // x.denominator)
+        return norm_ratio(Fraction(x.numerator // x.denominator))
     raise type_error("number", x)
 
 
@@ -301,6 +297,8 @@ def _int_pow(base: int, exp: int) -> int:
 def pow2(a: Any, b: Any) -> Any:
     ka = _kind(a)
     kb = _kind(b)
+    if kb == 1 and b.denominator == 1:
+        b, kb = b.numerator, 0  # a whole ratio exponent is an integer exponent
     if ka == 2 or kb == 2:
         return _fpow(to_float(a), to_float(b))
     if kb == 0:
@@ -403,7 +401,7 @@ def fn_ceil(x: Any) -> Any:
     if t is float:
         return math.copysign(float(math.ceil(x)), x) if math.isfinite(x) else x
     if t is Fraction:
-        return check_int(-(-x.numerator // x.denominator))
+        return norm_ratio(Fraction(-(-x.numerator // x.denominator)))
     return expect_number(x)
 
 
@@ -413,7 +411,7 @@ def fn_floor(x: Any) -> Any:
     if t is float:
         return float(math.floor(x)) if math.isfinite(x) else x
     if t is Fraction:
-        return check_int(x.numerator // x.denominator)
+        return norm_ratio(Fraction(x.numerator // x.denominator))
     return expect_number(x)
 
 
@@ -435,7 +433,7 @@ def fn_round(x: Any) -> Any:
         q, r = divmod(abs(x.numerator), x.denominator)
         if 2 * r >= x.denominator:
             q += 1
-        return check_int(q if x > 0 else -q)
+        return norm_ratio(Fraction(q if x > 0 else -q))
     return expect_number(x)
 
 
@@ -445,7 +443,7 @@ def fn_trunc(x: Any) -> Any:
     if t is float:
         return math.copysign(float(math.trunc(x)), x) if math.isfinite(x) else x
     if t is Fraction:
-        return check_int(math.trunc(x))
+        return norm_ratio(Fraction(math.trunc(x)))
     return expect_number(x)
 
 
@@ -526,6 +524,8 @@ def fn_rat(a: Any, b: Any = None) -> Any:
         if t is float:
             if not math.isfinite(a):
                 raise overflow()
+            return norm_ratio(Fraction(a))
+        if t is int:
             return norm_ratio(Fraction(a))
         return expect_number(a)
     expect_int(a)

@@ -103,6 +103,16 @@ POSITIVE = [
     ("count", "(count ())", "0"),
     ("count", '(count "héllo")', "5"),
     ("count", '(list (count "é") (len "é"))', "(1 2)"),
+    # empty?
+    ("empty?", "(empty? ())", "true"),
+    ("empty?", "(empty? (list 1))", "false"),
+    ("empty?", '(empty? "")', "true"),
+    ("empty?", '(empty? " ")', "false"),
+    ("empty?", "(empty? empty_arr)", "true"),
+    ("empty?", "(empty? arr)", "false"),
+    ("empty?", "(empty? empty_map)", "true"),
+    ("empty?", "(empty? m)", "false"),
+    ("empty?", "(empty? (filter (lambda (x) (> x 9)) arr))", "true"),
     # to-list
     ("to-list", "(to-list arr)", "(3 1 2)"),
     ("to-list", "(first (to-list nested))", "<svit>"),
@@ -151,6 +161,8 @@ NEGATIVE = [
     ("entries", '(entries "ab")', "entries: expected a map; found string"),
     ("count", "(count nothing)", "count: expected a list, array, map or text; found svit-value: null; test for null with (value-null? v)"),
     ("count", "(count 5)", "count: expected a list, array, map or text; found integer: 5"),
+    ("empty?", "(empty? nothing)", "empty?: expected a list, array, map or text; found svit-value: null; test for null with (null? v)"),
+    ("empty?", "(empty? 0)", "empty?: expected a list, array, map or text; found integer: 0"),
     ("to-list", "(to-list m)", "to-list: expected a list or array; found svit-value map; for a map use (entries m)"),
     ("to-list", "(to-list 3)", "to-list: expected a list or array; found integer: 3"),
 ]
@@ -159,7 +171,7 @@ EXTENSIONS = {name for name, spec in SYSTEM_FUNCTIONS.items() if spec.category =
 
 
 def test_every_collection_function_has_positive_and_negative_cases() -> None:
-    assert EXTENSIONS == {"map", "filter", "fold", "find", "any?", "every?", "sum", "sort", "sort-by", "range", "keys", "values", "entries", "count", "to-list"}
+    assert EXTENSIONS == {"map", "filter", "fold", "find", "any?", "every?", "sum", "sort", "sort-by", "range", "keys", "values", "entries", "count", "empty?", "to-list"}
     assert {c[0] for c in POSITIVE} == EXTENSIONS
     assert {c[0] for c in NEGATIVE} == EXTENSIONS
 

@@ -182,3 +182,81 @@ def test_huge_decimal_literals_are_an_integer_bits_limit_not_an_internal_error()
     for source in ("9" * 5000, "(+ 1 " + "9" * 5000 + ")", "1/" + "3" * 5000, "-" + "7" * 4400):
         assert limit_of(source, max_integer_bits=4096) == "integer bits"
     assert run("-3/6") == __import__("fractions").Fraction(-1, 2)
+
+
+# --- the value stack counts every active frame's parameters and let bindings -----------
+
+WIDE = (
+    "(define (wide n) (let ((a 1) (b 2) (c 3) (d 4) (e 5) (f 6) (g 7) (h 8) (i 9))"
+    " (if (= n 0) 0 (+ a (wide (- n 1)))))) "
+)
+
+
+def test_value_stack_counts_bindings_of_active_frames() -> None:
+    # ten values per frame (one parameter, nine bindings): 12 frames hold 120 > 100
+    assert limit_of(WIDE + "(wide 12)", max_call_stack=64, max_value_stack=100) == "value stack"
+
+
+def test_value_stack_allows_frames_within_the_limit() -> None:
+    assert run(WIDE + "(wide 8)", max_call_stack=64, max_value_stack=100) == 8
+
+
+def test_value_stack_through_mutual_recursion() -> None:
+    source = WIDE + "(define (other n) (wide n)) (other 30)"
+    assert limit_of(source, max_call_stack=1024, max_value_stack=100) == "value stack"
+
+
+def test_tracked_value_stack_still_reports_the_call_stack() -> None:
+    # `wide` makes the program track values, but the narrow recursion runs out of depth first
+    assert limit_of(WIDE + DEPTH + "(depth 100)", max_call_stack=8, max_value_stack=1000) == "call stack"
+    assert run(WIDE + DEPTH + "(depth 7)", max_call_stack=8, max_value_stack=1000) == 7
+
+
+def test_a_frame_larger_than_the_value_stack_fails_at_entry() -> None:
+    assert limit_of(WIDE + "(wide 0)", max_call_stack=64, max_value_stack=5) == "value stack"
+
+
+# --- guest memory counts what a list holds, not only its own elements -------------------
+
+def test_a_growing_nested_list_hits_guest_memory_not_the_step_budget() -> None:
+    source = "(define (foo a) (foo (list () a))) (foo ())"
+    assert limit_of(source, max_guest_memory=10_000, max_steps=10_000_000) == "guest memory"
+
+
+def test_nested_growth_through_append_concat_and_quasiquote() -> None:
+    for body in ("(append (list a) 1)", "(concat (list a) (list 1))", "`(1 ,a)", "(join (list 0) (list a) (list 1))"):
+        source = f"(define (foo a) (foo {body})) (foo ())"
+        assert limit_of(source, max_guest_memory=10_000, max_steps=10_000_000) == "guest memory", body
+
+
+def test_a_shared_part_counts_each_time_it_occurs() -> None:
+    # 2^n leaves reached through n doubly shared lists: tiny in host memory, huge as a tree
+    source = "(define (f a n) (if (= n 0) 0 (f (list a a) (- n 1)))) (f 1 40)"
+    assert limit_of(source) == "guest memory"
+
+
+def test_strings_inside_a_list_count() -> None:
+    source = '(let ((s (format "~100a" "x"))) (list s s s s s s s s s s s s))'
+    assert limit_of(source, max_guest_memory=1_000) == "guest memory"
+    assert len(run(source, max_guest_memory=2_000)) == 12
+
+
+def test_nesting_within_the_limit_is_allowed() -> None:
+    source = "(define (foo a n) (if (= n 0) (len a) (foo (list n a) (- n 1)))) (foo () 100)"
+    assert run(source) == 2
+
+
+def test_measuring_a_list_built_from_lists_is_constant_per_level() -> None:
+    source = "(define (foo a n) (if (= n 0) 0 (foo (list n a) (- n 1)))) (foo () {n})"
+    steps = []
+    for n in (2_000, 4_000):
+        interp = Interpreter(LispLimits(max_steps=10_000_000, max_call_stack=64))
+        interp.run(source.format(n=n))
+        steps.append(interp.steps_used())
+    assert steps[1] < 2.2 * steps[0]
+
+
+def test_a_list_not_built_in_this_run_is_measured_once() -> None:
+    # a quoted constant is walked the first time it is wrapped, then remembered
+    source = "(define (foo n) (if (= n 0) 0 (do (list '((1 2) (3 4)) n) (foo (- n 1))))) (foo 500)"
+    assert run(source) == 0

@@ -288,8 +288,11 @@ def test_a_macro_may_call_a_function_defined_after_it_but_before_its_use() -> No
     assert evaluate("(macro (foo) `(do ,(bar)))\n(define (bar) 123)\n(foo)") == 123
 
 
-def test_a_const_may_call_a_function_defined_before_it() -> None:
-    assert evaluate("(define (sq x) (* x x))\n(const k (sq 7))\nk") == 49
+def test_a_const_may_not_call_a_function_the_script_defines() -> None:
+    # Ketos (test_const_error): a const is a constant expression; only macros see defines.
+    with pytest.raises(CompileError, match="const value is not constant: unbound name `sq`"):
+        evaluate("(define (sq x) (* x x))\n(const k (sq 7))\nk")
+    assert evaluate("(define (sq x) (* x x))\n(macro (k) (sq 7))\n(k)") == 49
 
 
 def test_a_macro_cannot_call_a_function_defined_after_its_use() -> None:

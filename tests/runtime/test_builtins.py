@@ -10,12 +10,14 @@ import pytest
 from lisp.errors import BudgetExhausted, EvalError, InternalError, LimitError
 from lisp.functions import SYSTEM_FUNCTIONS, SystemFunction
 from lisp.functions.catalogue import SYSTEM_ENTRIES, system_catalogue
+from lisp.compiler import global_name
 from lisp.interpreter import Interpreter
 from svit import Limits, Ports, Process
 from svit.activation import WorkingState, located
 from svit.builtins import (
     BUILTINS,
     CATEGORIES,
+    EXTENSIONS,
     GUEST_FUNCTIONS,
     PortFailed,
     catalogue_names,
@@ -65,7 +67,8 @@ def test_the_table_is_the_v2_catalogue_in_order() -> None:
     assert {b.category for b in BUILTINS} == set(CATEGORIES)
     assert GUEST_FUNCTIONS == {
         gname: entry for gname, entry in GUEST_FUNCTIONS.items() if entry[0] in V2_NAMES
-    } and len(GUEST_FUNCTIONS) == 45
+    } | {global_name(b.name): (b.name, b.implementation, b.min_args, b.max_args) for b in EXTENSIONS}
+    assert len(GUEST_FUNCTIONS) == 45 + len(EXTENSIONS)
 
 
 def test_runtime_builtins_lists_every_callable_exactly_once() -> None:
@@ -73,7 +76,8 @@ def test_runtime_builtins_lists_every_callable_exactly_once() -> None:
     assert len(names) == len(set(names))
     assert set(names) == installed_callables()
     assert names[:45] == V2_NAMES
-    assert names[45:] == list(SYSTEM_FUNCTIONS)
+    assert names[45 : 45 + len(SYSTEM_FUNCTIONS)] == list(SYSTEM_FUNCTIONS)
+    assert names[45 + len(SYSTEM_FUNCTIONS) :] == [b.name for b in EXTENSIONS]
 
 
 def test_every_catalogue_entry_is_complete() -> None:
@@ -273,3 +277,60 @@ def test_the_manual_lists_every_guest_function() -> None:
     for index, builtin in enumerate(BUILTINS):
         description = builtin.description.replace("|", "\\|")
         assert f"| {index} | `{builtin.signature}` | {builtin.category} | {description} |" in section, builtin.name
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("(to-array ())", []),
+        ("(to-array (list 1 \"a\"))", [1, "a"]),
+        ("(to-array (read \"/memory/items\"))", [3, 4]),
+        ("(to-array (filter (lambda (x) (> x 9)) (read \"/memory/items\")))", []),
+    ],
+)
+def test_to_array_makes_an_array_even_of_an_empty_list(source: str, expected: Any) -> None:
+    p = Process.builder("svit://local/t/arr").memory("items", [3, 4]).build()
+    a = p.exec_inline(f'(define (main input) (do (write "/memory/out" {source}) (read "/memory/out")))')
+    assert a.output == expected and p.read("/memory/out") == expected
+    # Without it, an empty Lisp list is written as null.
+    assert p.exec_inline('(define (main input) (do (write "/memory/out" ()) (read "/memory/out")))').output is None
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("(to-array 1)", "to-array expects a Lisp list or an array, found integer"),
+        ("(to-array (read \"/memory/m\"))", "to-array expects a Lisp list or an array, found a map"),
+        ("(to-array (read \"/memory/absent\"))", "to-array expects a Lisp list or an array, found a null"),
+        ("(to-array)", "1:23: to-array expects 1 argument, found 0"),  # refused before running
+    ],
+)
+def test_to_array_refuses_what_is_not_a_sequence(source: str, message: str) -> None:
+    p = Process.builder("svit://local/t/arr").memory("m", {}).build()
+    with pytest.raises(ScriptFailed) as error:
+        p.exec_inline(f"(define (main input) {source})")
+    assert message in error.value.message
+
+
+def test_map_remove_returns_a_new_map_without_the_key() -> None:
+    p = Process.builder("svit://local/t/rm").memory("m", {"a": 1, "b": {"c": 2}}).build()
+    a = p.exec_inline(
+        '(define (main input) (let ((m (read "/memory/m")))'
+        ' (list (map-remove m "a") (map-remove m "zz") (map-remove (map-remove m "a") "b") m)))'
+    )
+    assert a.output == [{"b": {"c": 2}}, {"a": 1, "b": {"c": 2}}, {}, {"a": 1, "b": {"c": 2}}]
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ('(map-remove (list 1) "a")', "map-remove expects a map"),
+        ('(map-remove (read "/memory/absent") "a")', "map-remove expects a map"),
+        ('(map-remove (read "/memory/m") 1)', "map-remove must be text"),
+    ],
+)
+def test_map_remove_errors(source: str, message: str) -> None:
+    p = Process.builder("svit://local/t/rm").memory("m", {"a": 1}).build()
+    with pytest.raises(ScriptFailed) as error:
+        p.exec_inline(f"(define (main input) {source})")
+    assert message in error.value.message
