@@ -35,11 +35,12 @@ def test_call_stack_limit() -> None:
 
 def test_call_stack_limit_through_apply_and_lambdas() -> None:
     source = "(define (f n) (if (= n 0) 0 (+ 1 (apply (lambda (m) (f m)) (list (- n 1)))))) (f 5000)"
-    assert limit_of(source, max_call_stack=4096) == "call stack"
+    # A generous wall clock: under load the deep run must still stop on the call stack, not on time.
+    assert limit_of(source, max_call_stack=4096, max_execution_millis=60_000) == "call stack"
 
 
 def test_call_stack_at_hard_maximum_does_not_crash_the_host() -> None:
-    assert run(DEPTH + "(depth 4000)", max_call_stack=4096, max_steps=100_000) == 4000
+    assert run(DEPTH + "(depth 4000)", max_call_stack=4096, max_steps=100_000, max_execution_millis=60_000) == 4000
 
 
 def test_step_budget_stops_an_infinite_loop() -> None:
