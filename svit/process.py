@@ -594,12 +594,13 @@ class Process:
             mutations.append({"operation": "append", "path": "/system/outbox", "values": [tree.from_value(i, scripts_allowed=False) for i in intents]})
             changed.add("/system/outbox")
         validate_root(candidate, self.address, self.limits, self._compile_script, previous=root, error=InvalidValue)
+        messages = [{"message_id": i["message_id"], "to": i["to"], "body": i["body"]} for i in intents]
         if dry_run:
             changed.update(mount_change_path(parse(path)) for _op, path, _value in ws.mount_writes)
             return Activation(
                 output=output.to_value(),
                 logs=ws.logs,
-                messages=[{"message_id": i["message_id"], "to": i["to"], "body": i["body"]} for i in intents],
+                messages=messages,
                 version=version,
                 root_hash=root.hash,
                 changed=sorted(changed),
@@ -619,7 +620,7 @@ class Process:
         return Activation(
             output=output.to_value(),
             logs=ws.logs,
-            messages=[{"message_id": i["message_id"], "to": i["to"], "body": i["body"]} for i in intents],
+            messages=messages,
             version=next_version,
             root_hash=candidate.hash,
             changed=sorted(changed),

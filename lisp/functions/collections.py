@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 from types import FunctionType
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..context import current
 from ..errors import EvalError
@@ -202,18 +202,28 @@ def fn_fold(depth: int, f: Any, init: Any, xs: Any) -> Any:
     return acc
 
 
+def _verdicts(name: str, depth: int, pred: Any, xs: Any) -> Iterator[tuple[Any, bool]]:
+    """Each element with pred's boolean verdict, in order, for searches that may stop early.
+
+    Steps are charged 64 elements at a time as the search reaches them, so a search that
+    stops at the first element does not pay for the whole list.
+    """
+    fn = function(name, pred)
+    items = sequence(name, xs)
+    for i, x in enumerate(items):
+        if i % 64 == 0:
+            visit(min(64, len(items) - i))
+        yield x, truth(name, fn(depth + 1, x))
+
+
 @system(
     "find", 2, takes_depth=True, extension=True, category="collections",
     signature="(find pred xs)",
     description="Returns the first element of list or array xs for which pred returns true, or () when none does.",
 )
 def fn_find(depth: int, pred: Any, xs: Any) -> Any:
-    fn = function("find", pred)
-    items = sequence("find", xs)
-    for i, x in enumerate(items):
-        if i % 64 == 0:
-            visit(min(64, len(items) - i))
-        if truth("find", fn(depth + 1, x)):
+    for x, verdict in _verdicts("find", depth, pred, xs):
+        if verdict:
             return x
     return None
 
@@ -224,14 +234,7 @@ def fn_find(depth: int, pred: Any, xs: Any) -> Any:
     description="True when pred returns true for at least one element of list or array xs (false for an empty one); stops at the first.",
 )
 def fn_any(depth: int, pred: Any, xs: Any) -> bool:
-    fn = function("any?", pred)
-    items = sequence("any?", xs)
-    for i, x in enumerate(items):
-        if i % 64 == 0:
-            visit(min(64, len(items) - i))
-        if truth("any?", fn(depth + 1, x)):
-            return True
-    return False
+    return any(verdict for _x, verdict in _verdicts("any?", depth, pred, xs))
 
 
 @system(
@@ -240,14 +243,7 @@ def fn_any(depth: int, pred: Any, xs: Any) -> bool:
     description="True when pred returns true for every element of list or array xs (true for an empty one); stops at the first false.",
 )
 def fn_every(depth: int, pred: Any, xs: Any) -> bool:
-    fn = function("every?", pred)
-    items = sequence("every?", xs)
-    for i, x in enumerate(items):
-        if i % 64 == 0:
-            visit(min(64, len(items) - i))
-        if not truth("every?", fn(depth + 1, x)):
-            return False
-    return True
+    return all(verdict for _x, verdict in _verdicts("every?", depth, pred, xs))
 
 
 @system(
