@@ -22,9 +22,11 @@ reaches the script as ``port /ports/http failed: <text>``):
   the request or the response;
 * responses whose (decoded) body exceeds the response cap, 8 MiB by default,
   counted while streaming so a huge body is never held (``response too large``);
-* anything slower than the timeout, measured as one overall deadline as well as
-  per network operation (``request timed out``); any other transport failure is
-  ``request failed``.
+* anything slower than the timeout (``request timed out``): one overall deadline
+  covers name resolution, connect, TLS, sending, the response headers and the body,
+  because every network operation of the standard transport is cut to the time left
+  (a server that trickles bytes cannot stretch it); a host-supplied transport is
+  checked between body chunks only. Any other transport failure is ``request failed``.
 
 Redirects are **never followed**: a 3xx response is returned to the script as it
 is (status, ``location`` header and body). Following it would be a second request
@@ -36,12 +38,16 @@ The client ignores proxy and credential settings from the environment
 
 from __future__ import annotations
 
+import ipaddress
 import re
+import socket
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+import httpcore
 import httpx
 
 from svit.ports import PortContext, PortDescriptor, PortError
@@ -137,6 +143,121 @@ def _check_headers(pairs: list[tuple[str, str]], where: str) -> None:
         total += size
     if total > MAX_HEADERS_TOTAL:
         raise PortError(f"HTTP {where} headers exceed {MAX_HEADERS_TOTAL} bytes in total")
+
+
+# ---------------------------------------------------------------------------- the deadline
+
+#: Writes are sent in slices this large, so a slow reader cannot stretch one write.
+_WRITE_SLICE = 16 * 1024
+
+
+def _left(deadline: float, timeout: float | None, error: type[Exception]) -> float:
+    """The time one network operation may take: its own timeout, cut to the deadline."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise error("the request's overall deadline passed")
+    return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    """A connection whose every read, write and TLS handshake ends by one deadline.
+
+    A per-operation timeout alone lets a server that sends one byte at a time keep a
+    request alive forever; cutting each operation to the time left cannot."""
+
+    def __init__(self, stream: httpcore.NetworkStream, deadline: float) -> None:
+        self._stream = stream
+        self._deadline = deadline
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._stream.read(max_bytes, _left(self._deadline, timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        view = memoryview(buffer)
+        for start in range(0, len(view), _WRITE_SLICE):
+            self._stream.write(bytes(view[start : start + _WRITE_SLICE]), _left(self._deadline, timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def start_tls(self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None) -> httpcore.NetworkStream:
+        left = _left(self._deadline, timeout, httpcore.ConnectTimeout)
+        return _DeadlineStream(self._stream.start_tls(ssl_context, server_hostname, left), self._deadline)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
+def _resolve(host: str, port: int, timeout: float) -> list[str]:
+    """The host's addresses, waiting at most ``timeout``: the system resolver has no
+    timeout of its own to pass, so it runs in a daemon thread that is left behind if it
+    is late (it ends when the resolver gives up)."""
+    try:
+        ipaddress.ip_address(host)
+        return [host]
+    except ValueError:
+        pass
+    found: list[Any] = []
+    done = threading.Event()
+
+    def lookup() -> None:
+        try:
+            found.extend(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        except (OSError, UnicodeError):
+            pass
+        finally:
+            done.set()
+
+    threading.Thread(target=lookup, name="svit-http-resolve", daemon=True).start()
+    if not done.wait(timeout):
+        raise httpcore.ConnectTimeout("name resolution passed the deadline")
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in found))
+    if not addresses:
+        raise httpcore.ConnectError("name resolution failed")
+    return addresses
+
+
+class _DeadlineBackend(httpcore.NetworkBackend):
+    """The standard socket backend with name resolution, connect and every later
+    operation bounded by one deadline."""
+
+    def __init__(self, deadline: float) -> None:
+        self._deadline = deadline
+        self._sockets = httpcore.SyncBackend()
+
+    def connect_tcp(
+        self, host: str, port: int, timeout: float | None = None, local_address: str | None = None, socket_options: Any = None
+    ) -> httpcore.NetworkStream:
+        addresses = _resolve(host, port, _left(self._deadline, timeout, httpcore.ConnectTimeout))
+        failure: Exception | None = None
+        for address in addresses:
+            left = _left(self._deadline, timeout, httpcore.ConnectTimeout)
+            try:
+                stream = self._sockets.connect_tcp(address, port, left, local_address, socket_options)
+            except httpcore.ConnectError as exc:
+                failure = exc
+                continue
+            return _DeadlineStream(stream, self._deadline)
+        raise failure or httpcore.ConnectError("could not connect")
+
+    def connect_unix_socket(self, path: str, timeout: float | None = None, socket_options: Any = None) -> httpcore.NetworkStream:
+        raise httpcore.ConnectError("unix sockets are not used by the http port")
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(max(0.0, min(seconds, self._deadline - time.monotonic())))
+
+
+def _deadline_transport(deadline: float) -> httpx.HTTPTransport:
+    """httpx's own transport on the deadline backend (httpx takes no backend argument,
+    so its connection pool is replaced by an identical one that uses it)."""
+    transport = httpx.HTTPTransport(trust_env=False)
+    transport._pool = httpcore.ConnectionPool(
+        ssl_context=transport._pool._ssl_context,
+        max_connections=1,
+        max_keepalive_connections=0,
+        network_backend=_DeadlineBackend(deadline),
+    )
+    return transport
 
 
 class HttpPort:
@@ -267,7 +388,7 @@ class HttpPort:
         deadline = time.monotonic() + self.timeout
         try:
             with httpx.Client(
-                transport=self._transport,
+                transport=self._transport if self._transport is not None else _deadline_transport(deadline),
                 timeout=httpx.Timeout(self.timeout),
                 follow_redirects=False,
                 trust_env=False,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,6 +14,7 @@ import pytest
 from ports.http import MAX_REQUEST_BODY, HttpPort, http_port
 from svit import PortError, Ports, Process
 from svit.errors import SvitError
+from tests.bounds import assert_time_within, measure, unchanged
 
 ADDRESS = "svit://local/test/http"
 CALL = "(define (main input) (port-call \"http\" input))"
@@ -312,3 +314,72 @@ def test_descriptor_catalog() -> None:
     assert entry["effect"] == "external" and entry["name"] == "http"
     assert any("redirects" in limit for limit in entry["limits"])
     assert HttpPort(["https://API.example/v1/"]).allowlist == ["https://api.example:443/v1"]
+
+
+# ---------------------------------------------------------------------------- one overall deadline
+
+
+class _TricklingServer:
+    """A raw server on 127.0.0.1 that answers with a status line and then trickles
+    one header byte every ``interval`` seconds (for at most ``count`` bytes)."""
+
+    def __init__(self, interval: float = 0.1, count: int = 40) -> None:
+        self.interval, self.count = interval, count
+        self.stop = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.listener.getsockname()[1]}/api/trickle"
+
+    def _serve(self) -> None:
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:
+            return
+        with conn:
+            try:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        return
+                    data += chunk
+                conn.sendall(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+                for _ in range(self.count):
+                    if self.stop.wait(self.interval):
+                        return
+                    conn.sendall(b"a")
+                conn.sendall(b"\r\nContent-Length: 4\r\n\r\nlate")
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.stop.set()
+        self.listener.close()
+        self.thread.join(5)
+
+
+def test_overall_deadline_covers_trickled_response_headers() -> None:
+    trickle = _TricklingServer(interval=0.1, count=40)  # 4 s of headers unless stopped
+    try:
+        port = HttpPort.unrestricted(timeout=0.5)
+        cost = measure(lambda: port.execute(None, {"method": "GET", "url": trickle.url}))
+    finally:
+        trickle.close()
+    assert isinstance(cost.error, PortError) and str(cost.error) == "request timed out", cost.error or cost.result
+    assert_time_within(cost, 500)
+
+
+def test_overall_deadline_covers_trickled_headers_through_a_script() -> None:
+    trickle = _TricklingServer(interval=0.1, count=40)
+    try:
+        p = process(HttpPort.unrestricted(timeout=0.5))
+        with unchanged(p):
+            cost = measure(lambda: p.exec("/lib/call", {"method": "GET", "url": trickle.url}))
+    finally:
+        trickle.close()
+    assert isinstance(cost.error, SvitError) and "port /ports/http failed: request timed out" in cost.error.message
+    assert_time_within(cost, 500)
