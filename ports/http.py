@@ -10,10 +10,26 @@ reaches the script as ``port /ports/http failed: <text>``):
 
 * a URL outside the allowlist (``HTTP URL is not allowed``); an empty allowlist
   denies everything, so granting HTTP is always an explicit host decision;
-* a URL that is not a plain absolute http(s) URL: credentials, fragments,
-  whitespace, control characters, backslashes, encoded slashes or dot segments
-  (``invalid HTTP URL``) — these are the usual ways of making one parser see a
-  different host or path than another;
+* a URL that is not a plain absolute http(s) URL (``invalid HTTP URL``): these are
+  the usual ways of making one parser see a different host or path than another, so
+  anything servers read differently is refused rather than guessed at:
+
+  - credentials (even an empty ``@``), fragments, whitespace, control characters;
+  - an empty port (``h:``) or one with a leading zero (``h:080``);
+  - a host with a trailing dot, an IPv6 zone id, or a numeric host that is not a
+    dotted quad (``2130706433``, ``0x7f.1``, ``127.1``, ``0177.0.0.1``);
+  - in the path: dot segments written, percent-encoded (``%2e%2e``), encoded twice
+    (``%252e``) or in a compatibility form (fullwidth ``．．``); ``;`` path
+    parameters (``/api/..;/x``), raw or encoded; backslashes and encoded ``/`` or
+    ``\``; encoded control characters; anything still percent-encoded after one
+    decoding; broken escapes (``%zz``); empty segments (``//``) except a trailing
+    slash.
+
+  What is normalised before matching: scheme and host case, an IDN host (matched in
+  its ASCII form, which is what is sent), an IPv6 host (compressed), an explicit
+  default port, and the path (percent-decoded once, segment by segment). A root
+  matches a URL with the same scheme, host and port and whole path segments; paths
+  are case-sensitive. Allowlist entries follow the same rules;
 * methods other than GET POST PUT PATCH DELETE HEAD (``unsupported HTTP method``);
 * request bodies over 256 KiB (``HTTP request body limit exceeded``);
 * more than 64 headers, more than 64 KiB of headers, one header over 8 KiB, a
@@ -43,6 +59,7 @@ import re
 import socket
 import threading
 import time
+import unicodedata
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -69,7 +86,11 @@ RESERVED_REQUEST_HEADERS = frozenset(
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _URL_START = re.compile(r"https?://", re.IGNORECASE)
 _BAD_URL_CHARS = re.compile(r"[\x00-\x20\x7f\\]")
-_ENCODED_SEPARATOR = re.compile(r"%(2f|5c|00)", re.IGNORECASE)
+_BROKEN_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")  # still present after decoding: encoded twice
+_UNSAFE_DECODED = re.compile(r"[\x00-\x1f\x7f\\;]")
+_WRITTEN_PORT = re.compile(r":([^:\]]*)$")
+_CANONICAL_PORT = re.compile(r"[1-9][0-9]{0,4}")
 
 
 @dataclass(frozen=True)
@@ -87,33 +108,81 @@ class _Root:
         return self.path == "" or path == self.path or path.startswith(self.path + "/")
 
 
+def _host(parsed: httpx.URL, what: str) -> str:
+    """The host in one canonical form: IDN as lower-case ASCII (what is sent), IPv6
+    compressed; forms that resolvers read differently are refused."""
+    host = parsed.raw_host.decode("ascii", "replace").lower()
+    if not host or host.endswith(".") or "%" in host:
+        raise ValueError(what)  # a trailing dot or an IPv6 zone id
+    if ":" in host:
+        try:
+            return ipaddress.IPv6Address(host).compressed
+        except ValueError:
+            raise ValueError(what) from None
+    last = host.rsplit(".", 1)[-1]
+    if last.isdigit() or last.startswith("0x"):
+        # A numeric last label makes the whole host an IPv4 address to a browser or a
+        # resolver (2130706433, 0x7f.1, 127.1, 0177.0.0.1): only the dotted quad passes.
+        try:
+            if str(ipaddress.IPv4Address(host)) != host:
+                raise ValueError(what)
+        except ValueError:
+            raise ValueError(what) from None
+    return host
+
+
+def _path(written: str, what: str) -> str:
+    """The path as a server will read it, for matching; refused unless every reading
+    agrees: no dot segments (written, encoded, twice encoded or in fullwidth form), no
+    ``;`` path parameters, no encoded separators or control characters, no empty segments."""
+    if _BROKEN_ESCAPE.search(written):
+        raise ValueError(what)
+    written = written or "/"
+    if not written.startswith("/"):
+        raise ValueError(what)
+    pieces = written.split("/")[1:]
+    segments = []
+    for index, piece in enumerate(pieces):
+        try:
+            segment = unquote(piece, errors="strict")
+        except UnicodeDecodeError:
+            raise ValueError(what) from None
+        if segment == "" and index != len(pieces) - 1:
+            raise ValueError(what)  # "//": some servers merge it, others do not
+        if _ESCAPE.search(segment) or _UNSAFE_DECODED.search(segment):
+            raise ValueError(what)
+        folded = unicodedata.normalize("NFKC", segment)
+        if folded in (".", "..") or any(c in folded for c in "/\\;"):
+            raise ValueError(what)
+        segments.append(segment)
+    return "/" + "/".join(segments)
+
+
 def _parse(url: Any, what: str) -> tuple[httpx.URL, str, str, int, str]:
-    """Parse strictly with the client's own parser, returning the parts it will use."""
+    """Parse strictly with the client's own parser, returning the parts it will use
+    (in canonical form) for matching."""
     if type(url) is not str or not _URL_START.match(url) or _BAD_URL_CHARS.search(url) or "#" in url:
         raise ValueError(what)
     try:
         parsed = httpx.URL(url)
-    except (httpx.InvalidURL, ValueError, TypeError):
+    except (httpx.InvalidURL, ValueError, TypeError, UnicodeError):
         raise ValueError(what) from None
     scheme = parsed.scheme.lower()
-    host = parsed.host.lower()
-    if scheme not in DEFAULT_PORTS or not host or parsed.userinfo or parsed.fragment:
+    written = urlsplit(url)
+    if scheme not in DEFAULT_PORTS or parsed.userinfo or parsed.fragment or "@" in written.netloc:
         raise ValueError(what)
-    raw_path = parsed.raw_path.split(b"?", 1)[0].decode("ascii", "replace")
-    # httpx silently resolves dot segments; a URL that needs resolving is refused instead.
-    written = urlsplit(url).path
-    if any(unquote(segment) in (".", "..") for segment in written.split("/")):
-        raise ValueError(what)
-    if _ENCODED_SEPARATOR.search(raw_path):
-        raise ValueError(what)
-    try:
-        path = unquote(raw_path, errors="strict") if raw_path else "/"
-    except UnicodeDecodeError:
-        raise ValueError(what) from None
-    if not path.startswith("/") or any(segment in (".", "..") for segment in path.split("/")):
-        raise ValueError(what)
+    port_text = _WRITTEN_PORT.search(written.netloc)
+    if port_text is not None and not _CANONICAL_PORT.fullmatch(port_text.group(1)):
+        raise ValueError(what)  # "h:" or "h:080"
+    host = _host(parsed, what)
+    # httpx silently resolves dot segments, so the path is judged as it was written.
+    path = _path(written.path, what)
     port = parsed.port if parsed.port is not None else DEFAULT_PORTS[scheme]
     return parsed, scheme, host, port, path
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 def _root(entry: Any) -> _Root:
@@ -312,7 +381,7 @@ class HttpPort:
         """The normalized allowlist (None when unrestricted)."""
         if self._roots is None:
             return None
-        return [f"{r.scheme}://{r.host}:{r.port}{r.path or '/'}" for r in self._roots]
+        return [f"{r.scheme}://{_bracketed(r.host)}:{r.port}{r.path or '/'}" for r in self._roots]
 
     def descriptor(self) -> PortDescriptor:
         scope = "any http(s) URL (unrestricted research grant)" if self._roots is None else "allowlisted root URLs only"

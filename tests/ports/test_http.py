@@ -383,3 +383,97 @@ def test_overall_deadline_covers_trickled_headers_through_a_script() -> None:
         trickle.close()
     assert isinstance(cost.error, SvitError) and "port /ports/http failed: request timed out" in cost.error.message
     assert_time_within(cost, 500)
+
+
+# ---------------------------------------------------------------------------- allowlist tricks
+
+OK, INVALID, DENIED = "sent", "invalid HTTP URL", "HTTP URL is not allowed"
+TRICK_ROOTS = ["http://h.example/api", "http://[::1]:8080/v6", "http://bücher.example/idn", "https://s.example:8443/p"]
+
+
+@pytest.mark.parametrize(
+    "url, verdict",
+    [
+        # plain matches, and the forms that are normalised before matching
+        ("http://h.example/api/x", OK),
+        ("http://h.example/api/", OK),
+        ("HTTP://H.EXAMPLE/api/x", OK),  # scheme and host case
+        ("http://h.example:80/api/x", OK),  # explicit default port
+        ("http://h.example/api/a%2eb", OK),  # an encoded dot inside a name
+        ("http://h.example/api/x?next=../../admin", OK),  # the query is not the path
+        ("http://[0:0:0:0:0:0:0:1]:8080/v6/x", OK),  # IPv6 written in full
+        ("http://xn--bcher-kva.example/idn/x", OK),  # IDN, ASCII form
+        ("http://BÜCHER.example/idn/x", OK),  # IDN, Unicode form and case
+        ("https://s.example:8443/p/x", OK),
+        # path parameters: servers disagree about them, so they are refused
+        ("http://h.example/api/..;/admin", INVALID),
+        ("http://h.example/api/.;/x", INVALID),
+        ("http://h.example/api;jsessionid=1/x", INVALID),
+        ("http://h.example/api/%3b/x", INVALID),
+        # dot segments, written or encoded, once or twice
+        ("http://h.example/api/../admin", INVALID),
+        ("http://h.example/api/%2e%2e/admin", INVALID),
+        ("http://h.example/api/.%2E/admin", INVALID),
+        ("http://h.example/api/%252e%252e/admin", INVALID),
+        ("http://h.example/api/%EF%BC%8E%EF%BC%8E/admin", INVALID),  # fullwidth dots
+        ("http://h.example/api/\uff0e\uff0e/admin", INVALID),
+        # separators: encoded slashes and backslashes, empty segments
+        ("http://h.example/api%2fadmin", INVALID),
+        ("http://h.example/api/%5c../admin", INVALID),
+        ("http://h.example/api\\..\\admin", INVALID),
+        ("http://h.example/api//admin", INVALID),
+        ("http://h.example//api/x", INVALID),
+        ("http://h.example/api/%2541", INVALID),  # double encoding
+        ("http://h.example/api/%zz", INVALID),  # a broken escape
+        ("http://h.example/api/%0a", INVALID),  # an encoded control character
+        # credentials and authority tricks
+        ("http://user@h.example/api/x", INVALID),
+        ("http://@h.example/api/x", INVALID),
+        ("http://h.example@evil.example/api/x", INVALID),
+        ("http://h.example:/api/x", INVALID),  # an empty port
+        ("http://h.example:080/api/x", INVALID),  # a port with a leading zero
+        ("http://h.example./api/x", INVALID),  # a trailing dot
+        ("http://2130706433/api", INVALID),  # IPv4 as one number
+        ("http://0x7f.1/api", INVALID),
+        ("http://127.1/api", INVALID),
+        ("http://0177.0.0.1/api", INVALID),
+        ("http://[fe80::1%25eth0]:8080/v6/x", INVALID),  # a zone id
+        ("http://\uff48.example/api/x", INVALID),  # a fullwidth host letter
+        # everything else must match scheme, host, port and whole path segments
+        ("http://h.example:8080/api/x", DENIED),  # a non-default port
+        ("https://h.example/api/x", DENIED),
+        ("http://h.example/apix", DENIED),
+        ("http://h.example/API/x", DENIED),  # paths are case-sensitive
+        ("http://evil.example/api/x", DENIED),
+        ("http://[::2]:8080/v6/x", DENIED),
+        ("http://[::ffff:127.0.0.1]:8080/v6/x", DENIED),
+        ("https://s.example/p/x", DENIED),
+    ],
+)
+def test_allowlist_tricks_are_normalised_or_refused(url: str, verdict: str) -> None:
+    sent: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(str(request.url))
+        return httpx.Response(204)
+
+    port = HttpPort(TRICK_ROOTS, transport=httpx.MockTransport(handler))
+    if verdict == OK:
+        assert port.execute(None, {"method": "GET", "url": url})["status"] == 204
+        assert len(sent) == 1
+    else:
+        assert refused(port, {"method": "GET", "url": url}) == verdict
+        assert sent == []
+
+
+@pytest.mark.parametrize("entry", ["http://h/api;x", "http://h//api", "http://2130706433/", "http://h./", "http://h:/", "http://h/%252e"])
+def test_allowlist_entries_with_ambiguous_forms_are_refused(entry: str) -> None:
+    with pytest.raises(ValueError):
+        HttpPort([entry])
+
+
+def test_allowlist_normalises_idn_and_ipv6_entries() -> None:
+    assert HttpPort(["http://BÜCHER.example/x", "http://[0:0::1]:81/"]).allowlist == [
+        "http://xn--bcher-kva.example:80/x",
+        "http://[::1]:81/",
+    ]
