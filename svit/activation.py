@@ -423,7 +423,13 @@ class WorkingState(GuestHelpers):
         return to_lisp(node)
 
     def fn_jq(self, filter_text: Any, value: Any) -> Any:
-        results = stdlib.run_jq(_text(filter_text, "jq filter"), to_plain(value, self.limits) if type(value) is not SvitValue else value.node.to_value())
+        plain = to_plain(value, self.limits) if type(value) is not SvitValue else value.node.to_value()
+        # The worker gets what the activation has left, not a fixed budget of its own.
+        run = lisp_context.current()
+        run.budget.check_clock()
+        deadline = run.budget.deadline
+        left = stdlib.JQ_DEFAULT_TIMEOUT_SECONDS if deadline is None else deadline - time.monotonic()
+        results = stdlib.run_jq(_text(filter_text, "jq filter"), plain, timeout_seconds=left, memory_bytes=run.max_memory)
         node = tree.from_value(results, scripts_allowed=False)
         tree.validate_value(node, self.limits, scripts_allowed=False)
         return held(node)
