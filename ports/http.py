@@ -20,8 +20,8 @@ reaches the script as ``port /ports/http failed: <text>``):
     dotted quad (``2130706433``, ``0x7f.1``, ``127.1``, ``0177.0.0.1``);
   - in the path: dot segments written, percent-encoded (``%2e%2e``), encoded twice
     (``%252e``) or in a compatibility form (fullwidth ``．．``); ``;`` path
-    parameters (``/api/..;/x``), raw or encoded; backslashes and encoded ``/`` or
-    ``\``; encoded control characters; anything still percent-encoded after one
+    parameters (``/api/..;/x``), raw or encoded; backslashes and encoded slashes or
+    backslashes; encoded control characters; anything still percent-encoded after one
     decoding; broken escapes (``%zz``); empty segments (``//``) except a trailing
     slash.
 
@@ -48,6 +48,12 @@ Redirects are **never followed**: a 3xx response is returned to the script as it
 is (status, ``location`` header and body). Following it would be a second request
 to a URL nobody checked against the allowlist.
 
+Credentials stay with the host: ``headers={"Authorization": "Bearer ..."}`` are added
+to every request; a script may not set a header of the same name, the descriptor names
+them without their values, and any configured value of 8 characters or more that a
+server echoes back in a response header or body reaches the script as ``[redacted]``
+(only the exact text; a server that re-encodes it is not recognised).
+
 The client ignores proxy and credential settings from the environment
 (``trust_env=False``), so what the allowlist says is where traffic goes.
 """
@@ -61,13 +67,14 @@ import threading
 import time
 import unicodedata
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 from urllib.parse import unquote, urlsplit
 
 import httpcore
 import httpx
 
 from svit.ports import PortContext, PortDescriptor, PortError
+from svit.redact import MIN_SECRET_CHARS, REDACTED, register_secret
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
 MAX_REQUEST_BODY = 256 * 1024
@@ -329,6 +336,23 @@ def _deadline_transport(deadline: float) -> httpx.HTTPTransport:
     return transport
 
 
+def _configured_headers(headers: Mapping[str, str] | None) -> tuple[tuple[str, str], ...]:
+    """Headers the host adds to every request (credentials, say), checked like a script's."""
+    if headers is None:
+        return ()
+    if not isinstance(headers, Mapping) or any(type(k) is not str or type(v) is not str for k, v in headers.items()):
+        raise TypeError("headers must map header names to text")
+    pairs = list(headers.items())
+    try:
+        _check_headers(pairs, "configured")
+    except PortError as exc:
+        raise ValueError(str(exc)) from None
+    for name, _value in pairs:
+        if name.lower() in RESERVED_REQUEST_HEADERS:
+            raise ValueError(f"HTTP configured header is set by the port itself: {name}")
+    return tuple(pairs)
+
+
 class HttpPort:
     """An HTTP port limited to an allowlist of root URLs.
 
@@ -343,13 +367,21 @@ class HttpPort:
         timeout: float = DEFAULT_TIMEOUT,
         transport: httpx.BaseTransport | None = None,
         max_response_bytes: int = DEFAULT_RESPONSE_LIMIT,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         if isinstance(allowlist, str):
             raise TypeError("allowlist must be a list of root URLs, not one string")
         self._roots: tuple[_Root, ...] | None = tuple(_root(entry) for entry in allowlist)
-        self._init(timeout, transport, max_response_bytes)
+        self._init(timeout, transport, max_response_bytes, headers)
 
-    def _init(self, timeout: float, transport: httpx.BaseTransport | None, max_response_bytes: int) -> None:
+    def _init(
+        self, timeout: float, transport: httpx.BaseTransport | None, max_response_bytes: int, headers: Mapping[str, str] | None
+    ) -> None:
+        self._headers = _configured_headers(headers)
+        #: Values the port holds for the host (credentials): never shown to a script.
+        self._secrets = tuple(value for _name, value in self._headers if len(value) >= MIN_SECRET_CHARS)
+        for secret in self._secrets:
+            register_secret(secret)
         if not (isinstance(timeout, (int, float)) and 0 < timeout <= 3600):
             raise ValueError("timeout must be a positive number of seconds (at most 3600)")
         if type(max_response_bytes) is not int or max_response_bytes < 0:
@@ -365,6 +397,7 @@ class HttpPort:
         timeout: float = DEFAULT_TIMEOUT,
         transport: httpx.BaseTransport | None = None,
         max_response_bytes: int = DEFAULT_RESPONSE_LIMIT,
+        headers: Mapping[str, str] | None = None,
     ) -> "HttpPort":
         """An explicit research grant: any http(s) URL, including private addresses.
 
@@ -373,7 +406,7 @@ class HttpPort:
         """
         port = cls.__new__(cls)
         port._roots = None
-        port._init(timeout, transport, max_response_bytes)
+        port._init(timeout, transport, max_response_bytes, headers)
         return port
 
     @property
@@ -406,6 +439,11 @@ class HttpPort:
                 f"response body <= {self.max_response_bytes} bytes",
                 f"timeout {self.timeout:g} s",
                 "redirects are not followed",
+                *(
+                    ["host-configured headers (values hidden): " + ", ".join(name for name, _v in self._headers)]
+                    if self._headers
+                    else []
+                ),
             ),
         )
 
@@ -419,8 +457,7 @@ class HttpPort:
             raise PortError("HTTP URL is not allowed")
         return url
 
-    @staticmethod
-    def _request_parts(input: Any) -> tuple[str, Any, list[tuple[str, str]], bytes | None]:
+    def _request_parts(self, input: Any) -> tuple[str, Any, list[tuple[str, str]], bytes | None]:
         if type(input) is not dict:
             raise PortError("invalid HTTP request: input must be a map with method and url")
         unknown = sorted(set(input) - {"method", "url", "headers", "body"})
@@ -436,9 +473,12 @@ class HttpPort:
             raise PortError("invalid HTTP request: headers must map names to text")
         pairs = list(headers.items())
         _check_headers(pairs, "request")
+        configured = {name.lower() for name, _value in self._headers}
         for name, _value in pairs:
-            if name.lower() in RESERVED_REQUEST_HEADERS:
+            if name.lower() in RESERVED_REQUEST_HEADERS or name.lower() in configured:
                 raise PortError(f"HTTP request header is set by the port: {name}")
+        pairs = pairs + list(self._headers)
+        _check_headers(pairs, "request")
         body = input.get("body")
         content: bytes | None = None
         if body is not None:
@@ -486,8 +526,17 @@ class HttpPort:
         merged: dict[str, str] = {}
         for name, value in headers:
             key = name.lower()
+            value = self._hide(value)
             merged[key] = f"{merged[key]}, {value}" if key in merged else value
-        return {"status": status, "headers": merged, "body": b"".join(chunks).decode("utf-8", errors="replace")}
+        return {"status": status, "headers": merged, "body": self._hide(b"".join(chunks).decode("utf-8", errors="replace"))}
+
+    def _hide(self, text: str) -> str:
+        """A response as the script may see it: a server that echoes the port's
+        configured credentials back does not hand them to the script."""
+        for secret in self._secrets:
+            if secret in text:
+                text = text.replace(secret, REDACTED)
+        return text
 
 
 def http_port(allowlist: list[str], **kwargs: Any) -> HttpPort:

@@ -34,6 +34,7 @@ from .guest import NULL_VALUE, SvitValue, plain_to_lisp, to_lisp, to_node, to_pl
 from .namespace import compile_error_to_svit, section
 from .paths import format_path, lib_name, parse, validate_address, validate_script_name
 from .ports import PortContext, failure_text
+from .redact import redact
 from .tree import Node
 from .values import Script
 
@@ -408,7 +409,7 @@ class WorkingState(GuestHelpers):
         try:
             result = port.execute(context, plain)
         except Exception as exc:  # the port's failure, whatever its type, fails the activation
-            raise PortFailed(f"port /ports/{name} failed: {failure_text(exc)}") from None
+            raise PortFailed(f"port /ports/{name} failed: {redact(failure_text(exc))}") from None
         finally:
             # Time spent inside the port is not charged to the guest.
             if self.budget.deadline is not None:

@@ -43,6 +43,7 @@ from .mounts import Mount, MountPath
 from .namespace import initial_root, section, system_metadata, validate_root, validate_thread
 from .paths import format_path, lib_name, parse, validate_address, validate_mount_name, validate_script_name
 from .ports import PortContext, Ports
+from .redact import redact
 from .snapshot import check_root_hash, decode_snapshot_unverified, encode_snapshot
 from .tree import Node
 from .values import Script
@@ -542,7 +543,7 @@ class Process:
                 try:
                     after(event)
                 except Exception as exc:  # host code; reported, never propagated
-                    _log.warning("after_activation hook failed: %s", sanitize(str(exc) or type(exc).__name__))
+                    _log.warning("after_activation hook failed: %s", sanitize(redact(str(exc) or type(exc).__name__)))
 
     def _run_activation(self, name: str, inline_source: str | None, input: Any, *, dry_run: bool = False) -> Activation:
         input_node = tree.from_value(input, scripts_allowed=False)

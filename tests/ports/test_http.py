@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -61,6 +62,9 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/api/slow":
             time.sleep(1.5)
             self._send(200, b"late")
+        elif path == "/api/echo-headers":
+            seen = json.dumps(dict(self.headers)).encode()
+            self._send(200, seen, [("X-Echo-Authorization", self.headers.get("Authorization", ""))])
         elif path == "/api/many-headers":
             self._send(200, b"", [(f"X-H{i}", "v") for i in range(70)])
         else:
@@ -477,3 +481,48 @@ def test_allowlist_normalises_idn_and_ipv6_entries() -> None:
         "http://xn--bcher-kva.example:80/x",
         "http://[::1]:81/",
     ]
+
+
+# ---------------------------------------------------------------------------- configured credentials
+
+SECRET = "sk-live-0123456789abcdef"
+
+
+def test_configured_headers_are_sent_but_never_shown(server: ThreadingHTTPServer) -> None:
+    port = HttpPort([base(server) + "/api"], headers={"Authorization": f"Bearer {SECRET}", "X-Team": "blue"})
+    result = port.execute(None, {"method": "GET", "url": base(server) + "/api/echo-headers"})
+    sent = server.hits[0][3]  # type: ignore[attr-defined]
+    assert sent["Authorization"] == f"Bearer {SECRET}" and sent["X-Team"] == "blue"
+    assert SECRET not in json.dumps(result)
+    assert json.loads(result["body"])["Authorization"] == "[redacted]"
+    assert result["headers"]["x-echo-authorization"] == "[redacted]"
+    assert json.loads(result["body"])["X-Team"] == "blue"  # short values are not credentials
+    # a script can neither replace nor duplicate a configured header
+    for name in ("Authorization", "authorization", "X-TEAM"):
+        text = refused(port, {"method": "GET", "url": base(server) + "/api/hello", "headers": {name: "mine"}})
+        assert text == f"HTTP request header is set by the port: {name}"
+    assert len(server.hits) == 1  # type: ignore[attr-defined]
+    catalog = json.dumps(Ports().port("http", port).catalog())
+    assert SECRET not in catalog and "Authorization" in catalog
+
+
+def test_configured_credentials_never_reach_a_script(server: ThreadingHTTPServer) -> None:
+    p = process(http_port([base(server) + "/api"], headers={"Authorization": f"Bearer {SECRET}"}))
+    a = p.exec("/lib/call", {"method": "GET", "url": base(server) + "/api/echo-headers"})
+    assert a.output["status"] == 200 and SECRET not in json.dumps(a.output)
+    assert SECRET.encode() not in p.snapshot()
+
+
+@pytest.mark.parametrize(
+    "headers, kind",
+    [
+        ({"Host": "x"}, ValueError),
+        ({"X-A": "1\r\nX-B: 2"}, ValueError),
+        ({"Bad Name": "1"}, ValueError),
+        ({"X-A": 1}, TypeError),
+        ("Authorization: x", TypeError),
+    ],
+)
+def test_configured_headers_are_checked_at_construction(headers: Any, kind: type) -> None:
+    with pytest.raises(kind):
+        HttpPort(["http://127.0.0.1:9"], headers=headers)
