@@ -323,12 +323,26 @@ class _DeadlineBackend(httpcore.NetworkBackend):
         time.sleep(max(0.0, min(seconds, self._deadline - time.monotonic())))
 
 
+_tls: list[Any] = []
+_tls_lock = threading.Lock()
+
+
+def _tls_context() -> Any:
+    """One verifying TLS context for every request (building one loads the CA bundle)."""
+    with _tls_lock:
+        if not _tls:
+            _tls.append(httpx.create_ssl_context(trust_env=False))
+        return _tls[0]
+
+
 def _deadline_transport(deadline: float) -> httpx.HTTPTransport:
-    """httpx's own transport on the deadline backend (httpx takes no backend argument,
-    so its connection pool is replaced by an identical one that uses it)."""
-    transport = httpx.HTTPTransport(trust_env=False)
+    """httpx's own transport on the deadline backend. httpx takes no backend argument,
+    so its connection pool is replaced by one like it that uses the backend (tested:
+    the trickling-server tests fail if this stops taking effect)."""
+    context = _tls_context()
+    transport = httpx.HTTPTransport(verify=context, trust_env=False)
     transport._pool = httpcore.ConnectionPool(
-        ssl_context=transport._pool._ssl_context,
+        ssl_context=context,
         max_connections=1,
         max_keepalive_connections=0,
         network_backend=_DeadlineBackend(deadline),
