@@ -14,8 +14,12 @@ a pure function of the tree, so equal processes give byte-identical snapshots.
 
 The trailer lets restore reject any truncation or bit flip before one byte of the body
 is decoded. It is an integrity check, not an authenticity proof: anyone can recompute
-it, so the body is still decoded as untrusted input (only our own tag is accepted,
-nesting is bounded, every value is checked, and the root hash is recomputed).
+it, so the body is still decoded as untrusted input. Before anything is built, one
+pass over its item heads checks that it is the canonical encoding (the only bytes this
+module would write for it) and counts the tree's nodes, text bytes and depth against
+its limits and the host's bounds; then only our own tag is accepted, every value is
+checked, and the root hash is recomputed. docs/durability.md, "Restoring a snapshot",
+lists every check in order.
 """
 
 from __future__ import annotations

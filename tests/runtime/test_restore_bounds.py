@@ -211,8 +211,12 @@ def indefinite(body: bytes, item: dict) -> bytes:
 
 def narrow_float(body: bytes, item: dict) -> bytes:
     value = struct.unpack(">d", body[item["start"] + 1 : item["end"]])[0]
-    half = struct.pack(">e", value)
-    narrow = b"\xf9" + half if struct.unpack(">e", half)[0] == value else b"\xfa" + struct.pack(">f", value)
+    try:
+        half = struct.pack(">e", value)
+    except OverflowError:
+        half = None
+    fits_half = half is not None and struct.unpack(">e", half)[0] == value
+    narrow = b"\xf9" + half if fits_half else b"\xfa" + struct.pack(">f", value)
     return body[: item["start"]] + narrow + body[item["end"] :]
 
 
@@ -244,7 +248,10 @@ def is_float(item: dict) -> bool:
 
 def fits_narrower(body: bytes, item: dict) -> bool:
     value = struct.unpack(">d", body[item["start"] + 1 : item["end"]])[0]
-    return value == value and struct.unpack(">f", struct.pack(">f", value))[0] == value
+    try:
+        return struct.unpack(">f", struct.pack(">f", value))[0] == value
+    except OverflowError:
+        return False
 
 
 MUTATIONS = {
