@@ -209,9 +209,13 @@ def _scan_item(data: bytes, position: int, end: int, budget: _Budget) -> tuple[i
             raise _malformed("truncated item", position)
         initial = data[position]
         major = initial >> 5
-        if initial & 0x1F < 24:
-            info = argument = initial & 0x1F
+        info = initial & 0x1F
+        if info < 24:
+            argument = info
             position += 1
+        elif info == 24 and major != 7 and position + 1 < end and data[position + 1] >= 24:
+            argument = data[position + 1]
+            position += 2
         else:
             major, info, argument, position = _head(data, position, end)
         if want_key:

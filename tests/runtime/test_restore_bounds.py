@@ -265,7 +265,8 @@ MUTATIONS = {
 
 
 def canonical_snapshot(value) -> bytes:
-    return Process.builder(ADDRESS).memory("value", value).memory("fixed", FIXED).build().snapshot()
+    builder = Process.builder(ADDRESS).memory("value", value).memory("fixed", FIXED)
+    return builder.library("echo", "(define (main input) input)", documentation="é").build().snapshot()
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -285,3 +286,16 @@ def test_every_non_canonical_encoding_is_refused(value, kind, data):
     assert mutated != body
     with pytest.raises(InvalidSnapshot, match=kind):
         Process.restore(with_trailer(mutated))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(PLAIN)
+def test_the_bounds_are_exact_for_any_tree(value):
+    blob = canonical_snapshot(value)
+    _address, _version, root, _limits = decode_snapshot(blob)
+    Process.restore(blob, max_tree_nodes=root.count, max_tree_text_bytes=root.text)
+    with pytest.raises(InvalidSnapshot, match="nodes"):
+        Process.restore(blob, max_tree_nodes=root.count - 1)
+    if root.text:
+        with pytest.raises(InvalidSnapshot, match="text bytes"):
+            Process.restore(blob, max_tree_text_bytes=root.text - 1)
