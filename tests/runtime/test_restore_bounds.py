@@ -63,6 +63,19 @@ def test_a_tree_over_its_node_limit_is_refused_before_it_is_built():
     assert_memory_within(cost, allowed)
 
 
+def test_without_the_native_builder_the_same_bounds_hold(monkeypatch):
+    # The general path decodes the whole body with cbor2: the scan must come first there too.
+    allowed = allowed_restore_peak(SMALL_NODES, {f"k{i}": [i] for i in range(900)})
+    hostile = snapshot_with({f"k{i}": [i] for i in range(200_000)}, Limits(max_tree_nodes=10_000_000), declared=SMALL_NODES)
+    monkeypatch.setattr(tree, "NATIVE_BUILDER", False)
+    monkeypatch.setattr(tree, "_native", None)
+    cost = measure(lambda: Process.restore(hostile), memory=True)
+    assert isinstance(cost.error, InvalidSnapshot) and "process tree nodes limit" in cost.error.message, cost.error
+    assert_memory_within(cost, allowed)
+    blob = canonical_snapshot({"a": [1, 2.5, "x"]})
+    assert Process.restore(blob).snapshot() == blob
+
+
 def test_a_tree_over_its_text_limit_is_refused_before_it_is_built():
     small_text = Limits(max_tree_text_bytes=64 * 1024)
     allowed = allowed_restore_peak(small_text, {"t": "x" * 60_000})
