@@ -282,8 +282,9 @@ def _scan_item(data: bytes, position: int, end: int, budget: _Budget) -> tuple[i
 
 
 def _text_at(data: bytes, position: int, end: int) -> tuple[bytes | None, int]:
+    """An envelope key (short text) and where its value starts; None if it is not one."""
     major, _info, argument, stop = _head(data, position, end)
-    if major != 3 or stop + argument > end:
+    if major != 3 or argument > ENVELOPE_MAX_TEXT_BYTES or stop + argument > end:
         return None, position
     return data[stop : stop + argument], stop + argument
 
@@ -293,7 +294,6 @@ def _scan_body(
 ) -> None:
     """Refuse a body that is not exactly one canonical envelope, or whose tree is larger
     than its limits (capped by the hard maxima and by the host's bounds) allow."""
-    envelope = _Budget(ENVELOPE_MAX_ITEMS, ENVELOPE_MAX_TEXT_BYTES, 4, "the envelope item limit", "the envelope text limit")
     major, _info, count, position = _head(data, 0, end)
     if major != 5:
         raise InvalidSnapshot("snapshot envelope must be a map")
@@ -305,13 +305,17 @@ def _scan_body(
     for _ in range(count):
         key, value_start = _text_at(data, position, end)
         if key is None:
-            raise _malformed("map keys must be text", position)
+            raise _malformed("envelope keys must be short text", position)
         if previous is not None and key <= previous:
-            raise _not_canonical("repeated map key" if key == previous else "map keys are not in canonical order", position)
+            raise _not_canonical(
+                "repeated map key" if key == previous else "map keys are not in canonical order", position
+            )
         previous = key
         if key == b"root":
             root_limits = limits or Limits(**{name: LIMIT_TABLE[name][1] for name in LIMIT_FIELDS})
-            nodes = root_limits.max_tree_nodes if max_tree_nodes is None else min(root_limits.max_tree_nodes, max_tree_nodes)
+            nodes = root_limits.max_tree_nodes
+            if max_tree_nodes is not None:
+                nodes = min(nodes, max_tree_nodes)
             text = root_limits.max_tree_text_bytes
             if max_tree_text_bytes is not None:
                 text = min(text, max_tree_text_bytes)
@@ -325,8 +329,11 @@ def _scan_body(
             position, _nodes, _text = _scan_item(data, value_start, end, budget)
             continue
         remaining = _Budget(
-            ENVELOPE_MAX_ITEMS - used_items, ENVELOPE_MAX_TEXT_BYTES - used_text, 4,
-            envelope.nodes_limit, envelope.text_limit,
+            ENVELOPE_MAX_ITEMS - used_items,
+            ENVELOPE_MAX_TEXT_BYTES - used_text,
+            4,
+            "the envelope item limit",
+            "the envelope text limit",
         )
         position, items, text_bytes = _scan_item(data, value_start, end, remaining)
         used_items += items
@@ -419,7 +426,8 @@ def decode_snapshot_unverified(
     before any of the tree is built (docs/durability.md, "Restoring a snapshot").
 
     The caller validates the root schema and then calls :func:`check_root_hash`, the
-    reference's order (a forged identity reports the identity, not the hash). Raises only :class:`~svit.errors.SvitError` subclasses: ``InvalidSnapshot`` for
+    reference's order (a forged identity reports the identity, not the hash). Raises
+    only :class:`~svit.errors.SvitError` subclasses: ``InvalidSnapshot`` for
     anything wrong with the bytes or the envelope, ``InvalidLimits`` for limits outside
     their hard maxima. Root-schema validation belongs to the process layer.
     """
@@ -427,7 +435,8 @@ def decode_snapshot_unverified(
         if bound is not None and (type(bound) is not int or bound < 0):
             raise InvalidLimits(f"restore bound {name} must be a non-negative integer")
     try:
-        return _decode(data, MAX_SNAPSHOT_BYTES if max_bytes is None else max_bytes, max_tree_nodes, max_tree_text_bytes)
+        byte_bound = MAX_SNAPSHOT_BYTES if max_bytes is None else max_bytes
+        return _decode(data, byte_bound, max_tree_nodes, max_tree_text_bytes)
     except SvitError:
         raise
     except RecursionError:
