@@ -633,9 +633,23 @@ class Process:
         return encode_snapshot(self.address, version, root, self.limits)
 
     @classmethod
-    def restore(cls, data: bytes) -> "Process":
-        """Build a process from untrusted snapshot bytes, validating everything first."""
-        address, version, root, limits, claimed = decode_snapshot_unverified(data)
+    def restore(
+        cls,
+        data: bytes,
+        *,
+        max_bytes: int | None = None,
+        max_tree_nodes: int | None = None,
+        max_tree_text_bytes: int | None = None,
+    ) -> "Process":
+        """Build a process from untrusted snapshot bytes, validating everything first.
+
+        The keywords are the host's bounds on what a restore may build, on top of the
+        snapshot's own limits: the snapshot's bytes, and its tree's nodes and text bytes,
+        checked while the bytes are scanned, before any of the tree exists.
+        """
+        address, version, root, limits, claimed = decode_snapshot_unverified(
+            data, max_bytes=max_bytes, max_tree_nodes=max_tree_nodes, max_tree_text_bytes=max_tree_text_bytes
+        )
         process = cls(address, root, version, limits)
         validate_root(root, address, limits, process._compile_script, error=InvalidSnapshot)
         check_root_hash(root, claimed)
