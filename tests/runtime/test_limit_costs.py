@@ -47,7 +47,7 @@ def _refused(p: Process, source: str, millis: int = LIMIT_MILLIS, *, memory: boo
 
 def test_write_of_many_references_to_a_big_text_stops_at_the_text_limit() -> None:
     p = _process({"s": NEAR_LIMIT_TEXT}, max_execution_millis=LIMIT_MILLIS)
-    source = '(define (main input) (let ((s (read "/memory/s"))) (write "/memory/y" (map (lambda (i) s) (range 1000)))))'
+    source = '(define (main input) (let ((s (read "/memory/s"))) (write "/memory/y" (map (lambda (i) s) (range 2000)))))'
     cost = _refused(p, source)
     assert any(name in cost.error.message for name in ("text bytes", "guest memory")), cost.error.message
 
@@ -105,10 +105,11 @@ def test_value_array_counts_entries_across_arguments() -> None:
 
 
 def test_value_map_counts_entries_across_arguments() -> None:
-    p = _process(max_execution_millis=LIMIT_MILLIS)
+    # Room for the argument list itself, which holds each value once per occurrence.
+    p = _process(max_execution_millis=LIMIT_MILLIS, max_guest_memory=64 * 1024 * 1024)
     source = (
         "(define (main input) (let ((xs (range 9999)))"
-        " (apply value-map (concat (map (lambda (i) (list (string i) xs)) (range 512))))))"
+        " (apply value-map (apply concat (map (lambda (i) (list (to-string i) xs)) (range 512))))))"
     )
     cost = _refused(p, source)
     assert "value entries" in cost.error.message
