@@ -58,7 +58,7 @@ def test_conversion_refuses_shared_text_before_encoding_every_occurrence() -> No
     from svit.guest import to_node
 
     shared = tuple([NEAR_LIMIT_TEXT] * 9_999)
-    previous = enter(Context(LispLimits(), Budget(max_steps=1_000_000, max_millis=LIMIT_MILLIS)))
+    previous = enter(Context(LispLimits(), Budget(max_steps=1_000_000, max_millis=None)))
     try:
         cost = measure(lambda: to_node(shared, Limits()))
     finally:
@@ -87,9 +87,17 @@ def test_converted_entries_are_charged_one_step_each() -> None:
 
 def test_a_nested_host_value_counts_toward_the_totals() -> None:
     p = _process({"s": NEAR_LIMIT_TEXT}, max_execution_millis=LIMIT_MILLIS)
-    source = '(define (main input) (let ((m (read "/memory"))) (value-array m m m m m m m m)))'
+    source = '(define (main input) (let ((m (read "/memory"))) (apply value-array (map (lambda (i) m) (range 1000)))))'
     cost = _refused(p, source)
     assert "text bytes" in cost.error.message
+
+
+def test_jq_input_is_charged_for_its_conversion() -> None:
+    p = _process({"s": NEAR_LIMIT_TEXT}, max_steps=2_000)
+    with unchanged(p):
+        with pytest.raises(ExecutionLimitExceeded) as caught:
+            p.exec_inline('(define (main input) (jq "length" (read "/memory")))')
+    assert "steps" in caught.value.message
 
 
 # --- value-array and value-map count entries across their arguments -------------------
