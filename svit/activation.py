@@ -187,11 +187,12 @@ class WorkingState(GuestHelpers):
             if not interp.has("main"):
                 raise ScriptFailed(f"{script_filename(name)}: script must define main(input)")
             result = interp.call("main", to_lisp(input_node))
+            # Converting the output is paid from this activation's budget, like any conversion.
+            return to_node(result, self.limits, self.budget)
         except LispError as exc:
             raise compile_error_to_svit(exc) from None
         except ScriptFailed as exc:
             raise located(exc, name) from None
-        return to_node(result, self.limits)
 
     # ------------------------------------------------------------------ guest functions
     def install(self, interp: Interpreter, input_node: Node) -> None:

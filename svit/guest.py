@@ -12,6 +12,7 @@ import json
 import math
 from typing import Any
 
+from lisp.budget import Budget
 from lisp.context import UNITS_PER_STEP, current
 from lisp.values import Foreign, type_name
 
@@ -121,18 +122,21 @@ def plain_to_lisp(value: Any) -> Any:
     return value
 
 
-def to_node(value: Any, limits: Limits) -> Node:
-    """Convert a Lisp value to a validated persistent node."""
-    node = _convert(value, limits)
+def to_node(value: Any, limits: Limits, budget: Budget | None = None) -> Node:
+    """Convert a Lisp value to a validated persistent node.
+
+    The conversion is charged to ``budget``, by default the budget of the run in progress.
+    """
+    node = _convert(value, limits, budget)
     tree.validate_value(node, limits, scripts_allowed=False)
     return node
 
 
-def _convert(value: Any, limits: Limits) -> Node:
+def _convert(value: Any, limits: Limits, budget: Budget | None) -> Node:
     t = type(value)
     if t is SvitValue:
         return value.node
-    plain = Measure(limits).plain(value)
+    plain = Measure(limits, budget).plain(value)
     return tree.from_value(plain, scripts_allowed=False)
 
 
@@ -156,12 +160,12 @@ class Measure:
 
     __slots__ = ("limits", "entries", "text", "_text_units", "_budget")
 
-    def __init__(self, limits: Limits) -> None:
+    def __init__(self, limits: Limits, budget: Budget | None = None) -> None:
         self.limits = limits
         self.entries = 0
         self.text = 0
         self._text_units = 0
-        self._budget = current().budget
+        self._budget = budget if budget is not None else current().budget
 
     def add_entries(self, count: int) -> None:
         """Count (and pay for) ``count`` more entries, refusing past the entry limit."""

@@ -76,6 +76,14 @@ def test_converted_text_is_charged_per_64_bytes() -> None:
     assert "steps" in caught.value.message
 
 
+def test_a_scripts_output_is_charged_to_its_activation() -> None:
+    p = _process({"s": NEAR_LIMIT_TEXT}, max_steps=2_000)
+    with unchanged(p):
+        with pytest.raises(ExecutionLimitExceeded) as caught:
+            p.exec_inline('(define (main input) (do (write "/memory/x" 1) (list (read "/memory/s"))))')
+    assert "steps" in caught.value.message
+
+
 def test_converted_entries_are_charged_one_step_each() -> None:
     p = _process(max_steps=5_000)
     with unchanged(p):
