@@ -439,7 +439,9 @@ class WorkingState(GuestHelpers):
             charge_copy(value.node)
             data = value.node.to_value()
         else:
-            data = to_plain(value, self.limits)
+            # Input to reduce, not to store: its texts may exceed max_text_bytes, but all
+            # their occurrences together stay within what the guest may hold.
+            data = Measure(self.limits, max_text=self.limits.max_guest_memory).plain(value)
         results = stdlib.run_jq(filter_text, data)
         node = tree.from_value(results, scripts_allowed=False)
         tree.validate_value(node, self.limits, scripts_allowed=False)

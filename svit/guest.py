@@ -14,6 +14,7 @@ from typing import Any
 
 from lisp.budget import Budget
 from lisp.context import UNITS_PER_STEP, current
+from lisp.errors import LimitError
 from lisp.values import Foreign, type_name
 
 from . import tree
@@ -158,14 +159,22 @@ class Measure:
     more than the limits together.
     """
 
-    __slots__ = ("limits", "entries", "text", "_text_units", "_budget")
+    __slots__ = ("limits", "entries", "text", "_text_units", "_budget", "_max_text", "_text_error")
 
-    def __init__(self, limits: Limits, budget: Budget | None = None) -> None:
+    def __init__(self, limits: Limits, budget: Budget | None = None, *, max_text: int | None = None) -> None:
+        """``max_text`` replaces ``max_text_bytes`` for input that is reduced, not stored (``jq``)."""
         self.limits = limits
         self.entries = 0
         self.text = 0
         self._text_units = 0
         self._budget = budget if budget is not None else current().budget
+        self._max_text = limits.max_text_bytes if max_text is None else max_text
+        self._text_error = max_text is not None
+
+    def _too_much_text(self) -> Exception:
+        if self._text_error:
+            return LimitError("guest memory")
+        return InvalidValue("maximum text bytes exceeded")
 
     def add_entries(self, count: int) -> None:
         """Count (and pay for) ``count`` more entries, refusing past the entry limit."""
@@ -177,16 +186,16 @@ class Measure:
     def add_text(self, text: str) -> None:
         """Count (and pay for) one occurrence of ``text``, before anything encodes it."""
         # A character is at least one UTF-8 byte, so the length alone can refuse it.
-        if self.text + len(text) > self.limits.max_text_bytes:
-            raise InvalidValue("maximum text bytes exceeded")
+        if self.text + len(text) > self._max_text:
+            raise self._too_much_text()
         self._charge_text(len(text))
         size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
         self.add_text_bytes(size)
 
     def add_text_bytes(self, size: int) -> None:
         self.text += size
-        if self.text > self.limits.max_text_bytes:
-            raise InvalidValue("maximum text bytes exceeded")
+        if self.text > self._max_text:
+            raise self._too_much_text()
 
     def _charge_text(self, units: int) -> None:
         units += self._text_units
@@ -198,8 +207,8 @@ class Measure:
         """Count a stored value met at ``depth`` (``counted`` of its entries already counted)."""
         if depth + node.height > self.limits.max_value_depth:
             raise InvalidValue("maximum nesting depth exceeded")
-        if node.text > self.limits.max_text_bytes:
-            raise InvalidValue("maximum text bytes exceeded")
+        if node.text > self._max_text:
+            raise self._too_much_text()
         self.add_entries(node.count - counted)
         self._charge_text(node.text)
         self.add_text_bytes(node.text)

@@ -108,6 +108,19 @@ def test_jq_input_is_charged_for_its_conversion() -> None:
     assert "steps" in caught.value.message
 
 
+def test_jq_input_texts_are_bounded_by_guest_memory_in_total() -> None:
+    p = _process({"s": NEAR_LIMIT_TEXT}, max_execution_millis=LIMIT_MILLIS)
+    source = '(define (main input) (let ((s (read "/memory/s"))) (jq "length" (map (lambda (i) s) (range 64)))))'
+    cost = _refused(p, source)
+    assert "guest memory" in cost.error.message
+
+
+def test_jq_still_reduces_a_text_larger_than_the_text_limit() -> None:
+    p = _process({"s": NEAR_LIMIT_TEXT})
+    source = '(define (main input) (let ((s (read "/memory/s"))) (jq "length" (concat s s))))'
+    assert p.exec_inline(source).output == [2 * len(NEAR_LIMIT_TEXT)]
+
+
 # --- value-array and value-map count entries across their arguments -------------------
 
 
