@@ -210,3 +210,41 @@ def test_a_small_search_still_finds_its_matches(tmp_path: Path) -> None:
     assert [m["line"] for m in found] == [1, 3]
     found = p.exec_inline('(define (main input) (value-get (search "/mounts/docs" "zz") "/matches"))').output
     assert found == [{"line": 2, "path": "/mounts/docs/a.txt", "text": "two zz"}]
+
+
+# --- generated programs -----------------------------------------------------------------
+
+_SHAPES = (
+    '(write "/memory/y" {xs})',
+    "(apply value-array {xs})",
+    "(value-array {xs} {xs} {xs})",
+    '(value-map "a" {xs} "b" {xs})',
+    '(jq "length" {xs})',
+    "(apply /= (range {n}))",
+    '(do (write "/memory/t" (apply concat (map (lambda (i) "a\\n") (range {n})))) (search "/memory" "zz"))',
+    '(json-stringify {xs})',
+)
+
+
+def _program(rng) -> str:
+    n = rng.choice((10, 500, 3_000, 20_000))
+    part = rng.choice(("s", "(range 100)", "(read \"/memory\")", "(list s s)"))
+    xs = f"(map (lambda (i) {part}) (range {n}))"
+    body = rng.choice(_SHAPES).format(xs=xs, n=n)
+    return f'(define (main input) (let ((s (read "/memory/s"))) (do (write "/memory/x" 1) {body})))'
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_generated_programs_stay_within_the_limits(seed: int) -> None:
+    import random
+
+    rng = random.Random(seed)
+    text = "x" * rng.choice((100, 64 * 1024, (1 << 20) - 64))
+    p = _process({"s": text}, max_execution_millis=LIMIT_MILLIS)
+    source = _program(rng)
+    before = (p.version, p.snapshot())
+    cost = measure(lambda: p.exec_inline(source))
+    assert_time_within(cost, LIMIT_MILLIS)
+    if cost.error is not None:
+        assert isinstance(cost.error, SvitError), f"{source}: {cost.error!r}"
+        assert (p.version, p.snapshot()) == before, source
