@@ -30,7 +30,7 @@ from .errors import (
     ScriptNotFound,
     SvitError,
 )
-from .guest import NULL_VALUE, SvitValue, plain_to_lisp, to_lisp, to_node, to_plain
+from .guest import NULL_VALUE, Measure, SvitValue, charge_copy, plain_to_lisp, to_lisp, to_node, to_plain
 from .namespace import compile_error_to_svit, section
 from .paths import format_path, lib_name, parse, validate_address, validate_script_name
 from .ports import PortContext, failure_text
@@ -188,11 +188,12 @@ class WorkingState(GuestHelpers):
             if not interp.has("main"):
                 raise ScriptFailed(f"{script_filename(name)}: script must define main(input)")
             result = interp.call("main", to_lisp(input_node))
+            # Converting the output is paid from this activation's budget, like any conversion.
+            return to_node(result, self.limits, self.budget)
         except LispError as exc:
             raise compile_error_to_svit(exc) from None
         except ScriptFailed as exc:
             raise located(exc, name) from None
-        return to_node(result, self.limits)
 
     # ------------------------------------------------------------------ guest functions
     def install(self, interp: Interpreter, input_node: Node) -> None:
@@ -226,13 +227,21 @@ class WorkingState(GuestHelpers):
             if key in mapping:
                 raise InvalidValue(f"duplicate map key: {key}")
             mapping[key] = args[i + 1]
-        plain = {key: to_plain(value, self.limits) for key, value in mapping.items()}
+        # One measure for every entry: the totals bound the whole map, not each value.
+        measure = Measure(self.limits)
+        measure.add_entries(1 + len(mapping))
+        plain = {}
+        for key, value in mapping.items():
+            measure.add_text(key)
+            plain[key] = measure.part(value, 1)
         node = tree.from_value(plain, scripts_allowed=False)
         tree.validate_value(node, self.limits, scripts_allowed=False)
         return held(node)
 
     def fn_value_array(self, *args: Any) -> Any:
-        node = tree.from_value([to_plain(a, self.limits) for a in args], scripts_allowed=False)
+        measure = Measure(self.limits)
+        measure.add_entries(1 + len(args))
+        node = tree.from_value([measure.part(a, 1) for a in args], scripts_allowed=False)
         tree.validate_value(node, self.limits, scripts_allowed=False)
         return held(node)
 
@@ -424,13 +433,22 @@ class WorkingState(GuestHelpers):
         return to_lisp(node)
 
     def fn_jq(self, filter_text: Any, value: Any) -> Any:
-        plain = to_plain(value, self.limits) if type(value) is not SvitValue else value.node.to_value()
+        filter_text = _text(filter_text, "jq filter")
+        if type(value) is SvitValue:
+            # A stored value may exceed the value limits (a port's response, to be reduced
+            # here), so it is not measured against them, only paid for.
+            charge_copy(value.node)
+            data = value.node.to_value()
+        else:
+            # Input to reduce, not to store: its texts may exceed max_text_bytes, but all
+            # their occurrences together stay within what the guest may hold.
+            data = Measure(self.limits, max_text=self.limits.max_guest_memory).plain(value)
         # The worker gets what the activation has left, not a fixed budget of its own.
         run = lisp_context.current()
         run.budget.check_clock()
         deadline = run.budget.deadline
         left = stdlib.JQ_DEFAULT_TIMEOUT_SECONDS if deadline is None else deadline - time.monotonic()
-        results = stdlib.run_jq(_text(filter_text, "jq filter"), plain, timeout_seconds=left, memory_bytes=run.max_memory)
+        results = stdlib.run_jq(filter_text, data, timeout_seconds=left, memory_bytes=run.max_memory)
         node = tree.from_value(results, scripts_allowed=False)
         tree.validate_value(node, self.limits, scripts_allowed=False)
         return held(node)
@@ -448,6 +466,7 @@ class WorkingState(GuestHelpers):
             node = self.view_get(segments)
             if node is None:
                 raise InvalidPath(f"path does not exist: {text}")
+            charge_copy(node)
             result = stdlib.search_value(format_path(segments), node.to_value(), pattern)
         return held(tree.from_value(result, scripts_allowed=False))
 

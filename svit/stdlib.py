@@ -65,6 +65,8 @@ import threading
 import time
 from typing import Any
 
+from lisp import context as lisp_context
+
 from .errors import ExecutionLimitExceeded, InvalidValue, ResourceLimitExceeded, ScriptFailed, SvitError
 
 # ---------------------------------------------------------------------------- limits
@@ -624,8 +626,25 @@ def child_path(path: str, name: str) -> str:
     return path.rstrip("/") + "/" + name
 
 
+#: How much text a search pays for at once, before scanning it (whole lines are paid).
+SEARCH_CHARGE_CHARS = 16 * 1024
+#: Characters of text scanned per step.
+SEARCH_CHARS_PER_STEP = 64
+
+
+def _charge(steps: int) -> None:
+    """Charge the running activation's step budget (this also looks at its clock)."""
+    if steps > 0:
+        lisp_context.current().budget.charge(steps)
+
+
 class _Matches:
-    """Collects matches under the count and byte caps; notes when something was left out."""
+    """Collects matches under the count and byte caps; notes when something was left out.
+
+    Scanning is paid for as it goes: before each stretch of about 16 KiB of text (ended
+    at a line end) the search charges one step per line in it and one per 64
+    characters, so a long scan runs out of steps, or meets the time limit, part way.
+    """
 
     def __init__(self, regex) -> None:
         self.regex = regex
@@ -635,10 +654,27 @@ class _Matches:
 
     def scan(self, path: str, text: str) -> None:
         path_bytes = len(path.encode("utf-8", "surrogatepass"))
-        for number, line in enumerate(text.split("\n"), start=1):
+        search = self.regex.search
+        size = len(text)
+        paid_to = 0
+        start = 0
+        number = 0
+        while start <= size:
+            end = text.find("\n", start)
+            if end < 0:
+                end = size
+            if end >= paid_to:
+                # Pay for this line and the lines that follow it, up to a stretch's worth.
+                stretch_end = max(end, min(size, start + SEARCH_CHARGE_CHARS))
+                lines = text.count("\n", start, stretch_end) + 1
+                _charge(lines + (stretch_end - start) // SEARCH_CHARS_PER_STEP)
+                paid_to = stretch_end + 1
+            line = text[start:end]
+            start = end + 1
+            number += 1
             if line.endswith("\r"):
                 line = line[:-1]
-            if self.regex.search(line) is None:
+            if search(line) is None:
                 continue
             cost = path_bytes + len(line.encode("utf-8", "surrogatepass"))
             if len(self.matches) >= SEARCH_MAX_MATCHES or self.bytes + cost > SEARCH_MAX_OUTPUT_BYTES:
@@ -664,9 +700,12 @@ def search_value(path: str, value: Any, pattern: str) -> dict:
         if isinstance(node, str):
             found.scan(node_path, node)
         elif isinstance(node, dict):
+            # Each child costs a step, and a step per 64 characters of the path it is given.
+            _charge(len(node) * (1 + len(node_path) // SEARCH_CHARS_PER_STEP) + sum(map(len, node)) // SEARCH_CHARS_PER_STEP)
             for key in sorted(node, reverse=True):
                 stack.append((child_path(node_path, key), node[key]))
         elif isinstance(node, list):
+            _charge(len(node) * (1 + len(node_path) // SEARCH_CHARS_PER_STEP))
             for index in range(len(node) - 1, -1, -1):
                 stack.append((child_path(node_path, str(index)), node[index]))
     return found.result()
@@ -693,6 +732,7 @@ def search_mount(provider: Any, display_path: str, mount_path: Any, pattern: str
             break
         node_path, node_mount_path = stack.pop()
         visited += 1
+        _charge(1)
         try:
             node = provider.stat(node_mount_path, limits)
             if node is None:
@@ -701,10 +741,16 @@ def search_mount(provider: Any, display_path: str, mount_path: Any, pattern: str
                 names = list(provider.list(node_mount_path, limits))
             else:
                 names = None
+                # Reading and decoding a file is paid for by its size, before reading it.
+                facts = node.get("facts")
+                size = facts.get("bytes") if isinstance(facts, dict) else None
+                if type(size) is int:
+                    _charge(size // SEARCH_CHARS_PER_STEP)
                 content = provider.read(node_mount_path, limits)
         except (SvitError, OSError):
             continue
         if names is not None:
+            _charge(len(names))
             for name in reversed(names):
                 try:
                     child = node_mount_path.child(name)
@@ -716,7 +762,7 @@ def search_mount(provider: Any, display_path: str, mount_path: Any, pattern: str
             found.scan(node_path, content)
         elif isinstance(content, (dict, list)):
             # A provider may hand back a structured leaf: search it like a committed
-            # value, under the same caps.
+            # value, under the same caps (its strings are paid for as they are scanned).
             _merge(found, search_value(node_path, content, pattern))
     return found.result()
 
