@@ -470,7 +470,7 @@ class FolderMount(Mount):
     def check_write(self, path: MountPath) -> None:
         """Refuse writes and removes in a git directory: a ``.git`` segment (in any case or
         spelling a case-folding or short-name filesystem treats as ``.git``), or a
-        directory shaped like a repository (``HEAD``, ``objects/``, ``refs/``: a bare one).
+        directory shaped like a repository (``objects/`` and ``refs/``: a bare one).
         Git runs commands its configuration and hooks name (``core.fsmonitor``, hooks,
         filters), so a write there could make a later ``git`` run on the host execute them."""
         path = as_mount_path(path)
@@ -716,18 +716,14 @@ def is_git_name(segment: str) -> bool:
 
 
 def _looks_like_git_dir(dir_fd: int) -> bool:
-    """``HEAD`` beside ``objects/`` and ``refs/``: what git accepts as a repository directory."""
+    """``objects/`` beside ``refs/``: a repository directory once it has a ``HEAD``. ``HEAD``
+    is not required, so one activation cannot stage ``HEAD`` and then ``config`` into it."""
     try:
-        head = os.stat("HEAD", dir_fd=dir_fd, follow_symlinks=False)
         objects = os.stat("objects", dir_fd=dir_fd, follow_symlinks=False)
         refs = os.stat("refs", dir_fd=dir_fd, follow_symlinks=False)
     except OSError:
         return False
-    return (
-        (stat_module.S_ISREG(head.st_mode) or stat_module.S_ISLNK(head.st_mode))
-        and stat_module.S_ISDIR(objects.st_mode)
-        and stat_module.S_ISDIR(refs.st_mode)
-    )
+    return stat_module.S_ISDIR(objects.st_mode) and stat_module.S_ISDIR(refs.st_mode)
 
 
 def _show(segments: list[str]) -> str:

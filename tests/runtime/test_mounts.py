@@ -486,7 +486,7 @@ def test_value_mount_rejects_non_plain_values():
 
 
 def _work_tree(root):
-    """A folder that git treats as a work tree: .git/{HEAD,config,objects,refs}."""
+    """A folder that git treats as a work tree: .git/{HEAD,config,objects,refs,hooks}."""
     git = root / ".git"
     (git / "objects").mkdir(parents=True)
     (git / "refs" / "heads").mkdir(parents=True)
@@ -580,6 +580,23 @@ def test_a_bare_repository_inside_the_mount_is_not_written(tmp_path):
     with pytest.raises(MountDenied, match="git directory"):
         Mount.writable_folder(bare).write(P("/config"), "x")
     assert (bare / "config").read_text() == "[core]\n\tbare = true\n"
+
+
+def test_one_activation_cannot_turn_a_directory_into_a_repository(tmp_path):
+    from svit.errors import SvitError
+    from tests.bounds import unchanged
+
+    shaped = tmp_path / "shaped"
+    (shaped / "objects").mkdir(parents=True)
+    (shaped / "refs").mkdir()
+    p = _git_process(tmp_path)
+    source = """(define (main input)
+      (do (write "/mounts/work/shaped/HEAD" "ref: refs/heads/main\n")
+          (write "/mounts/work/shaped/config" "[core]\n\tfsmonitor = x\n")))"""
+    with unchanged(p):
+        with pytest.raises(SvitError, match="git directory"):
+            p.exec_inline(source)
+    assert sorted(os.listdir(shaped)) == ["objects", "refs"]
 
 
 def test_ordinary_files_beside_a_git_directory_stay_writable(tmp_path):
