@@ -33,7 +33,7 @@ from .errors import (
 from .guest import NULL_VALUE, Measure, SvitValue, charge_copy, plain_to_lisp, to_lisp, to_node, to_plain
 from .namespace import compile_error_to_svit, section
 from .paths import format_path, lib_name, parse, validate_address, validate_script_name
-from .ports import PortContext, failure_text
+from .ports import PortContext, failure_text, log_port_failure
 from .redact import redact
 from .tree import Node
 from .values import Script
@@ -418,7 +418,10 @@ class WorkingState(GuestHelpers):
         try:
             result = port.execute(context, plain)
         except Exception as exc:  # the port's failure, whatever its type, fails the activation
-            raise PortFailed(f"port /ports/{name} failed: {redact(failure_text(exc))}") from None
+            log_port_failure(name, exc)
+            failure = PortFailed(f"port /ports/{name} failed: {redact(failure_text(exc))}")
+            failure.port_error = exc  # type: ignore[attr-defined]  # for the host, never the guest
+            raise failure from None
         finally:
             # Time spent inside the port is not charged to the guest.
             if self.budget.deadline is not None:
@@ -496,6 +499,8 @@ def located(exc: ScriptFailed, name: str) -> ScriptFailed:
     # The same class: a port failure stays hard however many execs it crosses.
     fresh = type(exc)(exc.detail if exc.detail.startswith(prefix) else prefix + exc.detail)
     fresh.located = True  # type: ignore[attr-defined]
+    if hasattr(exc, "port_error"):
+        fresh.port_error = exc.port_error  # type: ignore[attr-defined]
     return fresh
 
 

@@ -192,6 +192,15 @@ class Process:
         self._state = (version, root)
         self.hooks = list(hooks)
         self.mounts: dict[str, Mount] = dict(mounts or {})
+        acquired: list[Mount] = []
+        try:
+            for provider in self.mounts.values():
+                provider.acquire()
+                acquired.append(provider)
+        except BaseException:
+            for provider in acquired:
+                provider.release()
+            raise
         self.ports = ports
         self._lock = threading.RLock()
         #: Called with each validated Transition before it is published (durable stores).
@@ -404,14 +413,41 @@ class Process:
             validate_mount_name(name)
             descriptor = tree.from_value(mount.descriptor(), scripts_allowed=False)
             current = tree.get(self.root, ("mounts", name))
-            if current is not None and current.digest == descriptor.digest:
-                self.mounts[name] = mount
-                return None
-            path = f"/mounts/{name}"
-            candidate = tree.set_at(self.root, ("mounts", name), descriptor)
-            change = self._publish(candidate, [{"operation": "set", "path": path, "value": descriptor}], [path], "mounts.attach")
+            change = None
+            mount.acquire()
+            try:
+                if current is None or current.digest != descriptor.digest:
+                    path = f"/mounts/{name}"
+                    candidate = tree.set_at(self.root, ("mounts", name), descriptor)
+                    change = self._publish(candidate, [{"operation": "set", "path": path, "value": descriptor}], [path], "mounts.attach")
+            except BaseException:
+                mount.release()
+                raise
+            previous = self.mounts.get(name)
             self.mounts[name] = mount
+            if previous is not None:
+                previous.release()
             return change
+
+    def detach_mount(self, name: str) -> None:
+        """Stop using the provider of ``/mounts/<name>`` (released, e.g. a folder's root
+        descriptor closed); the descriptor stays committed and reads as unattached. No commit."""
+        with self._lock:
+            validate_mount_name(name)
+            if tree.get(self.root, ("mounts", name)) is None:
+                raise InvalidPath(f"/mounts/{name}")
+            provider = self.mounts.pop(name, None)
+            if provider is not None:
+                provider.release()
+
+    def close(self) -> None:
+        """Release every attached provider (the committed tree is untouched; mounts then
+        read as unattached). Closing twice is harmless."""
+        with self._lock:
+            providers = list(self.mounts.values())
+            self.mounts.clear()
+            for provider in providers:
+                provider.release()
 
     # ------------------------------------------------------------------ mounts
     def _mount_target(self, segments: tuple[str, ...]) -> tuple[str, dict[str, Any], Mount | None, MountPath]:
@@ -460,6 +496,7 @@ class Process:
         mountlib.require_write(name, descriptor)
         if provider is None:
             raise MountUnavailable(f"/mounts/{name}")
+        provider.check_write(mount_path)
 
     def _mount_apply(self, op: str, segments: tuple[str, ...], value: Any) -> None:
         name, _descriptor, provider, mount_path = self._mount_target(segments)
