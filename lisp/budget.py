@@ -58,3 +58,31 @@ class Budget:
     def check_clock(self) -> None:
         if self.deadline is not None and self._clock() > self.deadline:
             raise BudgetExhausted("time")
+
+
+class CompileMeter:
+    """The compiler's own work, charged to a compilation's budget in small batches.
+
+    Every pass (expansion, resolution, code generation) counts one unit per form it
+    visits, so a macro expansion whose parts are shared (walked as a tree, it doubles
+    per level) runs out of steps, or of time, instead of running on unmetered.
+    Batching keeps the count cheap; whatever is left is charged by :meth:`flush`.
+    """
+
+    __slots__ = ("budget", "pending")
+
+    BATCH = 256
+
+    def __init__(self, budget: Budget) -> None:
+        self.budget = budget
+        self.pending = 0
+
+    def visit(self, units: int = 1) -> None:
+        self.pending += units
+        if self.pending >= self.BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        units, self.pending = self.pending, 0
+        if units:
+            self.budget.charge(units)

@@ -124,8 +124,8 @@ def steps_of_call(source: str, *args) -> int:
 
 
 def test_a_big_straight_line_expression_charges_for_its_size() -> None:
-    source = f"(define (f x) {balanced_sum(1024)})"
-    assert steps_of_call(source, 1) >= 1023 // 16
+    source = f"(define (f x) {balanced_sum(512)})"
+    assert steps_of_call(source, 1) >= 511 // 16
 
 
 def test_a_small_function_still_costs_one_step() -> None:
@@ -141,8 +141,8 @@ def test_a_big_loop_body_charges_for_its_size_every_iteration() -> None:
 def test_a_big_top_level_expression_charges_for_its_size() -> None:
     interp = Interpreter(LispLimits(max_steps=10_000_000, max_execution_millis=60_000))
     interp.define_value("x", 1)
-    interp.run(balanced_sum(1024))
-    assert interp.budget.used >= 1023 // 16
+    interp.run(balanced_sum(512))
+    assert interp.budget.used >= 511 // 16
 
 
 # ---------------------------------------------------------------------- clear errors
@@ -185,11 +185,16 @@ def test_no_compile_failure_is_an_internal_error() -> None:
 # ---------------------------------------------------------------------- the compile cache
 
 
-BIG_CONST = '(const big (format "~{n}a" "x"))\n(define (main input) (len big))\n; {tag}\n'
+def big_const(levels: int) -> str:
+    """A const of 16**levels characters, built by repeated concatenation."""
+    body = "a"
+    for _ in range(levels):
+        body = f"(let ((a {body})) (concat a a a a a a a a a a a a a a a a))"
+    return f'; {next(_unique)}\n(const big (let ((a "x")) {body}))\n(define (main input) (len big))\n'
 
 
 def test_the_cache_never_reuses_a_compile_done_under_more_guest_memory() -> None:
-    source = BIG_CONST.format(n=12_000_000, tag=next(_unique))
+    source = big_const(6)  # 16 M characters
     large = LispLimits(max_guest_memory=64 * 1024 * 1024, max_steps=10_000_000)
     Interpreter(large).compile(source)
     with pytest.raises(LimitError) as caught:
@@ -198,7 +203,10 @@ def test_the_cache_never_reuses_a_compile_done_under_more_guest_memory() -> None
 
 
 def test_the_cache_never_reuses_a_compile_done_under_more_steps() -> None:
-    source = f"(define (spin n) (if (= n 0) 0 (spin (- n 1))))\n(const done (spin 300000))\n; {next(_unique)}\n"
+    source = (
+        f"; {next(_unique)}\n(define (spin n) (if (= n 0) 0 (spin (- n 1))))\n"
+        "(macro (burn) (do (spin 300000) 0))\n(define (main input) (burn))\n"
+    )
     Interpreter(LispLimits(max_steps=10_000_000, max_execution_millis=60_000)).compile(source)
     with pytest.raises(BudgetExhausted) as caught:
         Interpreter(LispLimits(max_steps=100_000, max_execution_millis=60_000)).compile(source)
