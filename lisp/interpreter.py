@@ -503,9 +503,12 @@ class Interpreter:
             raise
 
     # ------------------------------------------------------------------ run
-    def run(self, source: str | Program) -> Any:
-        """Run every top-level form of ``source`` in order; returns the last value."""
-        compiled = self.compile(source)
+    def run(self, source: str | Program, *, compile_budget: Budget | None = None) -> Any:
+        """Run every top-level form of ``source`` in order; returns the last value.
+
+        ``compile_budget`` is what compiling it draws on (see :meth:`compile`).
+        """
+        compiled = self.compile(source, compile_budget)
         self.compiled = compiled
         with self._guard(compiled):
             return self._execute(compiled)
