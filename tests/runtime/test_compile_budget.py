@@ -141,3 +141,24 @@ def test_restore_within_the_budget_still_works() -> None:
     restored = Process.restore(data, restore_limits=Limits())
     assert restored.snapshot() == data
     assert restored.exec("/lib/s0", None).output == 0
+
+
+def test_a_store_restores_snapshots_under_its_own_restore_limits(tmp_path) -> None:
+    from svit.store.store import ProcessStore
+
+    library = {f"s{i}": BURN.format(tag=next(_unique), steps=300_000) for i in range(4)}
+    builder = Process.builder(ADDRESS).limits(GENEROUS)
+    for name, source in library.items():
+        builder = builder.library(name, source)
+    store = ProcessStore.open(tmp_path / "store")
+    store.create(builder.build())
+    store.close()
+    store = ProcessStore.open(tmp_path / "store")
+    store.restore_limits = Limits(max_steps=500_000)
+    try:
+        cost = measure(lambda: store.resume(ADDRESS))
+    finally:
+        store.close()
+    assert isinstance(cost.error, SvitError), cost.error or "accepted"
+    assert "steps" in cost.error.message
+    assert_time_within(cost, store.restore_limits.max_execution_millis)
