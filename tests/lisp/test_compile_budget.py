@@ -211,3 +211,39 @@ def test_the_cache_never_reuses_a_compile_done_under_more_steps() -> None:
     with pytest.raises(BudgetExhausted) as caught:
         Interpreter(LispLimits(max_steps=100_000, max_execution_millis=60_000)).compile(source)
     assert caught.value.what == "steps"
+
+
+# ---------------------------------------------------------------------- generated attacks
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+#: How a level of the generated macro combines the previous form with itself.
+SHAPES = {
+    "add": "(list '+ form form)",
+    "list": "(list 'list form form)",
+    "if": "(list 'if true form form)",
+    "do": "(list 'do form form form)",
+    "let": "(list 'let (list (list 'y form)) form)",
+    "lambda": "(list (list 'lambda (list 'y) form) form)",
+    "quasi": "(list 'quasiquote (list (list 'unquote form) (list 'unquote form)))",
+}
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shapes=st.lists(st.sampled_from(sorted(SHAPES)), min_size=1, max_size=3), levels=st.integers(1, 24))
+def test_generated_shared_forms_stay_within_the_limits(shapes: list[str], levels: int) -> None:
+    steps = " ".join(f"(if (= (rem n {len(shapes)}) {i}) {SHAPES[s]} " for i, s in enumerate(shapes)) + "form" + ")" * len(shapes)
+    source = (
+        f"; {next(_unique)}\n"
+        f"(define (grow n form) (if (= n 0) form (grow (- n 1) {steps})))\n"
+        "(macro (big n) (grow n 1))\n"
+        f"(define (main input) (big {levels}))\n"
+    )
+    limits = LispLimits(max_execution_millis=100, max_guest_memory=1024 * 1024, max_syntax_depth=1024)
+    budget = Budget(limits.max_steps, limits.max_execution_millis)
+    cost = measure(lambda: Interpreter(limits).compile(source, budget=budget))
+    if cost.error is not None:
+        assert isinstance(cost.error, (LimitError, BudgetExhausted)), cost.error
+    assert_time_within(cost, limits.max_execution_millis)
+    assert_steps_within(budget.used, limits.max_steps)
