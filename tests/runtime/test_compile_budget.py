@@ -162,3 +162,17 @@ def test_a_store_restores_snapshots_under_its_own_restore_limits(tmp_path) -> No
     assert isinstance(cost.error, SvitError), cost.error or "accepted"
     assert "steps" in cost.error.message
     assert_time_within(cost, store.restore_limits.max_execution_millis)
+
+
+def test_a_compile_done_under_larger_limits_is_not_reused_under_smaller_ones() -> None:
+    body = "a"
+    for _ in range(6):  # 16 M characters
+        body = f"(let ((a {body})) (concat a a a a a a a a a a a a a a a a))"
+    source = f'; {next(_unique)}\n(const big (let ((a "x")) {body}))\n(define (main input) (len big))\n'
+    large = Process.builder(ADDRESS).limits(Limits(max_guest_memory=64 * 1024 * 1024)).build()
+    large.write("/lib/big", {"source": source})
+    small = Process.builder(ADDRESS).build()
+    with unchanged(small):
+        with pytest.raises(SvitError) as caught:
+            small.write("/lib/big", {"source": source})
+    assert caught.value.code == "resource_limit_exceeded" and caught.value.limit == "guest memory"
