@@ -154,7 +154,7 @@ class FunctionContext:
 
 @dataclass
 class Compiled:
-    """A compiled program: code object, constants and the map back to Lisp lines."""
+    """A compiled program: code objects, constants and the map back to Lisp lines."""
 
     #: One code object per group of top-level forms, run in order (compiled apart, so
     #: CPython never holds the syntax tree of a whole big script at once).
