@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from lisp import context as lisp_context
 from lisp.budget import Budget
@@ -91,20 +91,43 @@ def script_filename(name: str) -> str:
     return "/activation/inline.svit-script" if name == INLINE_NAME else f"/lib/{name}.svit-script"
 
 
-def compile_check(name: str, source: str, limits: Any) -> None:
-    """Compile (never run) a script the way write-time validation does."""
+def compile_check(name: str, source: str, limits: Any, budget: Budget | None = None) -> None:
+    """Compile (never run) a script the way write-time validation does.
+
+    Its compile-time code and the compiler's own work draw on ``budget`` (by default
+    one of its own under ``limits``): a caller compiling many scripts under one bound
+    passes the same budget to each.
+    """
     if len(source.encode("utf-8")) > limits.max_script_bytes:
         raise ResourceLimitExceeded("script source")
-    interp = Interpreter(lisp_limits(limits), Budget(limits.max_steps, limits.max_execution_millis), filename=script_filename(name))
+    if budget is None:
+        budget = Budget(limits.max_steps, limits.max_execution_millis)
+    interp = Interpreter(lisp_limits(limits), budget, filename=script_filename(name))
     # The names every activation installs (WorkingState.install), so a script is
     # resolved at write time against exactly what it will run with.
     interp.define_value("input", NULL_VALUE)
     interp.define_value("*svit-version*", SVIT_VERSION)
     interp.define_functions(GUEST_FUNCTIONS)
     try:
-        interp.compile(source)
+        interp.compile(source, budget)
     except LispError as exc:
         raise compile_error_to_svit(exc) from None
+
+
+def script_compiler(limits: Any, budget: Budget | None = None) -> Callable[[str, Any], None]:
+    """A ``compile_script`` for :func:`validate_root` whose scripts all share one budget.
+
+    Validating a root compiles every changed script; together they get one budget
+    (``budget``, or one under ``limits`` made at the first compile), never one each.
+    """
+    shared: list[Budget] = [budget] if budget is not None else []
+
+    def compile_script(name: str, script: Any) -> None:
+        if not shared:
+            shared.append(Budget(limits.max_steps, limits.max_execution_millis))
+        compile_check(name, script.source, limits, shared[0])
+
+    return compile_script
 
 
 def held(node: Node) -> SvitValue:
@@ -184,7 +207,8 @@ class WorkingState(GuestHelpers):
         interp = Interpreter(self.lisp_limits, self.budget, filename=script_filename(name), passthrough=(SvitError,))
         self.install(interp, input_node)
         try:
-            interp.run(source)
+            # Compiling draws on the activation's own budget, like everything it runs.
+            interp.run(source, compile_budget=self.budget)
             if not interp.has("main"):
                 raise ScriptFailed(f"{script_filename(name)}: script must define main(input)")
             result = interp.call("main", to_lisp(input_node))

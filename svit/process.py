@@ -8,6 +8,7 @@ failure anywhere before that leaves version, root and snapshot bytes untouched.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from .activation import (
     compile_check,
     library_record,
     located,
+    script_compiler,
 )
 from .errors import (
     HookCancelled,
@@ -169,7 +171,7 @@ class ProcessBuilder:
         catalog = self._ports.catalog() if self._ports is not None else {}
         root = initial_root(self._address, limits, self._memory, self._library, descriptors, catalog)
         process = Process(self._address, root, 0, limits, hooks=self._hooks, mounts=dict(self._mounts), ports=self._ports)
-        validate_root(root, self._address, limits, process._compile_script, error=InvalidValue)
+        validate_root(root, self._address, limits, script_compiler(limits), error=InvalidValue)
         return process
 
 
@@ -300,6 +302,7 @@ class Process:
 
     # ------------------------------------------------------------------ commit machinery
     def _compile_script(self, name: str, script: Script) -> None:
+        """Compile one script under its own budget (validation shares one: :func:`script_compiler`)."""
         compile_check(name, script.source, self.limits)
 
     def _publish(self, root: Node, mutations: list[dict[str, Any]], paths: Iterable[str], source: str) -> Change:
@@ -307,7 +310,7 @@ class Process:
         version, previous = self._state
         if version >= U64_MAX:
             raise ResourceLimitExceeded("process version")
-        validate_root(root, self.address, self.limits, self._compile_script, previous=previous, error=InvalidValue)
+        validate_root(root, self.address, self.limits, script_compiler(self.limits), previous=previous, error=InvalidValue)
         transition = Transition(self.address, version, version + 1, previous, root, mutations, source)
         if self.before_publish is not None:
             self.before_publish(transition)
@@ -600,7 +603,9 @@ class Process:
             if script is not None:
                 tree.validate_value(tree.from_value(script, scripts_allowed=True), self.limits, scripts_allowed=True)
                 try:
-                    compile_check(staged_name, script.source, self.limits)
+                    # Checked under what is left of the activation's budget: writing
+                    # scripts cannot multiply the work an activation may do.
+                    compile_check(staged_name, script.source, self.limits, ws.budget)
                 except ScriptFailed as exc:
                     raise located(exc, name) from None
         version, root = self._state
@@ -631,7 +636,7 @@ class Process:
             candidate = tree.set_at(candidate, ("system", "outbox"), new_outbox)
             mutations.append({"operation": "append", "path": "/system/outbox", "values": [tree.from_value(i, scripts_allowed=False) for i in intents]})
             changed.add("/system/outbox")
-        validate_root(candidate, self.address, self.limits, self._compile_script, previous=root, error=InvalidValue)
+        validate_root(candidate, self.address, self.limits, script_compiler(self.limits), previous=root, error=InvalidValue)
         messages = [{"message_id": i["message_id"], "to": i["to"], "body": i["body"]} for i in intents]
         if dry_run:
             changed.update(mount_change_path(parse(path)) for _op, path, _value in ws.mount_writes)
@@ -677,18 +682,24 @@ class Process:
         max_bytes: int | None = None,
         max_tree_nodes: int | None = None,
         max_tree_text_bytes: int | None = None,
+        restore_limits: Limits | None = None,
     ) -> "Process":
         """Build a process from untrusted snapshot bytes, validating everything first.
 
-        The keywords are the host's bounds on what a restore may build, on top of the
-        snapshot's own limits: the snapshot's bytes, and its tree's nodes and text bytes,
-        checked while the bytes are scanned, before any of the tree exists.
+        The keywords are the host's bounds on what a restore may cost, on top of the
+        snapshot's own limits. ``max_bytes``, ``max_tree_nodes`` and
+        ``max_tree_text_bytes`` bound the bytes and the tree, checked while the bytes are
+        scanned, before any of the tree exists. Restoring compiles every script of the
+        snapshot's ``/lib``: their compile-time code and the compiler's work together get
+        one budget, the snapshot's own steps and milliseconds but never more than
+        ``restore_limits`` (the host's; by default the default limits) allow, and
+        compile-time code holds no more guest memory than both allow.
         """
         address, version, root, limits, claimed = decode_snapshot_unverified(
             data, max_bytes=max_bytes, max_tree_nodes=max_tree_nodes, max_tree_text_bytes=max_tree_text_bytes
         )
         process = cls(address, root, version, limits)
-        validate_root(root, address, limits, process._compile_script, error=InvalidSnapshot)
+        validate_root(root, address, limits, restore_compiler(limits, restore_limits or Limits()), error=InvalidSnapshot)
         check_root_hash(root, claimed)
         return process
 
@@ -700,8 +711,19 @@ class Process:
         system_node = tree.from_value(system_value, scripts_allowed=False)
         candidate = tree.set_at(root, ("system",), system_node)
         child = Process(child_address, candidate, version, self.limits, hooks=self.hooks, mounts=self.mounts, ports=self.ports)
-        validate_root(candidate, child_address, self.limits, child._compile_script, previous=root, error=InvalidValue)
+        validate_root(candidate, child_address, self.limits, script_compiler(self.limits), previous=root, error=InvalidValue)
         return child
+
+
+def restore_compiler(snapshot: Limits, host: Limits) -> Callable[[str, Script], None]:
+    """The ``compile_script`` of a restore: every script under one budget the host bounds."""
+    capped = dataclasses.replace(
+        snapshot,
+        max_steps=min(snapshot.max_steps, host.max_steps),
+        max_execution_millis=min(snapshot.max_execution_millis, host.max_execution_millis),
+        max_guest_memory=min(snapshot.max_guest_memory, host.max_guest_memory),
+    )
+    return script_compiler(capped)
 
 
 def mount_change_path(segments: tuple[str, ...]) -> str:

@@ -233,6 +233,9 @@ class ProcessStore:
         self._head_cache: dict[str, tuple[bytes, dict[str, Any]]] = {}
         #: Latest committed state per address seen by this store object (a cache; fork uses it).
         self._latest: dict[str, _State] = {}
+        #: What restoring a stored snapshot may cost at most (compile-time work of all
+        #: its scripts together, see :meth:`Process.restore`); a host may set its own.
+        self.restore_limits = Limits()
         #: The one synced write path (``faults.FailingWrites`` wraps it in tests).
         self._writer: Callable[[Any], None] = lambda batch: self._db.write(batch, self._write_options)
 
@@ -1007,12 +1010,11 @@ class ProcessStore:
             raise InvalidPersistence(f"{address}: fork boundary {stop.position} is not in the retained history")
         return _State(version, root, limits, head, base["base_hash"])
 
-    @staticmethod
-    def _restore(data: Any, what: str) -> Process:
+    def _restore(self, data: Any, what: str) -> Process:
         if type(data) is not bytes:
             raise InvalidPersistence(f"{what}: process snapshot is not bytes")
         try:
-            return Process.restore(data)
+            return Process.restore(data, restore_limits=self.restore_limits)
         except SvitError as exc:
             raise InvalidPersistence(f"{what}: process snapshot does not restore: {exc.message}") from None
 

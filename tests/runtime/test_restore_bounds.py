@@ -138,14 +138,19 @@ def test_the_envelope_outside_the_root_is_bounded():
     assert_memory_within(cost, 64 * 1024)
 
 
-def test_the_store_and_the_archive_restore_through_the_same_bounds():
+def test_the_store_and_the_archive_restore_through_the_same_bounds(tmp_path):
     allowed = allowed_restore_peak(SMALL_NODES, {f"k{i}": [i] for i in range(900)})
     hostile = snapshot_with({f"k{i}": [i] for i in range(200_000)}, Limits(max_tree_nodes=10_000_000), declared=SMALL_NODES)
 
-    def from_store():
-        return ProcessStore._restore(hostile, "stored snapshot")
+    store = ProcessStore.open(str(tmp_path / "store"))
 
-    cost = measure(from_store, memory=True)
+    def from_store():
+        return store._restore(hostile, "stored snapshot")
+
+    try:
+        cost = measure(from_store, memory=True)
+    finally:
+        store.close()
     assert isinstance(cost.error, InvalidPersistence) and "process tree nodes limit" in cost.error.message, cost.error
     assert_memory_within(cost, allowed)
 
