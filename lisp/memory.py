@@ -113,7 +113,15 @@ class Meter:
         if allowed < 0:
             raise LimitError("guest memory")
         spaces = {id(space.globals) for space, _count in self.spaces.values()}
-        held, visited = _measure(self._roots(frames), self._free(), allowed, spaces)
+        seen = self._free()
+        # The frame asking may already hold what it asks for (some functions build, then
+        # charge): what it holds beyond its callers counts as at least the units asked.
+        inner, outer = (frames[:1], frames[1:]) if frames else ([], [])
+        held, visited = _measure(self._roots(outer, True), seen, allowed, spaces)
+        if held <= allowed:
+            own, more = _measure(self._roots(inner, False), seen, self.limit - hidden - held, spaces)
+            visited += more
+            held += max(0, own - units)
         self.records = records
         self.last_clock = clock
         if visited >= VALUES_PER_STEP:
@@ -149,9 +157,9 @@ class Meter:
             child = frame
         return _covered(windows), records
 
-    def _roots(self, frames: list[FrameType]) -> list[Any]:
+    def _roots(self, frames: list[FrameType], with_globals: bool) -> list[Any]:
         roots: list[Any] = []
-        for space, _count in self.spaces.values():
+        for space, _count in self.spaces.values() if with_globals else ():
             # Guest globals and top-level let bindings (module code keeps them as globals);
             # the rest are system functions and host values, which count nothing.
             roots.extend(space.globals.values())
