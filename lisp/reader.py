@@ -294,7 +294,7 @@ _CACHE_SIZE = 512
 #: wrote (forms, names, positions) long after the run that read it.
 _CACHE_MAX_SOURCE = 64 * 1024
 #: The cache keeps at most this many source characters in all.
-_CACHE_TOTAL_SOURCE = 1024 * 1024
+_CACHE_TOTAL_SOURCE = 256 * 1024
 _cache: "OrderedDict[bytes, tuple[Program, int]]" = OrderedDict()
 _cache_lock = threading.Lock()
 _cached_source = 0
