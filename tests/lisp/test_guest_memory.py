@@ -170,3 +170,12 @@ def test_host_values_are_not_charged_to_the_run() -> None:
     huge = "y" * (4 * LIMIT)
     source = "(define (spin n acc) (if (= n 0) acc (spin (- n 1) (concat \"a\" (to-string n))))) (spin 20000 huge)"
     assert evaluate(source, HOLDING_LIMITS, big=BIG, huge=huge) == "a1"
+
+
+@pytest.mark.parametrize("call", ["(map keep (range 40))", "(sort-by keep (range 40))"])
+def test_results_a_collection_function_gathers_are_seen(call: str) -> None:
+    # Each result is an eighth of the limit: only the results gathered so far pass it.
+    source = f"(define (keep i) (concat part (to-string i))) (len {call})"
+    cost = measure(_run(source, part=PART), memory=True)
+    assert isinstance(cost.error, LimitError) and cost.error.limit == "guest memory", cost.error or "accepted"
+    assert_memory_within(cost, LIMIT)
