@@ -41,12 +41,18 @@ CHAR_UNITS = 128
 _SHARED_TEXT = 256
 #: The measure charges one step per this many values visited.
 VALUES_PER_STEP = 64
-#: The meter looks again after this fraction of the limit was allocated.
-CHECK_FRACTION = 4
+#: The meter looks again after at least this fraction of the limit was allocated.
+CHECK_FRACTION = 2
 #: ... but never more often than every this many units.
 MIN_CHECK_INTERVAL = 4096
+#: After a measure that visited n values, the next waits for SPACING * n units (at most the limit).
+SPACING = 16
 
 _STR_HEADER = sys.getsizeof("")
+#: Lists of numbers or short texts at least this long are remembered between looks.
+_REMEMBERED = 1024
+_ATOMS = frozenset((int, float, bool, type(None), Fraction))
+_TEXTS = frozenset((str,))
 _OWN_MODULES = frozenset((__name__, "lisp.context"))
 
 
@@ -55,7 +61,7 @@ class Meter:
 
     __slots__ = (
         "limit", "interval", "total", "next_check", "last_clock", "entry", "depth",
-        "spaces", "records", "checks",
+        "spaces", "records", "leaves", "checks",
     )
 
     def __init__(self, limit: int) -> None:
@@ -72,6 +78,8 @@ class Meter:
         self.spaces: dict[int, list[Any]] = {}
         #: id(frame) -> (frame, lasti, child, since, until) from the last measure.
         self.records: dict[int, tuple[FrameType, int, Any, int, int]] = {}
+        #: Long immutable lists of plain values measured by the last look (see _measure).
+        self.leaves: dict[int, tuple[tuple, int]] = {}
         self.checks = 0
 
     # ------------------------------------------------------------------ runs
@@ -97,6 +105,7 @@ class Meter:
             self.depth = 0
             self.entry = None
             self.records = {}
+            self.leaves = {}
 
     # ------------------------------------------------------------------ the check
     def check(self, context: Any, units: int) -> None:
@@ -117,13 +126,19 @@ class Meter:
         # The frame asking may already hold what it asks for (some functions build, then
         # charge): what it holds beyond its callers counts as at least the units asked.
         inner, outer = (frames[:1], frames[1:]) if frames else ([], [])
-        held, visited = _measure(self._roots(outer, True), seen, allowed, spaces)
+        leaves: dict[int, tuple[tuple, int]] = {}
+        held, visited = _measure(self._roots(outer, True), seen, allowed, spaces, self.leaves, leaves)
         if held <= allowed:
-            own, more = _measure(self._roots(inner, False), seen, self.limit - hidden - held, spaces)
+            own, more = _measure(self._roots(inner, False), seen, self.limit - hidden - held, spaces, self.leaves, leaves)
             visited += more
             held += max(0, own - units)
         self.records = records
+        self.leaves = leaves
         self.last_clock = clock
+        # Amortise: the next look waits for as many units as were found held (or as the
+        # values visited call for), never more than the limit: what is held between two
+        # looks stays within twice the limit.
+        self.next_check = self.total + min(max(self.interval, held, SPACING * visited), self.limit)
         if visited >= VALUES_PER_STEP:
             context.budget.charge(visited // VALUES_PER_STEP)
         if held > allowed:
@@ -224,10 +239,19 @@ def _covered(windows: list[tuple[int, int]]) -> int:
 # --- what a value holds -------------------------------------------------------------
 
 
-def _measure(roots: Iterable[Any], seen: set[int], allowed: int, spaces: set[int]) -> tuple[int, int]:
+def _measure(
+    roots: Iterable[Any],
+    seen: set[int],
+    allowed: int,
+    spaces: set[int],
+    leaves_before: dict[int, tuple[tuple, int]],
+    leaves: dict[int, tuple[tuple, int]],
+) -> tuple[int, int]:
     """Units held by ``roots`` (each list, long text and function once), and values visited.
 
-    Stops as soon as the total passes ``allowed``.
+    Stops as soon as the total passes ``allowed``. Long lists of numbers or short texts
+    measured by the last look (``leaves_before``, immutable, so still right) are not
+    walked again; those met now are put in ``leaves`` for the next look.
     """
     total = 0
     visited = 0
@@ -249,6 +273,31 @@ def _measure(roots: Iterable[Any], seen: set[int], allowed: int, spaces: set[int
                 continue
             seen.add(id(value))
             total += LIST_UNIT * len(value)
+            if t is tuple and len(value) >= _REMEMBERED:
+                known = leaves_before.get(id(value))
+                if known is not None and known[0] is value:
+                    leaves[id(value)] = known
+                    total += known[1]
+                    if total > allowed:
+                        break
+                    continue
+            kinds = set(map(type, value))
+            if kinds <= _ATOMS:
+                if t is tuple and len(value) >= _REMEMBERED:
+                    leaves[id(value)] = (value, 0)
+                continue  # numbers and truths: nothing beyond their slots
+            if kinds == _TEXTS:
+                # Short texts only (each counted where it occurs), measured without a loop here.
+                sizes = list(map(len, value))
+                if max(sizes) < _SHARED_TEXT:
+                    inside = sum(sizes)
+                    total += inside
+                    visited += len(sizes) // 8
+                    if t is tuple and len(value) >= _REMEMBERED:
+                        leaves[id(value)] = (value, inside)
+                    if total > allowed:
+                        break
+                    continue
             push(value)
         elif value is None or t is bool or t is int or t is float or t is Fraction:
             continue
