@@ -19,7 +19,7 @@ SLICE = 1024
 class Budget:
     """Remaining steps plus a wall-clock deadline, shared by nested runs."""
 
-    __slots__ = ("max_steps", "remaining", "deadline", "max_millis", "_clock")
+    __slots__ = ("max_steps", "remaining", "deadline", "max_millis", "_clock", "meter")
 
     def __init__(self, max_steps: int = 1_000_000, max_millis: int | None = 1_000) -> None:
         self.max_steps = max_steps
@@ -27,6 +27,8 @@ class Budget:
         self.max_millis = max_millis
         self._clock = time.monotonic
         self.deadline = None if max_millis is None else self._clock() + max_millis / 1000.0
+        #: The guest memory meter of the runs sharing this budget (made by their context).
+        self.meter = None
 
     @property
     def used(self) -> int:

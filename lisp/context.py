@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from .budget import Budget
 from .errors import LimitError
+from .memory import Meter
 from .values import Foreign
 
 #: Element types that hold guest memory of their own inside a list.
@@ -42,7 +43,7 @@ class LispLimits:
 class Context:
     """Limits plus the budget of the run in progress."""
 
-    __slots__ = ("limits", "budget", "max_bits", "max_memory", "sizes")
+    __slots__ = ("limits", "budget", "max_bits", "max_memory", "sizes", "meter")
 
     def __init__(self, limits: LispLimits, budget: Budget) -> None:
         self.limits = limits
@@ -52,6 +53,11 @@ class Context:
         #: id -> (list, size) of recently built lists, so a list built from them is
         #: measured without walking them again.
         self.sizes: dict[int, tuple[tuple, int]] = {}
+        #: What the runs sharing the budget hold in total (one meter per budget).
+        meter = budget.meter
+        if meter is None or meter.limit != self.max_memory:
+            meter = budget.meter = Meter(self.max_memory)
+        self.meter = meter
 
     def check_int(self, value: int) -> int:
         """Return ``value`` if its magnitude fits ``max_integer_bits``."""
@@ -65,9 +71,17 @@ class Context:
             raise LimitError("guest memory")
 
     def allocate(self, units: int) -> None:
-        """Account for creating a value of ``units`` size: memory bound plus step cost."""
+        """Account for creating a value of ``units`` size: memory bound plus step cost.
+
+        The value is refused on its own above the limit, and the units count toward
+        what the run holds in total (see :mod:`lisp.memory`).
+        """
         if units > self.max_memory:
             raise LimitError("guest memory")
+        meter = self.meter
+        meter.total += units
+        if meter.total > meter.next_check:
+            meter.check(self, units)
         if units >= UNITS_PER_STEP:
             self.budget.charge(units // UNITS_PER_STEP)
 
@@ -88,6 +102,10 @@ class Context:
         size = own + self._held_inside(items)
         if size > self.max_memory:
             raise LimitError("guest memory")
+        meter = self.meter
+        meter.total += own
+        if meter.total > meter.next_check:
+            meter.check(self, own)
         if own >= UNITS_PER_STEP:
             self.budget.charge(own // UNITS_PER_STEP)
         value = tuple(items)

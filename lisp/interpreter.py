@@ -577,6 +577,7 @@ class _Guard:
 
     def __enter__(self) -> None:
         self.previous = run_context.enter(self.interp.context)
+        self.interp.context.meter.open(self.interp, sys._getframe(1))
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
         interp = self.interp
@@ -585,6 +586,7 @@ class _Guard:
         if unused > 0:
             interp.budget.give_back(unused)
         g["_s"] = 0
+        interp.context.meter.close(interp)
         run_context.leave(self.previous)
         if exc is None:
             return False

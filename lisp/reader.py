@@ -293,8 +293,14 @@ def _parse(source: str) -> Program:
 
 
 _CACHE_SIZE = 512
-_cache: "OrderedDict[bytes, Program]" = OrderedDict()
+#: Programs read from longer sources are not kept: the cache must not hold what a guest
+#: wrote (forms, names, positions) long after the run that read it.
+_CACHE_MAX_SOURCE = 64 * 1024
+#: The cache keeps at most this many source characters in all.
+_CACHE_TOTAL_SOURCE = 256 * 1024
+_cache: "OrderedDict[bytes, tuple[Program, int]]" = OrderedDict()
 _cache_lock = threading.Lock()
+_cached_source = 0
 
 
 def read(source: str) -> Program:
@@ -302,19 +308,24 @@ def read(source: str) -> Program:
     if not isinstance(source, str):
         raise ReadError("source must be text")
     key = blake3.blake3(source.encode("utf-8", errors="surrogatepass")).digest()
+    global _cached_source
     with _cache_lock:
         found = _cache.get(key)
         if found is not None:
             _cache.move_to_end(key)
-            return found
+            return found[0]
     try:
         program = _parse(source)
     except RecursionError:
         raise ReadError("input nests too deeply", Span(1, 1)) from None
-    with _cache_lock:
-        _cache[key] = program
-        if len(_cache) > _CACHE_SIZE:
-            _cache.popitem(last=False)
+    size = len(source)
+    if size <= _CACHE_MAX_SOURCE:
+        with _cache_lock:
+            if key not in _cache:
+                _cache[key] = (program, size)
+                _cached_source += size
+            while len(_cache) > _CACHE_SIZE or _cached_source > _CACHE_TOTAL_SOURCE:
+                _cached_source -= _cache.popitem(last=False)[1][1]
     return program
 
 

@@ -14,8 +14,8 @@ string        ``str``
 char          :class:`Char`
 bytes         ``bytes``
 path          :class:`LispPath`
-name          :class:`Name` (interned)
-keyword       :class:`Keyword` (interned)
+name          :class:`Name` (interned, weakly)
+keyword       :class:`Keyword` (interned, weakly)
 list          non-empty ``tuple``
 quoted        :class:`Quoted` (``'x`` `` `x `` ``,x`` ``,@x`` as values; type ``object``)
 function      a Python function marked by :func:`mark_function`
@@ -27,6 +27,7 @@ Every callable takes the caller's call depth first: ``f(depth, *args)``.
 
 from __future__ import annotations
 
+import weakref
 from fractions import Fraction
 from types import FunctionType
 from typing import Any, Callable
@@ -71,18 +72,31 @@ class LispPath:
 
 
 class _Interned:
-    """A value named by text and interned per class, so identity is equality."""
+    """A value named by text and interned per class, so identity is equality.
 
-    __slots__ = ("name",)
-    _table: dict[str, Any]
+    The table holds its values weakly: a name lives while some value, form or compiled
+    program holds it, and two names with the same text alive at once are one object. A
+    script cannot make the host keep every name it ever read.
+    """
+
+    __slots__ = ("name", "__weakref__")
+    _table: dict[str, "weakref.KeyedRef"]
+    _forget: Callable[["weakref.KeyedRef"], None]
 
     def __new__(cls, name: str) -> Any:
         table = cls._table
-        found = table.get(name)
+        ref = table.get(name)
+        found = ref() if ref is not None else None
         if found is None:
             found = object.__new__(cls)
             found.name = name
-            table[name] = found
+            fresh = weakref.KeyedRef(found, cls._forget, name)
+            ref = table.setdefault(name, fresh)  # atomic: one object per name across threads
+            if ref is not fresh:
+                other = ref()
+                if other is not None:
+                    return other
+                table[name] = fresh  # the old entry's name died; its callback leaves this one
         return found
 
     def __repr__(self) -> str:
@@ -92,18 +106,30 @@ class _Interned:
         return (type(self), (self.name,))
 
 
+def _forgetting(table: dict[str, "weakref.KeyedRef"]) -> Callable[["weakref.KeyedRef"], None]:
+    """The callback that drops a dead name's entry (unless a new one took its place)."""
+
+    def forget(ref: "weakref.KeyedRef") -> None:
+        if table.get(ref.key) is ref:
+            del table[ref.key]
+
+    return forget
+
+
 class Name(_Interned):
     """A symbol."""
 
     __slots__ = ()
-    _table: dict[str, "Name"] = {}
+    _table: dict[str, "weakref.KeyedRef"] = {}
+    _forget = staticmethod(_forgetting(_table))
 
 
 class Keyword(_Interned):
     """A keyword such as ``:optional``."""
 
     __slots__ = ()
-    _table: dict[str, "Keyword"] = {}
+    _table: dict[str, "weakref.KeyedRef"] = {}
+    _forget = staticmethod(_forgetting(_table))
 
 
 class Quoted:

@@ -169,7 +169,13 @@ def fn_map(depth: int, f: Any, xs: Any) -> tuple | None:
         return None
     current().allocate(_LIST_UNIT * n)
     visit(n)
-    return tuple([fn(depth + 1, x) for x in items])
+    # A loop, not a comprehension: the results so far stay a local, which the guest
+    # memory meter sees (a comprehension's list lives on its evaluation stack).
+    results: list = []
+    add = results.append
+    for x in items:
+        add(fn(depth + 1, x))
+    return tuple(results)
 
 
 @system(
@@ -181,7 +187,10 @@ def fn_filter(depth: int, pred: Any, xs: Any) -> tuple | None:
     fn = function("filter", pred)
     items = sequence("filter", xs)
     visit(len(items))
-    kept = [x for x in items if truth("filter", fn(depth + 1, x))]
+    kept: list = []  # a local the guest memory meter sees (see map)
+    for x in items:
+        if truth("filter", fn(depth + 1, x)):
+            kept.append(x)
     if kept:
         current().allocate(_LIST_UNIT * len(kept))
     return built_list(kept)
@@ -291,7 +300,9 @@ def fn_sort_by(depth: int, key_fn: Any, xs: Any) -> tuple | None:
         return None
     current().allocate(2 * _LIST_UNIT * n)  # the keys and the result
     visit(n)
-    keys = [fn(depth + 1, x) for x in items]
+    keys: list = []  # a local the guest memory meter sees (see map)
+    for x in items:
+        keys.append(fn(depth + 1, x))
     visit(_sort_cost(n))
     _sort_kind("sort-by", keys, "the keys")
     order = sorted(range(n), key=keys.__getitem__)

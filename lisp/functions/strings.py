@@ -12,14 +12,25 @@ from .lists import make_list
 from .numbers import type_error
 
 
+#: One shared Char per Latin-1 character, so the list of an ASCII text costs only its slots.
+_LATIN1 = tuple(Char(chr(i)) for i in range(256))
+#: Units per character of a text that is not ASCII: the list slot, and a Char with a
+#: one-character text of its own (what CPython really spends on a character beyond Latin-1).
+WIDE_CHAR_UNITS = 8 + 128
+
+
 @system("chars", 1)
 def fn_chars(s: Any) -> tuple | None:
     if type(s) is not str:
         raise type_error("string", s)
     if not s:
         return None
-    current().allocate(8 * len(s))  # refused before a Char is built for every character
-    return tuple([Char(c) for c in s])
+    if s.isascii():  # a flag CPython keeps: no scan
+        current().allocate(8 * len(s))  # refused before the list is built
+        return tuple(map(_LATIN1.__getitem__, s.encode("ascii")))
+    current().allocate(WIDE_CHAR_UNITS * len(s))
+    latin1 = _LATIN1
+    return tuple([latin1[code] if (code := ord(c)) < 256 else Char(c) for c in s])
 
 
 @system("string", 1)
