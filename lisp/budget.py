@@ -55,6 +55,44 @@ class Budget:
             raise BudgetExhausted("steps")
         self.check_clock()
 
+    def take(self, steps: int) -> None:
+        """Charge steps without looking at the clock (the rest of a batch of work)."""
+        self.remaining -= steps
+        if self.remaining < 0:
+            self.remaining = 0
+            raise BudgetExhausted("steps")
+
     def check_clock(self) -> None:
         if self.deadline is not None and self._clock() > self.deadline:
             raise BudgetExhausted("time")
+
+
+class CompileMeter:
+    """The compiler's own work, charged to a compilation's budget in small batches.
+
+    Every pass (expansion, resolution, code generation) counts one unit per form it
+    visits, so a macro expansion whose parts are shared (walked as a tree, it doubles
+    per level) runs out of steps, or of time, instead of running on unmetered.
+    Batching keeps the count cheap. As generated code looks at the clock once per
+    slice of steps, the meter looks at it once per batch of a slice's size; whatever
+    is left at the end is charged by :meth:`flush` (steps only).
+    """
+
+    __slots__ = ("budget", "pending")
+
+    BATCH = SLICE
+
+    def __init__(self, budget: Budget) -> None:
+        self.budget = budget
+        self.pending = 0
+
+    def visit(self, units: int = 1) -> None:
+        self.pending += units
+        if self.pending >= self.BATCH:
+            units, self.pending = self.pending, 0
+            self.budget.charge(units)
+
+    def flush(self) -> None:
+        units, self.pending = self.pending, 0
+        if units:
+            self.budget.take(units)

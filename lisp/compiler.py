@@ -8,8 +8,10 @@ the checked forms into Python (it checks nothing itself). The generated module:
   guest names can never reach a runtime helper (helpers all start with ``_``);
 * passes the call depth as the first argument of every Lisp callable, so the call
   stack bound costs one comparison and no shared state;
-* charges one step of fuel at every function entry and every tail-loop iteration
-  through the module global ``_s`` (refilled from the shared budget by ``_tick``);
+* charges fuel at every function entry and every tail-loop iteration through the
+  module global ``_s`` (refilled from the shared budget by ``_tick``): one step, plus
+  one for every :data:`FORMS_PER_STEP` forms of the body, so a big straight-line
+  expression costs in proportion to its size (a big top-level form likewise);
 * turns self tail calls into ``while`` loops;
 * inlines integer fast paths for arithmetic and comparisons, falling back to the
   system functions for everything else;
@@ -26,6 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from .budget import Budget, CompileMeter
 from .errors import LimitError, Span
 from .expand import Expansion
 from .functions import SYSTEM_FUNCTIONS
@@ -54,6 +57,22 @@ _MARK_END = "\x03"
 _VALUE_SHIFT = 24
 _DEPTH_MASK = (1 << _VALUE_SHIFT) - 1
 _STACK_MARK = re.compile("\x01([GD])([0-9]+)\x01")
+
+#: Compiled code charges one more step for every this many forms of a function body.
+FORMS_PER_STEP = 16
+#: Generating and compiling code costs one step for every this many characters of it.
+CODE_CHARS_PER_STEP = 8
+#: Each character of generated code counts as this many units of guest memory while
+#: CPython compiles it (its syntax tree takes about a hundred bytes per character).
+CODE_MEMORY_PER_CHAR = 64
+#: Code that may always be compiled in one piece, whatever the guest memory limit.
+MIN_CODE_CHARS = 32 * 1024
+
+
+def max_code_chars(max_guest_memory: int) -> int:
+    """How much code one piece (an expression, a group of top-level forms) may have."""
+    return max(MIN_CODE_CHARS, max_guest_memory // CODE_MEMORY_PER_CHAR)
+
 
 _MANGLED: dict[str, str] = {}
 
@@ -135,9 +154,11 @@ class FunctionContext:
 
 @dataclass
 class Compiled:
-    """A compiled program: code object, constants and the map back to Lisp lines."""
+    """A compiled program: code objects, constants and the map back to Lisp lines."""
 
-    code: Any
+    #: One code object per group of top-level forms, run in order (compiled apart, so
+    #: CPython never holds the syntax tree of a whole big script at once).
+    code: tuple[Any, ...]
     constants: tuple[Any, ...]
     python_source: str
     #: Python line to the Lisp position of the form running there (see :func:`layout`).
@@ -190,8 +211,16 @@ class Compiler:
         max_call_stack: int,
         max_value_stack: int,
         max_integer_bits: int,
+        meter: CompileMeter | None = None,
+        max_code_chars: int = MIN_CODE_CHARS,
     ) -> None:
         self.program: Program = expansion.program
+        #: Charged one unit for every form visited (see :class:`~lisp.budget.CompileMeter`).
+        self.meter = meter or CompileMeter(Budget(1 << 62, None))
+        #: The largest piece of code generated for one expression or group of forms.
+        self.max_code_chars = max_code_chars
+        #: Forms compiled so far in the function (or top-level form) being generated.
+        self.own_forms = 0
         self.expansion = expansion
         self.resolution = resolution
         self.filename = filename
@@ -266,18 +295,50 @@ class Compiler:
         return f"{_MARK}{len(self.marks) - 1}{_MARK_END}{code}"
 
     # ------------------------------------------------------------------ module
-    def compile_module(self) -> tuple[str, dict[int, Span]]:
-        body: list[str] = []
+    def compile_module(self) -> tuple[list[str], dict[int, Span]]:
+        """The module's source in pieces to compile one after another, and its line table.
+
+        Consecutive top-level forms are grouped into pieces of at most
+        ``max_code_chars`` characters (one form bigger than that is refused as guest
+        memory). Each piece starts with the closure factories of its own forms and is
+        padded with blank lines, so its line numbers are those of the whole module.
+        """
+        pieces: list[tuple[list[str], list[Span | None], int]] = []
+        lines: list[str] = []
         spans: list[Span | None] = []
+        size = 0
         for form in self.program.forms:
             saved = self.note_span(form)
-            lines = self.top_level(form)
-            body += lines
-            spans += [self.enclosing] * len(lines)
+            first_factory = len(self.factories)
+            self.own_forms = 0
+            body = self.top_level(form)
+            cost = self.own_forms // FORMS_PER_STEP
+            if cost:
+                body = [f"_s -= {cost}", "if _s < 0: _tick()"] + body
+            form_lines = self.factories[first_factory:] + body
+            form_spans = self.factory_spans[first_factory:] + [self.enclosing] * len(body)
+            del self.factories[first_factory:], self.factory_spans[first_factory:]
             self.enclosing = saved
-        # Stack checks never break a line, so the table stays true after them.
-        source, table = layout(self.factories + body, self.factory_spans + spans, self.marks)
-        return self.place_stack_checks(source), table
+            form_size = sum(len(line) + 1 for line in form_lines)
+            if form_size > self.max_code_chars:
+                raise LimitError("guest memory")
+            if size + form_size > self.max_code_chars and lines:
+                pieces.append((lines, spans, size))
+                lines, spans, size = [], [], 0
+            lines += form_lines
+            spans += form_spans
+            size += form_size
+        pieces.append((lines, spans, size))
+        chunks: list[str] = []
+        table: dict[int, Span] = {}
+        first_line = 0
+        for piece_lines, piece_spans, _size in pieces:
+            text, piece_table = layout(piece_lines, piece_spans, self.marks, first_line)
+            table.update(piece_table)
+            # Stack checks never break a line, so the table stays true after them.
+            chunks.append("\n" * first_line + self.place_stack_checks(text))
+            first_line += text.count("\n")
+        return chunks, table
 
     def place_stack_checks(self, source: str) -> str:
         """Fill in each function's entry check and call-site depth step.
@@ -357,10 +418,13 @@ class Compiler:
         frame = len(self.frame_sizes)
         self.frame_sizes[frame] = len(required) + len(optional) + len(keys) + (rest is not None)
         self.frames.append(frame)
+        # A function's fuel counts its own forms; a nested function counts its own.
+        outer_forms, self.own_forms = self.own_forms, 0
         try:
             return self._function_def(pyname, body, outer, self_global, required, optional, keys, rest, indent, frame)
         finally:
             self.frames.pop()
+            self.own_forms = outer_forms
 
     def _function_def(
         self, pyname: str, body: Any, outer: Scope, self_global: str | None,
@@ -410,6 +474,8 @@ class Compiler:
             f"{indent}    \x01G{frame}\x01",  # the stack check, placed by place_stack_checks
         ]
         fuel = ["_s -= 1", "if _s < 0: _tick()"]
+        cost = 1 + self.own_forms // FORMS_PER_STEP
+        fuel[0] = f"_s -= {cost}"
         if ctx.loops:
             lines += guard
             lines += [f"{indent}    {p}" for p in prologue]
@@ -442,8 +508,10 @@ class Compiler:
         """Locals of enclosing scopes mentioned anywhere in ``form`` (over-approximated)."""
         found: set[tuple[str, str]] = set()
         stack = [form]
+        meter = self.meter
         while stack:
             item = stack.pop()
+            meter.visit()
             if type(item) is Name:
                 py = scope.lookup(item.name)
                 if py is not None:
@@ -458,11 +526,16 @@ class Compiler:
         if t is Name:
             return self.reference(form, scope)
         if t is tuple:
+            self.meter.visit(len(form))
+            self.own_forms += 1
             saved = self.note_span(form)
             try:
-                return self.call_or_form(form, scope, ctx)
+                e = self.call_or_form(form, scope, ctx)
             finally:
                 self.enclosing = saved
+            if len(e.code) > self.max_code_chars:
+                raise LimitError("guest memory")
+            return e
         if t is bool:
             return Expr(self.constant(form), is_bool=True, simple=True)
         return Expr(self.constant(form), simple=True)
@@ -601,6 +674,7 @@ class Compiler:
     def quasi(self, form: Any, scope: Scope, level: int) -> Expr:
         if type(form) is not tuple:
             return Expr(self.constant(form), simple=True)
+        self.meter.visit(len(form))
         head = form[0]
         if head is UNQUOTE and len(form) == 2:
             # Consecutive commas apply together, as Ketos reads `,,x`: as many as the
@@ -736,6 +810,8 @@ class Compiler:
     # ------------------------------------------------------------------ tail position
     def tail(self, form: Any, scope: Scope, ctx: FunctionContext, indent: str) -> list[str]:
         """Statements that compute ``form`` in tail position and return it."""
+        if type(form) is tuple:
+            self.meter.visit(len(form))
         saved = self.note_span(form)
         try:
             return self.tail_statements(form, scope, ctx, indent)
@@ -809,7 +885,9 @@ def check_program_limits(program: Program, max_syntax_depth: int, max_integer_bi
         raise LimitError("integer bits")
 
 
-def layout(lines: list[str], spans: list[Span | None], marks: list[Span]) -> tuple[str, dict[int, Span]]:
+def layout(
+    lines: list[str], spans: list[Span | None], marks: list[Span], first_line: int = 0
+) -> tuple[str, dict[int, Span]]:
     """The final source and its line table: Python line to the Lisp position running there.
 
     Each mark in a line becomes a backslash line break (between two tokens, so neither
@@ -833,7 +911,7 @@ def layout(lines: list[str], spans: list[Span | None], marks: list[Span]) -> tup
                 else:
                     out.append(current + " \\")
                     if span is not None:
-                        table[len(out)] = span
+                        table[first_line + len(out)] = span
                     current = ""
                     span = marks[int(index)]
                 marked = True
@@ -841,5 +919,5 @@ def layout(lines: list[str], spans: list[Span | None], marks: list[Span]) -> tup
             text = current
         out.append(text)
         if span is not None:
-            table[len(out)] = span
+            table[first_line + len(out)] = span
     return "\n".join(out) + "\n", table

@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .errors import CompileError, EvalError, LispError, Span
+from .budget import CompileMeter
+from .errors import CompileError, EvalError, LimitError, LispError, Span
 from .reader import QUASIQUOTE, UNQUOTE, UNQUOTE_SPLICING, Program
 from .syntax import SPECIAL_FORMS, head_name, redefinition_problem
 from .values import Name
@@ -66,6 +67,10 @@ class Expander:
         if parent is None:
             #: The budget all compile-time work of one compilation shares (set by the host).
             self.compile_budget: Any = None
+            #: Charges the forms every pass visits to ``compile_budget`` (set by the host).
+            self.meter: CompileMeter | None = None
+            #: The deepest nesting a macro expansion may have (``None``: unchecked).
+            self.max_depth: int | None = None
             #: The compile-time namespace (created on first use by ``evaluate``).
             self.namespace: Any = None
             self.pending_defines: list[tuple] = []
@@ -180,7 +185,11 @@ class Expander:
             if type(form) is tuple and type(form[0]) is Name and form[0].name in self.macros:
                 self.flush_defines()
                 macro = self.macros[form[0].name]
-                form = self.place(self.evaluate("expand", (macro, form[1:]), self), span)
+                form = self.evaluate("expand", (macro, form[1:]), self)
+                root = self.root
+                if root.max_depth is not None and nesting_depth(form, root.max_depth, root.meter) > root.max_depth:
+                    raise LimitError("syntax depth", span)
+                form = self.place(form, span)
             else:
                 return form
         raise CompileError("macro expansion does not terminate", span)
@@ -189,6 +198,9 @@ class Expander:
         """``form`` in an evaluated position, fully expanded (``()`` if its expansion failed)."""
         if type(form) is not tuple:
             return form
+        meter = self.root.meter
+        if meter is not None:
+            meter.visit(len(form))
         span = self.span_of(form)
         saved = self.current
         if span is not None:
@@ -268,6 +280,9 @@ class Expander:
     def quasi(self, form: Any, level: int) -> Any:
         if type(form) is not tuple:
             return form
+        meter = self.root.meter
+        if meter is not None:
+            meter.visit(len(form))
         head = form[0]
         if head is UNQUOTE and len(form) == 2:
             return self.rebuild(form, [head, self.expr(form[1]) if level == 1 else self.quasi(form[1], level - 1)])
@@ -280,3 +295,36 @@ class Expander:
             else:
                 items.append(self.quasi(item, level))
         return self.rebuild(form, items)
+
+
+def nesting_depth(form: Any, limit: int, meter: CompileMeter | None = None) -> int:
+    """How deeply ``form`` nests lists, counted as the reader counts a source's depth.
+
+    Each distinct list is measured once (a form may share its parts), one unit per
+    element charged to ``meter``; the walk stops, returning more than ``limit``, as
+    soon as it is inside more than ``limit`` lists.
+    """
+    if type(form) is not tuple:
+        return 0
+    measured: dict[int, int] = {}
+    path: list[tuple[tuple, int]] = [(form, 0)]
+    while path:
+        if len(path) > limit:
+            return len(path)
+        node, start = path[-1]
+        for index in range(start, len(node)):
+            child = node[index]
+            if type(child) is tuple and id(child) not in measured:
+                path[-1] = (node, index + 1)
+                path.append((child, 0))
+                break
+        else:
+            path.pop()
+            if meter is not None:
+                meter.visit(len(node))
+            deepest = 0
+            for child in node:
+                if type(child) is tuple and measured[id(child)] > deepest:
+                    deepest = measured[id(child)]
+            measured[id(node)] = deepest + 1
+    return measured[id(form)]

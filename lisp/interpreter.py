@@ -21,11 +21,21 @@ from typing import Any, Callable, Iterable
 import blake3
 
 from . import context as run_context
-from .budget import Budget
-from .compiler import Compiled, Compiler, check_program_limits, global_name, lisp_name_of, mangle, referenced_globals
+from .budget import Budget, CompileMeter
+from .compiler import (
+    CODE_CHARS_PER_STEP,
+    Compiled,
+    Compiler,
+    check_program_limits,
+    global_name,
+    lisp_name_of,
+    mangle,
+    max_code_chars,
+    referenced_globals,
+)
 from .context import Context, LispLimits
 from .errors import BudgetExhausted, CompileError, EvalError, Frame, InternalError, LimitError, LispError
-from .expand import Expander
+from .expand import Expander, nesting_depth
 from .functions import SYSTEM_FUNCTIONS
 from .functions.compare import equal
 from .functions.numbers import add2, ge2, gt2, le2, lt2, mul2, sub2
@@ -193,7 +203,8 @@ for _name, _spec in SYSTEM_FUNCTIONS.items():
     _BASE["_F_" + mangle(_name)] = _system_wrapper(_name)
 
 
-_compile_cache: "OrderedDict[tuple, Compiled]" = OrderedDict()
+#: Compiled programs with the steps compiling them took, by source, file name, limits and names.
+_compile_cache: "OrderedDict[tuple, tuple[Compiled, int]]" = OrderedDict()
 _compile_lock = threading.Lock()
 _COMPILE_CACHE_SIZE = 256
 
@@ -330,7 +341,12 @@ class Interpreter:
 
     # ------------------------------------------------------------------ runtime hooks
     def _tick(self) -> None:
-        self.globals["_s"] = self.budget.draw() - 1
+        """Refill the step counter after code charged past it (by one step or many)."""
+        g = self.globals
+        steps = g["_s"] + self.budget.draw()
+        while steps < 0:
+            steps += self.budget.draw()
+        g["_s"] = steps
 
     def _define_check(self, gname: str) -> None:
         if gname not in self.defined:
@@ -345,9 +361,18 @@ class Interpreter:
         return name
 
     # ------------------------------------------------------------------ compile
-    def compile(self, source: str | Program) -> Compiled:
-        """Read and compile ``source`` (cached by content, file name and limits)."""
+    def compile(self, source: str | Program, budget: Budget | None = None) -> Compiled:
+        """Read and compile ``source`` (cached by content, file name, limits and names).
+
+        All compile-time work (consts, macro bodies) and the compiler's own (forms
+        visited, code generated) draws on ``budget``: by default one of its own under
+        this interpreter's limits; a host compiling many scripts under one bound passes
+        a shared one. A cached compile charges ``budget`` the steps it took when it was
+        made, so whether a compile fits a budget never depends on the cache.
+        """
         with self._guard(None):
+            if budget is None:
+                budget = Budget(self.limits.max_steps, self.limits.max_execution_millis)
             program = source if isinstance(source, Program) else read(source)
             check_program_limits(program, self.limits.max_syntax_depth, self.limits.max_integer_bits)
             key = None
@@ -356,35 +381,46 @@ class Interpreter:
                 key = (
                     blake3.blake3(source.encode("utf-8", "surrogatepass")).digest(),
                     self.filename,
-                    self.limits.max_call_stack,
-                    self.limits.max_value_stack,
-                    self.limits.max_integer_bits,
-                    self.limits.max_syntax_depth,
+                    # Every limit compile-time code ran under: a compile accepted under
+                    # larger limits is never reused under smaller ones.
+                    self.limits,
                     names,  # interned: the same installed names are the same object
                 )
                 with _compile_lock:
                     found = _compile_cache.get(key)
                     if found is not None:
                         _compile_cache.move_to_end(key)
-                        return found
-            compiled = self._compile_program(program, names)
+                if found is not None:
+                    compiled, steps = found
+                    budget.take(steps)  # no time passes: the clock is not consulted
+                    return compiled
+            before = budget.used
+            compiled = self._compile_program(program, names, budget=budget)
             if key is not None:
                 with _compile_lock:
-                    _compile_cache[key] = compiled
+                    _compile_cache[key] = (compiled, budget.used - before)
                     if len(_compile_cache) > _COMPILE_CACHE_SIZE:
                         _compile_cache.popitem(last=False)
             return compiled
 
-    def _compile_program(self, program: Program, names: HostNames | None, parent: Expander | None = None) -> Compiled:
+    def _compile_program(
+        self, program: Program, names: HostNames | None, parent: Expander | None = None, budget: Budget | None = None
+    ) -> Compiled:
         """Expand, resolve, generate. ``names=None``: compile-time code (an open world)."""
         expander = Expander(program, self._evaluate_at_compile_time, parent)
         if parent is None:
             # All compile-time work of one compilation (every const and macro expansion)
-            # shares one budget: compiling cannot multiply the fuel.
-            expander.compile_budget = Budget(self.limits.max_steps, self.limits.max_execution_millis)
+            # and the compiler's own work share one budget: compiling cannot multiply the fuel.
+            expander.compile_budget = budget or Budget(self.limits.max_steps, self.limits.max_execution_millis)
+            expander.meter = CompileMeter(expander.compile_budget)
+            expander.max_depth = self.limits.max_syntax_depth
+        meter = expander.root.meter
         try:
             expansion = expander.expand_program()
-            resolution = resolve(expansion, names)
+            depth = self.limits.max_syntax_depth
+            if nesting_depth(expansion.program.forms, depth + 1, meter) > depth + 1:
+                raise LimitError("syntax depth")  # macro expansions nested inside each other
+            resolution = resolve(expansion, names, meter)
             compiler = Compiler(
                 expansion,
                 resolution,
@@ -392,29 +428,39 @@ class Interpreter:
                 max_call_stack=self.limits.max_call_stack,
                 max_value_stack=self.limits.max_value_stack,
                 max_integer_bits=self.limits.max_integer_bits,
+                meter=meter,
+                max_code_chars=max_code_chars(self.limits.max_guest_memory),
             )
-            python_source, table = compiler.compile_module()
+            chunks, table = compiler.compile_module()
         except RecursionError:
             raise LimitError("syntax depth") from None
+        codes = []
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # e.g. "int is not callable": reported at run time instead
-            try:
-                code = compile(python_source, self.filename, "exec")
-            except RecursionError:
-                raise LimitError("syntax depth") from None
-            except SyntaxError as error:
-                # CPython's parser refuses more than 200 nested parentheses: a program
-                # within a large max_syntax_depth can still nest too deeply for it.
-                if "too many nested" in str(error) or "too complex" in str(error):
+            for chunk in chunks:
+                # Generated code costs steps for its size before CPython compiles it.
+                meter.visit(len(chunk) // CODE_CHARS_PER_STEP)
+                meter.flush()
+                try:
+                    codes.append(compile(chunk, self.filename, "exec"))
+                except RecursionError:
                     raise LimitError("syntax depth") from None
-                raise
+                except SyntaxError as error:
+                    # CPython refuses more than 200 nested parentheses and 100 nested
+                    # blocks: a program within a large max_syntax_depth can still nest
+                    # too deeply for it.
+                    text = str(error)
+                    if isinstance(error, IndentationError) or "too many" in text or "too complex" in text:
+                        raise LimitError("syntax depth") from None
+                    raise
+        meter.flush()
         return Compiled(
-            code,
+            tuple(codes),
             tuple(compiler.constants),
-            python_source,
+            "".join(chunks),
             table,
             self.filename,
-            referenced_globals(code),
+            frozenset().union(*(referenced_globals(code) for code in codes)),
             compiler.constants_name,
         )
 
@@ -438,7 +484,9 @@ class Interpreter:
             fn, args = payload
             # A macro receives its arguments as data and returns code (quote forms as values).
             with helper._guard(None):
-                return as_code(_compile_time_value(fn(1, *(as_data(a) for a in args))))
+                value = _compile_time_value(fn(1, *(as_data(a) for a in args)))
+            # Outside the guard: an expansion nested too deeply is a syntax depth error.
+            return as_code(value)
         program = Program((payload,), expander.spans, expander.program.depth, 0, expander.positions)
         compiled = helper._compile_program(program, None, parent=expander)
         try:
@@ -455,9 +503,12 @@ class Interpreter:
             raise
 
     # ------------------------------------------------------------------ run
-    def run(self, source: str | Program) -> Any:
-        """Run every top-level form of ``source`` in order; returns the last value."""
-        compiled = self.compile(source)
+    def run(self, source: str | Program, *, compile_budget: Budget | None = None) -> Any:
+        """Run every top-level form of ``source`` in order; returns the last value.
+
+        ``compile_budget`` is what compiling it draws on (see :meth:`compile`).
+        """
+        compiled = self.compile(source, compile_budget)
         self.compiled = compiled
         with self._guard(compiled):
             return self._execute(compiled)
@@ -469,7 +520,8 @@ class Interpreter:
                 self._materialize(gname)
         g[compiled.constants_name] = compiled.constants
         g["_last"] = None
-        exec(compiled.code, g)
+        for code in compiled.code:
+            exec(code, g)
         return g.get("_last")
 
     def call(self, name: str, *args: Any) -> Any:

@@ -77,6 +77,9 @@ def _unescape(body: str, token: Token, *, allow_unicode: bool = True) -> str:
             return _SIMPLE_ESCAPES[esc]
         if esc[0] in "\r\n":
             return ""  # a backslash-newline continues the line, dropping leading blanks
+        if esc == "x" or esc == "u" and allow_unicode:
+            form = "\\xHH (two hex digits)" if esc == "x" else "\\u{HHHH} (hex digits in braces)"
+            raise _error(token, f"invalid escape \\{esc}: write {form}")
         if esc[0] == "x":
             code = int(esc[1:], 16)
             if allow_unicode and code > 0x7F:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Iterable, Mapping
 
+from .budget import CompileMeter
 from .errors import CompileError, LispError, Span
 from .expand import Expansion
 from .functions import SYSTEM_FUNCTIONS
@@ -180,8 +181,9 @@ def _defined_name(form: Any) -> str | None:
 class Resolver:
     """Checks one expanded program against the names in scope."""
 
-    def __init__(self, expansion: Expansion, host: HostNames | None) -> None:
+    def __init__(self, expansion: Expansion, host: HostNames | None, meter: CompileMeter | None = None) -> None:
         self.expansion = expansion
+        self.meter = meter
         self.program: Program = expansion.program
         self.host = host  # None: compile-time code, resolved in an open world
         self.errors: list[LispError] = list(expansion.errors)
@@ -250,6 +252,9 @@ class Resolver:
         if t is Name:
             self.reference(form.name, self.span(form, parent, index), scope, None)
         elif t is tuple:
+            meter = self.meter
+            if meter is not None:
+                meter.visit(len(form))
             saved = self.enter(form)
             try:
                 self.compound(form, scope)
@@ -531,6 +536,8 @@ class Resolver:
     def quasi(self, form: Any, scope: _Scope, level: int, parent: Any, index: int) -> None:
         if type(form) is not tuple:
             return
+        if self.meter is not None:
+            self.meter.visit(len(form))
         head = form[0]
         if head is UNQUOTE and len(form) == 2:
             # Consecutive commas apply together (`,,x`), as code generation reads them.
@@ -685,6 +692,9 @@ class Resolver:
     form_struct = form_export = form_set_module_doc = unsupported
 
 
-def resolve(expansion: Expansion, host: HostNames | None) -> Resolution:
-    """Check ``expansion`` (``host=None``: compile-time code, open world); raise the earliest error."""
-    return Resolver(expansion, host).resolve()
+def resolve(expansion: Expansion, host: HostNames | None, meter: CompileMeter | None = None) -> Resolution:
+    """Check ``expansion`` (``host=None``: compile-time code, open world); raise the earliest error.
+
+    ``meter`` is charged for every form visited.
+    """
+    return Resolver(expansion, host, meter).resolve()

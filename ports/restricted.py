@@ -69,7 +69,7 @@ from typing import Any, Callable
 from RestrictedPython import compile_restricted_exec
 
 from svit.paths import validate_script_name
-from svit.ports import PortContext, PortDescriptor, PortError, Ports
+from svit.ports import PortContext, PortDescriptor, PortError, Ports, failure_text
 from svit.values import to_json
 
 DEFAULT_TIMEOUT = 5.0
@@ -362,8 +362,8 @@ class RestrictedPort:
                 return {"error": "no such capability"}
             value = to_json(value)
             json.dumps(value, allow_nan=False)
-        except Exception as exc:  # the host's failure is reported to the port as text
-            return {"error": (str(exc) or type(exc).__name__)[:900]}
+        except Exception as exc:  # reported to the port as text: a PortError's own, else only the kind
+            return {"error": failure_text(exc)[:900]}
         return {"ok": value}
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from svit.errors import ChildUnavailable, SvitError, sanitize
+from svit.errors import ChildUnavailable, SvitError
 from svit.paths import validate_address
-from svit.ports import PortContext, PortDescriptor, PortError, Ports
+from svit.ports import PortContext, PortDescriptor, PortError, Ports, failure_text
 
 from svit.loop.messages import Message
 from svit.loop.svit import Svit
@@ -124,4 +124,5 @@ class SpawnPort:
         except TimeoutError:
             raise PortError("child turn timed out") from None
         except Exception as exc:
-            raise PortError(f"child turn failed: {sanitize(str(exc) or type(exc).__name__, 300)}") from None
+            # Only the kind: an arbitrary exception's text can carry host paths or secrets.
+            raise PortError(f"child turn failed: {failure_text(exc)}") from None

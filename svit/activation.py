@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from lisp import context as lisp_context
 from lisp.budget import Budget
@@ -30,10 +30,11 @@ from .errors import (
     ScriptNotFound,
     SvitError,
 )
-from .guest import NULL_VALUE, SvitValue, plain_to_lisp, to_lisp, to_node, to_plain
+from .guest import NULL_VALUE, Measure, SvitValue, charge_copy, plain_to_lisp, to_lisp, to_node, to_plain
 from .namespace import compile_error_to_svit, section
 from .paths import format_path, lib_name, parse, validate_address, validate_script_name
-from .ports import PortContext, failure_text
+from .ports import PortContext, failure_text, log_port_failure
+from .redact import redact
 from .tree import Node
 from .values import Script
 
@@ -90,20 +91,43 @@ def script_filename(name: str) -> str:
     return "/activation/inline.svit-script" if name == INLINE_NAME else f"/lib/{name}.svit-script"
 
 
-def compile_check(name: str, source: str, limits: Any) -> None:
-    """Compile (never run) a script the way write-time validation does."""
+def compile_check(name: str, source: str, limits: Any, budget: Budget | None = None) -> None:
+    """Compile (never run) a script the way write-time validation does.
+
+    Its compile-time code and the compiler's own work draw on ``budget`` (by default
+    one of its own under ``limits``): a caller compiling many scripts under one bound
+    passes the same budget to each.
+    """
     if len(source.encode("utf-8")) > limits.max_script_bytes:
         raise ResourceLimitExceeded("script source")
-    interp = Interpreter(lisp_limits(limits), Budget(limits.max_steps, limits.max_execution_millis), filename=script_filename(name))
+    if budget is None:
+        budget = Budget(limits.max_steps, limits.max_execution_millis)
+    interp = Interpreter(lisp_limits(limits), budget, filename=script_filename(name))
     # The names every activation installs (WorkingState.install), so a script is
     # resolved at write time against exactly what it will run with.
     interp.define_value("input", NULL_VALUE)
     interp.define_value("*svit-version*", SVIT_VERSION)
     interp.define_functions(GUEST_FUNCTIONS)
     try:
-        interp.compile(source)
+        interp.compile(source, budget)
     except LispError as exc:
         raise compile_error_to_svit(exc) from None
+
+
+def script_compiler(limits: Any, budget: Budget | None = None) -> Callable[[str, Any], None]:
+    """A ``compile_script`` for :func:`validate_root` whose scripts all share one budget.
+
+    Validating a root compiles every changed script; together they get one budget
+    (``budget``, or one under ``limits`` made at the first compile), never one each.
+    """
+    shared: list[Budget] = [budget] if budget is not None else []
+
+    def compile_script(name: str, script: Any) -> None:
+        if not shared:
+            shared.append(Budget(limits.max_steps, limits.max_execution_millis))
+        compile_check(name, script.source, limits, shared[0])
+
+    return compile_script
 
 
 def held(node: Node) -> SvitValue:
@@ -183,15 +207,17 @@ class WorkingState(GuestHelpers):
         interp = Interpreter(self.lisp_limits, self.budget, filename=script_filename(name), passthrough=(SvitError,))
         self.install(interp, input_node)
         try:
-            interp.run(source)
+            # Compiling draws on the activation's own budget, like everything it runs.
+            interp.run(source, compile_budget=self.budget)
             if not interp.has("main"):
                 raise ScriptFailed(f"{script_filename(name)}: script must define main(input)")
             result = interp.call("main", to_lisp(input_node))
+            # Converting the output is paid from this activation's budget, like any conversion.
+            return to_node(result, self.limits, self.budget)
         except LispError as exc:
             raise compile_error_to_svit(exc) from None
         except ScriptFailed as exc:
             raise located(exc, name) from None
-        return to_node(result, self.limits)
 
     # ------------------------------------------------------------------ guest functions
     def install(self, interp: Interpreter, input_node: Node) -> None:
@@ -225,13 +251,21 @@ class WorkingState(GuestHelpers):
             if key in mapping:
                 raise InvalidValue(f"duplicate map key: {key}")
             mapping[key] = args[i + 1]
-        plain = {key: to_plain(value, self.limits) for key, value in mapping.items()}
+        # One measure for every entry: the totals bound the whole map, not each value.
+        measure = Measure(self.limits)
+        measure.add_entries(1 + len(mapping))
+        plain = {}
+        for key, value in mapping.items():
+            measure.add_text(key)
+            plain[key] = measure.part(value, 1)
         node = tree.from_value(plain, scripts_allowed=False)
         tree.validate_value(node, self.limits, scripts_allowed=False)
         return held(node)
 
     def fn_value_array(self, *args: Any) -> Any:
-        node = tree.from_value([to_plain(a, self.limits) for a in args], scripts_allowed=False)
+        measure = Measure(self.limits)
+        measure.add_entries(1 + len(args))
+        node = tree.from_value([measure.part(a, 1) for a in args], scripts_allowed=False)
         tree.validate_value(node, self.limits, scripts_allowed=False)
         return held(node)
 
@@ -408,7 +442,10 @@ class WorkingState(GuestHelpers):
         try:
             result = port.execute(context, plain)
         except Exception as exc:  # the port's failure, whatever its type, fails the activation
-            raise PortFailed(f"port /ports/{name} failed: {failure_text(exc)}") from None
+            log_port_failure(name, exc)
+            failure = PortFailed(f"port /ports/{name} failed: {redact(failure_text(exc))}")
+            failure.port_error = exc  # type: ignore[attr-defined]  # for the host, never the guest
+            raise failure from None
         finally:
             # Time spent inside the port is not charged to the guest.
             if self.budget.deadline is not None:
@@ -423,7 +460,22 @@ class WorkingState(GuestHelpers):
         return to_lisp(node)
 
     def fn_jq(self, filter_text: Any, value: Any) -> Any:
-        results = stdlib.run_jq(_text(filter_text, "jq filter"), to_plain(value, self.limits) if type(value) is not SvitValue else value.node.to_value())
+        filter_text = _text(filter_text, "jq filter")
+        if type(value) is SvitValue:
+            # A stored value may exceed the value limits (a port's response, to be reduced
+            # here), so it is not measured against them, only paid for.
+            charge_copy(value.node)
+            data = value.node.to_value()
+        else:
+            # Input to reduce, not to store: its texts may exceed max_text_bytes, but all
+            # their occurrences together stay within what the guest may hold.
+            data = Measure(self.limits, max_text=self.limits.max_guest_memory).plain(value)
+        # The worker gets what the activation has left, not a fixed budget of its own.
+        run = lisp_context.current()
+        run.budget.check_clock()
+        deadline = run.budget.deadline
+        left = stdlib.JQ_DEFAULT_TIMEOUT_SECONDS if deadline is None else deadline - time.monotonic()
+        results = stdlib.run_jq(filter_text, data, timeout_seconds=left, memory_bytes=run.max_memory)
         node = tree.from_value(results, scripts_allowed=False)
         tree.validate_value(node, self.limits, scripts_allowed=False)
         return held(node)
@@ -441,6 +493,7 @@ class WorkingState(GuestHelpers):
             node = self.view_get(segments)
             if node is None:
                 raise InvalidPath(f"path does not exist: {text}")
+            charge_copy(node)
             result = stdlib.search_value(format_path(segments), node.to_value(), pattern)
         return held(tree.from_value(result, scripts_allowed=False))
 
@@ -470,6 +523,8 @@ def located(exc: ScriptFailed, name: str) -> ScriptFailed:
     # The same class: a port failure stays hard however many execs it crosses.
     fresh = type(exc)(exc.detail if exc.detail.startswith(prefix) else prefix + exc.detail)
     fresh.located = True  # type: ignore[attr-defined]
+    if hasattr(exc, "port_error"):
+        fresh.port_error = exc.port_error  # type: ignore[attr-defined]
     return fresh
 
 

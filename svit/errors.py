@@ -140,7 +140,15 @@ class InvalidPersistence(SvitError):
 
 
 class PersistenceUnavailable(SvitError):
+    """The store cannot serve the operation; ``reason`` says why in one word (``in_use``,
+    ``read_only``, ``full``, ``damaged``, ``not_a_directory``, ``io_error``, ``closed``,
+    ``terminal``, ``unknown``; see :mod:`svit.store.failures`)."""
+
     code, prefix = "persistence_unavailable", "persistence store unavailable"
+
+    def __init__(self, detail: str = "", reason: str = "unknown") -> None:
+        self.reason = reason
+        super().__init__(detail)
 
 
 class ThreadHistoryBoundary(SvitError):

@@ -12,7 +12,9 @@ import json
 import math
 from typing import Any
 
-from lisp.context import current
+from lisp.budget import Budget
+from lisp.context import UNITS_PER_STEP, current
+from lisp.errors import LimitError
 from lisp.values import Foreign, type_name
 
 from . import tree
@@ -121,55 +123,139 @@ def plain_to_lisp(value: Any) -> Any:
     return value
 
 
-def to_node(value: Any, limits: Limits) -> Node:
-    """Convert a Lisp value to a validated persistent node."""
-    node = _convert(value, limits)
+def to_node(value: Any, limits: Limits, budget: Budget | None = None) -> Node:
+    """Convert a Lisp value to a validated persistent node.
+
+    The conversion is charged to ``budget``, by default the budget of the run in progress.
+    """
+    node = _convert(value, limits, budget)
     tree.validate_value(node, limits, scripts_allowed=False)
     return node
 
 
-def _convert(value: Any, limits: Limits) -> Node:
+def _convert(value: Any, limits: Limits, budget: Budget | None) -> Node:
     t = type(value)
     if t is SvitValue:
         return value.node
-    plain = _to_plain(value, limits, [0], 0)
+    plain = Measure(limits, budget).plain(value)
     return tree.from_value(plain, scripts_allowed=False)
 
 
-def _to_plain(value: Any, limits: Limits, counter: list[int], depth: int) -> Any:
-    counter[0] += 1
-    if counter[0] > limits.max_value_entries:
-        raise InvalidValue("maximum value entries exceeded")
-    if depth > limits.max_value_depth:
-        raise InvalidValue("maximum nesting depth exceeded")
-    t = type(value)
-    if value is None:
-        return None
-    if t is bool or t is str:
-        return value
-    if t is int:
-        if not I64_MIN <= value <= I64_MAX:
-            raise InvalidValue("integer is outside signed 64-bit range")
-        return value
-    if t is float:
-        if not math.isfinite(value):
-            raise InvalidValue("numbers must be finite")
-        return value
-    if t is tuple:
-        return [_to_plain(item, limits, counter, depth + 1) for item in value]
-    if t is SvitValue:
-        node = value.node
-        counter[0] += node.count - 1
-        if counter[0] > limits.max_value_entries:
+#: Bytes of text per step charged for converting it (copying, encoding and hashing).
+_TEXT_UNITS_PER_STEP = UNITS_PER_STEP
+
+
+class Measure:
+    """Running totals of one conversion of Lisp values to plain data, across all its parts.
+
+    Converting a value copies it, and building the node that stores it encodes and
+    hashes every text once per occurrence: a list holding one big text a thousand
+    times is a thousand texts to the stored value. So every occurrence counts toward
+    ``max_value_entries``, ``max_value_depth`` and ``max_text_bytes`` as the walk
+    reaches it, the conversion stops as soon as one is passed, and the work is charged
+    to the run's step budget before it is done: one step per entry and one per 64
+    bytes of text. The totals run across every argument of one call (``value-array``,
+    ``value-map``), so many arguments within the limits one by one cannot add up to
+    more than the limits together.
+    """
+
+    __slots__ = ("limits", "entries", "text", "_text_units", "_budget", "_max_text", "_text_error")
+
+    def __init__(self, limits: Limits, budget: Budget | None = None, *, max_text: int | None = None) -> None:
+        """``max_text`` replaces ``max_text_bytes`` for input that is reduced, not stored (``jq``)."""
+        self.limits = limits
+        self.entries = 0
+        self.text = 0
+        self._text_units = 0
+        self._budget = budget if budget is not None else current().budget
+        self._max_text = limits.max_text_bytes if max_text is None else max_text
+        self._text_error = max_text is not None
+
+    def _too_much_text(self) -> Exception:
+        if self._text_error:
+            return LimitError("guest memory")
+        return InvalidValue("maximum text bytes exceeded")
+
+    def add_entries(self, count: int) -> None:
+        """Count (and pay for) ``count`` more entries, refusing past the entry limit."""
+        self.entries += count
+        if self.entries > self.limits.max_value_entries:
             raise InvalidValue("maximum value entries exceeded")
-        return node.to_value()
-    if isinstance(value, Foreign):
-        raise InvalidValue("foreign Lisp values cannot be persisted")
-    raise InvalidValue(f"Lisp {type_name(value)} values cannot be persisted")
+        self._budget.charge(count)
+
+    def add_text(self, text: str) -> None:
+        """Count (and pay for) one occurrence of ``text``, before anything encodes it."""
+        # A character is at least one UTF-8 byte, so the length alone can refuse it.
+        if self.text + len(text) > self._max_text:
+            raise self._too_much_text()
+        self._charge_text(len(text))
+        size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+        self.add_text_bytes(size)
+
+    def add_text_bytes(self, size: int) -> None:
+        self.text += size
+        if self.text > self._max_text:
+            raise self._too_much_text()
+
+    def _charge_text(self, units: int) -> None:
+        units += self._text_units
+        if units >= _TEXT_UNITS_PER_STEP:
+            self._budget.charge(units // _TEXT_UNITS_PER_STEP)
+        self._text_units = units % _TEXT_UNITS_PER_STEP
+
+    def add_node(self, node: Node, depth: int, counted: int) -> None:
+        """Count a stored value met at ``depth`` (``counted`` of its entries already counted)."""
+        if depth + node.height > self.limits.max_value_depth:
+            raise InvalidValue("maximum nesting depth exceeded")
+        if node.text > self._max_text:
+            raise self._too_much_text()
+        self.add_entries(node.count - counted)
+        self._charge_text(node.text)
+        self.add_text_bytes(node.text)
+
+    def plain(self, value: Any) -> Any:
+        """``value`` as plain data, counted as one whole value."""
+        self.add_entries(1)
+        return self.part(value, 0)
+
+    def part(self, value: Any, depth: int) -> Any:
+        """``value`` (already counted as one entry) as plain data, met at ``depth``."""
+        if depth > self.limits.max_value_depth:
+            raise InvalidValue("maximum nesting depth exceeded")
+        t = type(value)
+        if t is str:
+            self.add_text(value)
+            return value
+        if value is None or t is bool:
+            return value
+        if t is int:
+            if not I64_MIN <= value <= I64_MAX:
+                raise InvalidValue("integer is outside signed 64-bit range")
+            return value
+        if t is float:
+            if not math.isfinite(value):
+                raise InvalidValue("numbers must be finite")
+            return value
+        if t is tuple:
+            if depth + 1 > self.limits.max_value_depth:
+                raise InvalidValue("maximum nesting depth exceeded")
+            self.add_entries(len(value))
+            inner = depth + 1
+            return [self.part(item, inner) for item in value]
+        if t is SvitValue:
+            node = value.node
+            self.add_node(node, depth, 1)
+            return node.to_value()
+        if isinstance(value, Foreign):
+            raise InvalidValue("foreign Lisp values cannot be persisted")
+        raise InvalidValue(f"Lisp {type_name(value)} values cannot be persisted")
+
+
+def charge_copy(node: Node) -> None:
+    """Charge for copying a stored value out whole (one step per entry, one per 64 text bytes)."""
+    current().budget.charge(node.count + node.text // _TEXT_UNITS_PER_STEP)
 
 
 def to_plain(value: Any, limits: Limits) -> Any:
-    """A Lisp value as plain data (unvalidated beyond the conversion bounds)."""
-    if type(value) is SvitValue:
-        return value.node.to_value()
-    return _to_plain(value, limits, [0], 0)
+    """A Lisp value as plain data, measured and charged as it is converted (see :class:`Measure`)."""
+    return Measure(limits).plain(value)

@@ -14,12 +14,12 @@ different limits.
 from __future__ import annotations
 
 import copy
-import errno
 import math
 import os
 import re
 import secrets
 import stat as stat_module
+import threading
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -28,6 +28,7 @@ from .errors import (
     InvalidPath,
     InvalidValue,
     MountDenied,
+    MountUnavailable,
     ResourceLimitExceeded,
 )
 from .limits import Limits
@@ -246,6 +247,7 @@ def mount_write(mount_name: str, provider: "Mount", path: Any, value: Any, limit
     """Write through to the provider (needs the write grant)."""
     path = as_mount_path(path)
     require_write(mount_name, provider.descriptor())
+    provider.check_write(path)
     provider.write(path, value, limits)
 
 
@@ -253,6 +255,7 @@ def mount_remove(mount_name: str, provider: "Mount", path: Any, limits: Optional
     """Remove through the provider (needs the write grant)."""
     path = as_mount_path(path)
     require_write(mount_name, provider.descriptor())
+    provider.check_write(path)
     provider.remove(path, limits)
 
 
@@ -266,7 +269,21 @@ class Mount:
     ``list`` the child names of a directory, sorted; ``read`` a leaf's content (or
     ``None``); ``write`` and ``remove`` are denied unless the provider allows them.
     Paths are :class:`MountPath`; ``limits`` is the calling process's :class:`Limits`.
+
+    ``check_write`` refuses a path the provider never writes, before a write is staged.
+    A process calls ``acquire`` when it starts using the provider (build, attach, fork)
+    and ``release`` when it stops (detach, close, replacement), so a provider that holds
+    a host resource can let it go when no process uses it any more.
     """
+
+    def check_write(self, path: MountPath) -> None:
+        """Raise ``MountDenied`` for a path this provider refuses to write or remove."""
+
+    def acquire(self) -> None:
+        """A process starts using this provider."""
+
+    def release(self) -> None:
+        """A process stops using this provider."""
 
     def descriptor(self) -> dict:
         raise NotImplementedError
@@ -334,6 +351,16 @@ class FolderMount(Mount):
     """A host directory. Resolution walks one segment at a time through directory file
     descriptors opened with ``O_NOFOLLOW``, so no symlink (at any depth, even one swapped
     in mid-walk) and no special file is ever followed: both are ``MountDenied``.
+
+    The root is opened once, when the mount is created, and every path is resolved from
+    that descriptor, never from the root's path again: renaming the root or any directory
+    above it, or swapping a symlink in their place, does not redirect the mount (it keeps
+    the directory it was given; the descriptor's ``source`` stays the path it had then).
+    The descriptor is closed when the last process using the mount releases it (detach,
+    close) or when the mount is collected; attaching a released mount again reopens the
+    root by path and accepts it only if it is still the same directory.
+
+    Nothing is ever written under a git directory (see :meth:`check_write`).
     """
 
     def __init__(self, path: Any, writable: bool) -> None:
@@ -341,10 +368,73 @@ class FolderMount(Mount):
             root = os.path.realpath(os.fspath(path))
         except (TypeError, ValueError, OSError):
             raise InvalidMount("folder mount needs a directory path") from None
-        if not os.path.isdir(root):
-            raise InvalidMount("folder mount root is not a directory")
+        try:
+            fd = os.open(root, _DIR_FLAGS)
+        except (OSError, ValueError):
+            raise InvalidMount("folder mount root is not a directory") from None
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            os.close(fd)
+            raise InvalidMount("folder mount root cannot be inspected") from None
         self.root = root
         self.writable = writable
+        self._root_fd: Optional[int] = fd
+        self._identity = (st.st_dev, st.st_ino)
+        self._holders = 0
+        self._guard = threading.Lock()
+
+    # -- the held root
+
+    def acquire(self) -> None:
+        with self._guard:
+            if self._root_fd is None:
+                self._root_fd = self._reopen()
+            self._holders += 1
+
+    def release(self) -> None:
+        with self._guard:
+            self._holders = max(0, self._holders - 1)
+            if self._holders == 0:
+                self._close_root()
+
+    def close(self) -> None:
+        """Close the root descriptor now; later calls raise ``MountUnavailable``."""
+        with self._guard:
+            self._holders = 0
+            self._close_root()
+
+    def _close_root(self) -> None:
+        fd, self._root_fd = self._root_fd, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def _reopen(self) -> int:
+        try:
+            fd = os.open(self.root, _DIR_FLAGS)
+        except OSError:
+            raise InvalidMount("folder mount root is no longer a plain directory") from None
+        try:
+            st = os.fstat(fd)
+            same = (st.st_dev, st.st_ino) == self._identity
+        except OSError:
+            same = False
+        if not same:
+            os.close(fd)
+            raise InvalidMount("folder mount root is no longer the directory the mount was created for")
+        return fd
+
+    def __del__(self) -> None:
+        fd = getattr(self, "_root_fd", None)
+        if fd is not None:
+            self._root_fd = None
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def descriptor(self) -> dict:
         return {
@@ -357,14 +447,56 @@ class FolderMount(Mount):
     # -- resolution
 
     def _open_root(self) -> Optional[int]:
+        """A fresh descriptor of the held root (the caller closes it); ``None`` once the
+        root directory has been deleted."""
+        with self._guard:
+            if self._root_fd is None:
+                raise MountUnavailable("folder mount is closed")
+            try:
+                fd = os.dup(self._root_fd)
+            except OSError:
+                raise MountDenied("mount root cannot be opened") from None
         try:
-            return os.open(self.root, _DIR_FLAGS)
-        except FileNotFoundError:
+            deleted = os.fstat(fd).st_nlink == 0
+        except OSError:
+            deleted = True
+        if deleted:
+            os.close(fd)
             return None
-        except OSError as error:
-            if error.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise MountDenied("mount root is no longer a plain directory") from None
-            raise MountDenied("mount root cannot be opened") from None
+        return fd
+
+    # -- git directories
+
+    def check_write(self, path: MountPath) -> None:
+        """Refuse writes and removes in a git directory: a ``.git`` segment (in any case or
+        spelling a case-folding or short-name filesystem treats as ``.git``), or a
+        directory shaped like a repository (``objects/`` and ``refs/``: a bare one).
+        Git runs commands its configuration and hooks name (``core.fsmonitor``, hooks,
+        filters), so a write there could make a later ``git`` run on the host execute them."""
+        path = as_mount_path(path)
+        refusal = MountDenied(
+            f"{path} is a git directory or inside one; mount writes there are refused "
+            "(git runs commands its configuration names)"
+        )
+        if any(is_git_name(segment) for segment in path.segments):
+            raise refusal
+        fd = self._open_root()
+        if fd is None:
+            return
+        try:
+            if _looks_like_git_dir(fd):
+                raise refusal
+            for segment in path.segments[:-1]:
+                try:
+                    next_fd = os.open(segment, _DIR_FLAGS, dir_fd=fd)
+                except OSError:
+                    return  # missing or not a plain directory: the write itself reports it
+                os.close(fd)
+                fd = next_fd
+                if _looks_like_git_dir(fd):
+                    raise refusal
+        finally:
+            os.close(fd)
 
     def _open_dir(self, segments: tuple[str, ...]) -> Optional[int]:
         """A descriptor of the directory at ``segments``; ``None`` when something is missing
@@ -525,6 +657,7 @@ class FolderMount(Mount):
             raise InvalidValue("folder mount writes require text") from None
         if len(data) > _limits(limits).max_text_bytes:
             raise ResourceLimitExceeded("mount leaf bytes")
+        self.check_write(path)
         name = path.segments[-1]
         fd = self._open_dir(path.segments[:-1])
         if fd is None:
@@ -547,6 +680,7 @@ class FolderMount(Mount):
         path = as_mount_path(path)
         if path.is_root:
             raise InvalidPath("cannot remove a mount root")
+        self.check_write(path)
         fd = self._open_dir(path.segments[:-1])
         if fd is None:
             raise InvalidPath(f"{path} does not exist")
@@ -564,6 +698,32 @@ class FolderMount(Mount):
                 raise MountDenied(f"{path} cannot be removed") from None
         finally:
             os.close(fd)
+
+
+#: Code points HFS+ ignores in names, so ``.g\u200cit`` is ``.git`` there.
+_HFS_IGNORED = frozenset(
+    chr(c) for c in (0x200C, 0x200D, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x206A, 0x2070), 0xFEFF)
+)
+
+
+def is_git_name(segment: str) -> bool:
+    """Whether some filesystem would take ``segment`` for ``.git``: any case, trailing dots
+    or spaces (Windows), an NTFS stream suffix or short name (``git~1``), HFS+ ignored
+    code points."""
+    folded = "".join(ch for ch in segment if ch not in _HFS_IGNORED).casefold()
+    folded = folded.split(":", 1)[0].rstrip(". ")
+    return folded in (".git", "git~1")
+
+
+def _looks_like_git_dir(dir_fd: int) -> bool:
+    """``objects/`` beside ``refs/``: a repository directory once it has a ``HEAD``. ``HEAD``
+    is not required, so one activation cannot stage ``HEAD`` and then ``config`` into it."""
+    try:
+        objects = os.stat("objects", dir_fd=dir_fd, follow_symlinks=False)
+        refs = os.stat("refs", dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return False
+    return stat_module.S_ISDIR(objects.st_mode) and stat_module.S_ISDIR(refs.st_mode)
 
 
 def _show(segments: list[str]) -> str:

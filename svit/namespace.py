@@ -164,11 +164,17 @@ def validate_root(
         if node.kind != "map":
             raise error("/lib must be a map")
         tree.validate_value(node, limits, scripts_allowed=True)
+        # A script equal to the previous root's was compiled when it was written.
+        known = section(previous, "lib") if previous is not None else None
         for name in node.child_names():
             validate_script_name(name)
             entry = tree.get(node, (name,))
             if entry is None or entry.kind != "script":
                 raise InvalidValue("library writes require a script record")
+            if known is not None and known.kind == "map":
+                before = tree.get(known, (name,))
+                if before is not None and before.digest == entry.digest:
+                    continue
             compile_script(name, entry.to_value())
     # 10. System metadata.
     node = changed("system")

@@ -3,22 +3,33 @@
 A :class:`Ports` registry is built by the host (empty means no authority). Each port
 has a descriptor, projected into the process at ``/ports/<name>``, and an ``execute``
 that runs once, in place, when a script calls it; its effect is external and is never
-rolled back. A port reports failure by raising :class:`PortError`; any other exception
-is reported the same way, with a sanitized message.
+rolled back. A port reports failure deliberately by raising :class:`PortError`, whose
+text the script sees. Any other exception is shown to the script only by its kind (its
+class name, e.g. ``FileNotFoundError``): exception text from arbitrary code can carry host
+paths, addresses or secrets. The host keeps the whole exception: it is logged on the
+``svit`` logger and attached to the failure the host receives as ``port_error``.
 """
 
 from __future__ import annotations
 
 import inspect
+import logging
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, runtime_checkable
 
-from .errors import sanitize
+from .errors import SvitError, sanitize
 from .paths import validate_script_name
 
 
+_log = logging.getLogger("svit")
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+_UNNAMED_FAILURE = "port raised an error"
+
+
 class PortError(Exception):
-    """A port's own failure; its text reaches the script's error (sanitized)."""
+    """A port's deliberate failure: its text reaches the script's error (sanitized), so it
+    must say what went wrong in terms the script may see (no host paths, no secrets)."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +126,18 @@ class Ports:
 
 
 def failure_text(exc: BaseException) -> str:
-    """The sanitized text of a port failure (no traceback, no type names)."""
-    text = str(exc) if isinstance(exc, PortError) else (str(exc) or "port raised an error")
-    return sanitize(text.replace("\n", " "), 512)
+    """What the script sees of a port failure: a :class:`PortError`'s own text, a Svit
+    error's message, or else only the exception's kind (its class name), never its text."""
+    if isinstance(exc, PortError):
+        text = str(exc) or _UNNAMED_FAILURE
+    elif isinstance(exc, SvitError):
+        text = exc.message
+    else:
+        kind = type(exc).__name__
+        text = kind if _PLAIN_NAME.fullmatch(kind) else _UNNAMED_FAILURE
+    return sanitize(" ".join(text.split()) or _UNNAMED_FAILURE, 512)
+
+
+def log_port_failure(name: str, exc: BaseException) -> None:
+    """Give the host the whole failure (text and traceback) on its own log, never the store."""
+    _log.warning("port /ports/%s failed: %s", name, type(exc).__name__, exc_info=exc)

@@ -8,6 +8,7 @@ failure anywhere before that leaves version, root and snapshot bytes untouched.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from .activation import (
     compile_check,
     library_record,
     located,
+    script_compiler,
 )
 from .errors import (
     HookCancelled,
@@ -43,6 +45,7 @@ from .mounts import Mount, MountPath
 from .namespace import initial_root, section, system_metadata, validate_root, validate_thread
 from .paths import format_path, lib_name, parse, validate_address, validate_mount_name, validate_script_name
 from .ports import PortContext, Ports
+from .redact import redact
 from .snapshot import check_root_hash, decode_snapshot_unverified, encode_snapshot
 from .tree import Node
 from .values import Script
@@ -168,7 +171,7 @@ class ProcessBuilder:
         catalog = self._ports.catalog() if self._ports is not None else {}
         root = initial_root(self._address, limits, self._memory, self._library, descriptors, catalog)
         process = Process(self._address, root, 0, limits, hooks=self._hooks, mounts=dict(self._mounts), ports=self._ports)
-        validate_root(root, self._address, limits, process._compile_script, error=InvalidValue)
+        validate_root(root, self._address, limits, script_compiler(limits), error=InvalidValue)
         return process
 
 
@@ -191,6 +194,15 @@ class Process:
         self._state = (version, root)
         self.hooks = list(hooks)
         self.mounts: dict[str, Mount] = dict(mounts or {})
+        acquired: list[Mount] = []
+        try:
+            for provider in self.mounts.values():
+                provider.acquire()
+                acquired.append(provider)
+        except BaseException:
+            for provider in acquired:
+                provider.release()
+            raise
         self.ports = ports
         self._lock = threading.RLock()
         #: Called with each validated Transition before it is published (durable stores).
@@ -290,6 +302,7 @@ class Process:
 
     # ------------------------------------------------------------------ commit machinery
     def _compile_script(self, name: str, script: Script) -> None:
+        """Compile one script under its own budget (validation shares one: :func:`script_compiler`)."""
         compile_check(name, script.source, self.limits)
 
     def _publish(self, root: Node, mutations: list[dict[str, Any]], paths: Iterable[str], source: str) -> Change:
@@ -297,7 +310,7 @@ class Process:
         version, previous = self._state
         if version >= U64_MAX:
             raise ResourceLimitExceeded("process version")
-        validate_root(root, self.address, self.limits, self._compile_script, previous=previous, error=InvalidValue)
+        validate_root(root, self.address, self.limits, script_compiler(self.limits), previous=previous, error=InvalidValue)
         transition = Transition(self.address, version, version + 1, previous, root, mutations, source)
         if self.before_publish is not None:
             self.before_publish(transition)
@@ -403,14 +416,41 @@ class Process:
             validate_mount_name(name)
             descriptor = tree.from_value(mount.descriptor(), scripts_allowed=False)
             current = tree.get(self.root, ("mounts", name))
-            if current is not None and current.digest == descriptor.digest:
-                self.mounts[name] = mount
-                return None
-            path = f"/mounts/{name}"
-            candidate = tree.set_at(self.root, ("mounts", name), descriptor)
-            change = self._publish(candidate, [{"operation": "set", "path": path, "value": descriptor}], [path], "mounts.attach")
+            change = None
+            mount.acquire()
+            try:
+                if current is None or current.digest != descriptor.digest:
+                    path = f"/mounts/{name}"
+                    candidate = tree.set_at(self.root, ("mounts", name), descriptor)
+                    change = self._publish(candidate, [{"operation": "set", "path": path, "value": descriptor}], [path], "mounts.attach")
+            except BaseException:
+                mount.release()
+                raise
+            previous = self.mounts.get(name)
             self.mounts[name] = mount
+            if previous is not None:
+                previous.release()
             return change
+
+    def detach_mount(self, name: str) -> None:
+        """Stop using the provider of ``/mounts/<name>`` (released, e.g. a folder's root
+        descriptor closed); the descriptor stays committed and reads as unattached. No commit."""
+        with self._lock:
+            validate_mount_name(name)
+            if tree.get(self.root, ("mounts", name)) is None:
+                raise InvalidPath(f"/mounts/{name}")
+            provider = self.mounts.pop(name, None)
+            if provider is not None:
+                provider.release()
+
+    def close(self) -> None:
+        """Release every attached provider (the committed tree is untouched; mounts then
+        read as unattached). Closing twice is harmless."""
+        with self._lock:
+            providers = list(self.mounts.values())
+            self.mounts.clear()
+            for provider in providers:
+                provider.release()
 
     # ------------------------------------------------------------------ mounts
     def _mount_target(self, segments: tuple[str, ...]) -> tuple[str, dict[str, Any], Mount | None, MountPath]:
@@ -459,6 +499,7 @@ class Process:
         mountlib.require_write(name, descriptor)
         if provider is None:
             raise MountUnavailable(f"/mounts/{name}")
+        provider.check_write(mount_path)
 
     def _mount_apply(self, op: str, segments: tuple[str, ...], value: Any) -> None:
         name, _descriptor, provider, mount_path = self._mount_target(segments)
@@ -542,7 +583,7 @@ class Process:
                 try:
                     after(event)
                 except Exception as exc:  # host code; reported, never propagated
-                    _log.warning("after_activation hook failed: %s", sanitize(str(exc) or type(exc).__name__))
+                    _log.warning("after_activation hook failed: %s", sanitize(redact(str(exc) or type(exc).__name__)))
 
     def _run_activation(self, name: str, inline_source: str | None, input: Any, *, dry_run: bool = False) -> Activation:
         input_node = tree.from_value(input, scripts_allowed=False)
@@ -562,7 +603,9 @@ class Process:
             if script is not None:
                 tree.validate_value(tree.from_value(script, scripts_allowed=True), self.limits, scripts_allowed=True)
                 try:
-                    compile_check(staged_name, script.source, self.limits)
+                    # Checked under what is left of the activation's budget: writing
+                    # scripts cannot multiply the work an activation may do.
+                    compile_check(staged_name, script.source, self.limits, ws.budget)
                 except ScriptFailed as exc:
                     raise located(exc, name) from None
         version, root = self._state
@@ -593,7 +636,7 @@ class Process:
             candidate = tree.set_at(candidate, ("system", "outbox"), new_outbox)
             mutations.append({"operation": "append", "path": "/system/outbox", "values": [tree.from_value(i, scripts_allowed=False) for i in intents]})
             changed.add("/system/outbox")
-        validate_root(candidate, self.address, self.limits, self._compile_script, previous=root, error=InvalidValue)
+        validate_root(candidate, self.address, self.limits, script_compiler(self.limits), previous=root, error=InvalidValue)
         messages = [{"message_id": i["message_id"], "to": i["to"], "body": i["body"]} for i in intents]
         if dry_run:
             changed.update(mount_change_path(parse(path)) for _op, path, _value in ws.mount_writes)
@@ -632,11 +675,31 @@ class Process:
         return encode_snapshot(self.address, version, root, self.limits)
 
     @classmethod
-    def restore(cls, data: bytes) -> "Process":
-        """Build a process from untrusted snapshot bytes, validating everything first."""
-        address, version, root, limits, claimed = decode_snapshot_unverified(data)
+    def restore(
+        cls,
+        data: bytes,
+        *,
+        max_bytes: int | None = None,
+        max_tree_nodes: int | None = None,
+        max_tree_text_bytes: int | None = None,
+        restore_limits: Limits | None = None,
+    ) -> "Process":
+        """Build a process from untrusted snapshot bytes, validating everything first.
+
+        The keywords are the host's bounds on what a restore may cost, on top of the
+        snapshot's own limits. ``max_bytes``, ``max_tree_nodes`` and
+        ``max_tree_text_bytes`` bound the bytes and the tree, checked while the bytes are
+        scanned, before any of the tree exists. Restoring compiles every script of the
+        snapshot's ``/lib``: their compile-time code and the compiler's work together get
+        one budget, the snapshot's own steps and milliseconds but never more than
+        ``restore_limits`` (the host's; by default the default limits) allow, and
+        compile-time code holds no more guest memory than both allow.
+        """
+        address, version, root, limits, claimed = decode_snapshot_unverified(
+            data, max_bytes=max_bytes, max_tree_nodes=max_tree_nodes, max_tree_text_bytes=max_tree_text_bytes
+        )
         process = cls(address, root, version, limits)
-        validate_root(root, address, limits, process._compile_script, error=InvalidSnapshot)
+        validate_root(root, address, limits, restore_compiler(limits, restore_limits or Limits()), error=InvalidSnapshot)
         check_root_hash(root, claimed)
         return process
 
@@ -648,8 +711,19 @@ class Process:
         system_node = tree.from_value(system_value, scripts_allowed=False)
         candidate = tree.set_at(root, ("system",), system_node)
         child = Process(child_address, candidate, version, self.limits, hooks=self.hooks, mounts=self.mounts, ports=self.ports)
-        validate_root(candidate, child_address, self.limits, child._compile_script, previous=root, error=InvalidValue)
+        validate_root(candidate, child_address, self.limits, script_compiler(self.limits), previous=root, error=InvalidValue)
         return child
+
+
+def restore_compiler(snapshot: Limits, host: Limits) -> Callable[[str, Script], None]:
+    """The ``compile_script`` of a restore: every script under one budget the host bounds."""
+    capped = dataclasses.replace(
+        snapshot,
+        max_steps=min(snapshot.max_steps, host.max_steps),
+        max_execution_millis=min(snapshot.max_execution_millis, host.max_execution_millis),
+        max_guest_memory=min(snapshot.max_guest_memory, host.max_guest_memory),
+    )
+    return script_compiler(capped)
 
 
 def mount_change_path(segments: tuple[str, ...]) -> str:

@@ -21,6 +21,7 @@ import threading
 from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
 
 from .errors import sanitize
+from .redact import redact, register_secret
 from .loop.errors import ReasonerFailed, ReasonerUnavailable
 from .loop.messages import Message, Reply, ToolCall
 from .loop.tools import ToolSpec
@@ -201,6 +202,9 @@ class _ChatCompletions:
             if self.base_url is None:
                 raise ReasonerUnavailable("no API key configured: pass api_key= or set OPENAI_API_KEY (or a base URL)")
             key = "unused"
+        else:
+            register_secret(key)
+        self._secret = key
         self.timeout = timeout
         self.temperature = temperature
         self._openai = openai
@@ -236,11 +240,11 @@ class _ChatCompletions:
         if isinstance(exc, openai.APITimeoutError):
             return ReasonerFailed(f"model request timed out after {self.timeout:g}s")
         if isinstance(exc, openai.APIStatusError):
-            detail = _status_detail(exc)
+            detail = _status_detail(exc, self._secret)
             return ReasonerFailed(f"model provider returned HTTP {exc.status_code}" + (f": {detail}" if detail else ""))
         if isinstance(exc, openai.APIConnectionError):
             return ReasonerFailed("could not connect to the model provider")
-        return ReasonerFailed(f"model request failed: {sanitize(' '.join(str(exc).split()), 300)}")
+        return ReasonerFailed(f"model request failed: {sanitize(redact(' '.join(str(exc).split()), [self._secret]), 300)}")
 
 
 class OpenAIReasoner(_ChatCompletions):
@@ -249,7 +253,8 @@ class OpenAIReasoner(_ChatCompletions):
     ``model``, ``base_url`` and ``api_key`` default to ``OPENAI_MODEL``,
     ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY``. A base URL without a key (a local
     OpenAI-compatible server) sends the placeholder key ``"unused"``. Every client
-    failure becomes a :class:`ReasonerFailed` whose text never contains the key.
+    failure becomes a :class:`ReasonerFailed` whose text never contains the key or any
+    other credential (:func:`svit.redact.redact`), even when the provider echoes it.
     """
 
     _client_class = "OpenAI"
@@ -283,13 +288,15 @@ class AsyncOpenAIReasoner(_ChatCompletions):
         await self._client.close()
 
 
-def _status_detail(exc: Any) -> str:
+def _status_detail(exc: Any, secret: str) -> str:
+    """The provider's own error message, credentials removed before it is capped (a
+    server may echo the request's Authorization header in it)."""
     body = getattr(exc, "body", None)
     if isinstance(body, dict):
         error = body.get("error", body)
         message = error.get("message") if isinstance(error, dict) else error
         if isinstance(message, str):
-            return sanitize(" ".join(message.split()), 300)
+            return sanitize(redact(" ".join(message.split()), [secret]), 300)
     return ""
 
 

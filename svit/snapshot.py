@@ -14,8 +14,12 @@ a pure function of the tree, so equal processes give byte-identical snapshots.
 
 The trailer lets restore reject any truncation or bit flip before one byte of the body
 is decoded. It is an integrity check, not an authenticity proof: anyone can recompute
-it, so the body is still decoded as untrusted input (only our own tag is accepted,
-nesting is bounded, every value is checked, and the root hash is recomputed).
+it, so the body is still decoded as untrusted input. Before anything is built, one
+pass over its item heads checks that it is the canonical encoding (the only bytes this
+module would write for it) and counts the tree's nodes, text bytes and depth against
+its limits and the host's bounds; then only our own tag is accepted, every value is
+checked, and the root hash is recomputed. docs/durability.md, "Restoring a snapshot",
+lists every check in order.
 """
 
 from __future__ import annotations
@@ -28,8 +32,8 @@ from typing import Any
 import blake3
 import cbor2
 
-from .errors import InvalidSnapshot, InvalidValue, SvitError
-from .limits import LIMIT_FIELDS, Limits
+from .errors import InvalidLimits, InvalidSnapshot, InvalidValue, SvitError
+from .limits import LIMIT_FIELDS, LIMIT_TABLE, Limits
 from .paths import validate_address
 from . import tree
 from .tree import CBOR_SCRIPT_TAG, Encoded, Node, cbor_default, from_decoded
@@ -92,7 +96,8 @@ def _tag_hook(tag: Any, _immutable: bool) -> Any:
     return Script(value[0], value[1])
 
 
-def _check_trailer(data: bytes) -> bytes:
+def _check_trailer(data: bytes) -> int:
+    """The body's length once the trailer proves it intact (the body is not copied)."""
     if len(data) < TRAILER_BYTES:
         raise InvalidSnapshot("snapshot is truncated or corrupted")
     body_length = len(data) - TRAILER_BYTES
@@ -102,10 +107,242 @@ def _check_trailer(data: bytes) -> bytes:
         or int.from_bytes(trailer[len(MAGIC) : len(MAGIC) + 8], "big") != body_length
     ):
         raise InvalidSnapshot("snapshot is truncated or corrupted")
-    body = data[:body_length]
-    if not compare_digest(trailer[len(MAGIC) + 8 :], blake3.blake3(body).digest()):
+    with memoryview(data) as view:
+        digest = blake3.blake3(view[:body_length]).digest()
+    if not compare_digest(trailer[len(MAGIC) + 8 :], digest):
         raise InvalidSnapshot("snapshot is truncated or corrupted")
-    return body
+    return body_length
+
+
+# ---------------------------------------------------------------------------
+# The bounded canonical scan: every item head of the body is read and checked before a
+# single object of the tree is built, so a snapshot larger than its limits (or than the
+# host's) is refused having cost one pass over its bytes and no memory.
+
+#: What the envelope's fields other than ``root`` may hold together (items, text bytes):
+#: six fields, the limits map and an address need far less.
+ENVELOPE_MAX_ITEMS = 256
+ENVELOPE_MAX_TEXT_BYTES = 64 * 1024
+#: Below the root, the deepest valid tree: a thread record (``max_value_depth``) inside
+#: ``/thread/events`` inside ``/thread`` inside the root.
+ROOT_DEPTH_ALLOWANCE = 3
+_NEGATIVE_ZERO = 0x8000_0000_0000_0000
+# The smallest argument each head width may carry (below it a shorter head exists).
+_HEAD_MINIMUM = {24: 24, 25: 0x100, 26: 0x1_0000, 27: 0x1_0000_0000}
+
+
+class _Budget:
+    """Nodes and text bytes an item may hold, and how deep it may nest."""
+
+    __slots__ = ("max_nodes", "max_text", "max_depth", "nodes_limit", "text_limit")
+
+    def __init__(self, max_nodes: int, max_text: int, max_depth: int, nodes_limit: str, text_limit: str) -> None:
+        self.max_nodes, self.max_text, self.max_depth = max_nodes, max_text, max_depth
+        self.nodes_limit, self.text_limit = nodes_limit, text_limit
+
+
+def _over(limit: str, allowed: int) -> InvalidSnapshot:
+    return InvalidSnapshot(f"snapshot exceeds {limit} ({allowed})")
+
+
+def _not_canonical(what: str, position: int) -> InvalidSnapshot:
+    return InvalidSnapshot(f"snapshot body is not canonical CBOR: {what} at byte {position}")
+
+
+def _malformed(what: str, position: int) -> InvalidSnapshot:
+    return InvalidSnapshot(f"snapshot body is malformed: {what} at byte {position}")
+
+
+def _non_finite(info: int, bits: int) -> bool:
+    """Whether a half (info 25) or single (info 26) float's exponent is all ones."""
+    return (bits >> 10) & 0x1F == 0x1F if info == 25 else (bits >> 23) & 0xFF == 0xFF
+
+
+def _head(data: bytes, position: int, end: int) -> tuple[int, int, int, int]:
+    """``(major, additional info, argument, end of head)`` of a canonical definite head."""
+    if position >= end:
+        raise _malformed("truncated item", position)
+    initial = data[position]
+    major, info = initial >> 5, initial & 0x1F
+    if info < 24:
+        return major, info, info, position + 1
+    if info > 27:
+        if info == 31:
+            raise _not_canonical("indefinite length", position)
+        raise _malformed("reserved additional information", position)
+    width = 1 << (info - 24)
+    stop = position + 1 + width
+    if stop > end:
+        raise _malformed("truncated item head", position)
+    argument = int.from_bytes(data[position + 1 : stop], "big")
+    if major == 7:
+        if info == 24:
+            if argument < 32:
+                raise _malformed("simple value in a two-byte head", position)
+        elif info != 27:
+            # A non-finite float is refused as a value (numbers must be finite) later.
+            if not _non_finite(info, argument):
+                raise _not_canonical("float narrower than binary64", position)
+        elif argument == _NEGATIVE_ZERO:
+            raise _not_canonical("negative zero (written as 0.0)", position)
+    elif argument < _HEAD_MINIMUM[info]:
+        raise _not_canonical("integer or length head longer than needed", position)
+    return major, info, argument, stop
+
+
+def _scan_item(data: bytes, position: int, end: int, budget: _Budget) -> tuple[int, int, int]:
+    """Check one canonical item at ``position``; ``(end of item, nodes, text bytes)``.
+
+    Nodes are counted as the tree counts them (every value, a script record as one);
+    text bytes as the tree does (strings, map keys, script source and documentation).
+    Raises ``InvalidSnapshot`` at the first head past a budget, before reading further.
+    """
+    max_nodes, max_text, max_depth = budget.max_nodes, budget.max_text, budget.max_depth
+    nodes = text = 0
+    # The innermost open container lives in locals (entries left, is a map, next item
+    # is a key, previous key); the ones around it wait on ``outer``.
+    outer: list[tuple[int, bool, bytes | None]] = []
+    left, in_map, want_key, previous = 1, False, False, None
+    while True:
+        # The head, inlined for the common one-byte case.
+        if position >= end:
+            raise _malformed("truncated item", position)
+        initial = data[position]
+        major = initial >> 5
+        info = initial & 0x1F
+        if info < 24:
+            argument = info
+            position += 1
+        elif info == 24 and major != 7 and position + 1 < end and data[position + 1] >= 24:
+            argument = data[position + 1]
+            position += 2
+        else:
+            major, info, argument, position = _head(data, position, end)
+        if want_key:
+            # A map key: text, strictly increasing in code-point (UTF-8 byte) order.
+            if major != 3:
+                raise _malformed("map keys must be text", position)
+            stop = position + argument
+            if stop > end:
+                raise _malformed("text runs past the body", position)
+            text += argument
+            if text > max_text:
+                raise _over(budget.text_limit, max_text)
+            key = data[position:stop]
+            if previous is not None and key <= previous:
+                raise _not_canonical(
+                    "repeated map key" if key == previous else "map keys are not in canonical order", position
+                )
+            previous, want_key, position = key, False, stop
+            continue
+        nodes += 1
+        if nodes > max_nodes:
+            raise _over(budget.nodes_limit, max_nodes)
+        if major == 3 or major == 2:
+            position += argument
+            if position > end:
+                raise _malformed("text runs past the body", position)
+            text += argument
+            if text > max_text:
+                raise _over(budget.text_limit, max_text)
+        elif major == 4 or major == 5:
+            if argument:
+                if argument > (end - position) // (2 if major == 5 else 1):
+                    raise _malformed("length exceeds the body", position)
+                if len(outer) >= max_depth:
+                    raise InvalidSnapshot("snapshot nesting is too deep")
+                outer.append((left, in_map, previous))
+                left, in_map, previous = argument, major == 5, None
+                want_key = in_map
+                continue
+        elif major == 6:
+            if argument != CBOR_SCRIPT_TAG:
+                raise _malformed("unsupported CBOR tag", position)
+            major, info, argument, position = _head(data, position, end)
+            if major != 4 or argument != 2:
+                raise _malformed("malformed script record", position)
+            for _part in range(2):
+                major, info, argument, position = _head(data, position, end)
+                if major != 3:
+                    raise _malformed("malformed script record", position)
+                position += argument
+                if position > end:
+                    raise _malformed("text runs past the body", position)
+                text += argument
+                if text > max_text:
+                    raise _over(budget.text_limit, max_text)
+        # One value is complete: close every container it completes.
+        left -= 1
+        while not left:
+            if not outer:
+                return position, nodes, text
+            left, in_map, previous = outer.pop()
+            left -= 1
+        want_key = in_map
+
+
+def _text_at(data: bytes, position: int, end: int) -> tuple[bytes | None, int]:
+    """An envelope key (short text) and where its value starts; None if it is not one."""
+    major, _info, argument, stop = _head(data, position, end)
+    if major != 3 or argument > ENVELOPE_MAX_TEXT_BYTES or stop + argument > end:
+        return None, position
+    return data[stop : stop + argument], stop + argument
+
+
+def _scan_body(
+    data: bytes, end: int, max_tree_nodes: int | None, max_tree_text_bytes: int | None
+) -> None:
+    """Refuse a body that is not exactly one canonical envelope, or whose tree is larger
+    than its limits (capped by the hard maxima and by the host's bounds) allow."""
+    major, _info, count, position = _head(data, 0, end)
+    if major != 5:
+        raise InvalidSnapshot("snapshot envelope must be a map")
+    if count > len(_ENVELOPE_KEYS) + 1 or count > (end - position) // 2:
+        raise InvalidSnapshot("snapshot envelope has too many fields")
+    limits: Limits | None = None
+    previous: bytes | None = None
+    used_items = used_text = 0
+    for _ in range(count):
+        key, value_start = _text_at(data, position, end)
+        if key is None:
+            raise _malformed("envelope keys must be short text", position)
+        if previous is not None and key <= previous:
+            raise _not_canonical(
+                "repeated map key" if key == previous else "map keys are not in canonical order", position
+            )
+        previous = key
+        if key == b"root":
+            root_limits = limits or Limits(**{name: LIMIT_TABLE[name][1] for name in LIMIT_FIELDS})
+            nodes = root_limits.max_tree_nodes
+            if max_tree_nodes is not None:
+                nodes = min(nodes, max_tree_nodes)
+            text = root_limits.max_tree_text_bytes
+            if max_tree_text_bytes is not None:
+                text = min(text, max_tree_text_bytes)
+            budget = _Budget(
+                nodes,
+                text,
+                min(root_limits.max_value_depth + ROOT_DEPTH_ALLOWANCE, MAX_NESTING),
+                "the process tree nodes limit",
+                "the process tree text bytes limit",
+            )
+            position, _nodes, _text = _scan_item(data, value_start, end, budget)
+            continue
+        remaining = _Budget(
+            ENVELOPE_MAX_ITEMS - used_items,
+            ENVELOPE_MAX_TEXT_BYTES - used_text,
+            4,
+            "the envelope item limit",
+            "the envelope text limit",
+        )
+        position, items, text_bytes = _scan_item(data, value_start, end, remaining)
+        used_items += items
+        used_text += text_bytes + len(key)
+        if key == b"limits":
+            # Small by the envelope budget; needed now, to bound the root that follows.
+            limits = Limits.from_dict(_decode_body(data[value_start:position]))
+    if position != end:
+        raise InvalidSnapshot("snapshot body has trailing data")
 
 
 def _decode_body(body: bytes) -> Any:
@@ -158,23 +395,48 @@ def _decoded_root(body: bytes) -> tuple[Node, int, int] | None:
     return None
 
 
-def decode_snapshot(data: bytes, *, max_bytes: int | None = None) -> tuple[str, int, Node, Limits]:
+def decode_snapshot(
+    data: bytes,
+    *,
+    max_bytes: int | None = None,
+    max_tree_nodes: int | None = None,
+    max_tree_text_bytes: int | None = None,
+) -> tuple[str, int, Node, Limits]:
     """Decode and verify snapshot bytes: the root hash is checked before returning."""
-    address, version, root, limits, claimed = decode_snapshot_unverified(data, max_bytes=max_bytes)
+    address, version, root, limits, claimed = decode_snapshot_unverified(
+        data, max_bytes=max_bytes, max_tree_nodes=max_tree_nodes, max_tree_text_bytes=max_tree_text_bytes
+    )
     check_root_hash(root, claimed)
     return address, version, root, limits
 
 
-def decode_snapshot_unverified(data: bytes, *, max_bytes: int | None = None) -> tuple[str, int, Node, Limits, str]:
+def decode_snapshot_unverified(
+    data: bytes,
+    *,
+    max_bytes: int | None = None,
+    max_tree_nodes: int | None = None,
+    max_tree_text_bytes: int | None = None,
+) -> tuple[str, int, Node, Limits, str]:
     """Decode snapshot bytes into ``(address, version, root, limits, claimed_root_hash)``.
 
+    ``max_bytes`` bounds the whole snapshot (default :data:`MAX_SNAPSHOT_BYTES`);
+    ``max_tree_nodes`` and ``max_tree_text_bytes`` are the host's bounds on the tree,
+    applied on top of the snapshot's own limits (which cannot exceed the hard maxima).
+    The body is scanned head by head against those bounds, and checked to be canonical,
+    before any of the tree is built (docs/durability.md, "Restoring a snapshot").
+
     The caller validates the root schema and then calls :func:`check_root_hash`, the
-    reference's order (a forged identity reports the identity, not the hash). Raises only :class:`~svit.errors.SvitError` subclasses: ``InvalidSnapshot`` for
+    reference's order (a forged identity reports the identity, not the hash). Raises
+    only :class:`~svit.errors.SvitError` subclasses: ``InvalidSnapshot`` for
     anything wrong with the bytes or the envelope, ``InvalidLimits`` for limits outside
     their hard maxima. Root-schema validation belongs to the process layer.
     """
+    for name, bound in (("max_tree_nodes", max_tree_nodes), ("max_tree_text_bytes", max_tree_text_bytes)):
+        if bound is not None and (type(bound) is not int or bound < 0):
+            raise InvalidLimits(f"restore bound {name} must be a non-negative integer")
     try:
-        return _decode(data, MAX_SNAPSHOT_BYTES if max_bytes is None else max_bytes)
+        byte_bound = MAX_SNAPSHOT_BYTES if max_bytes is None else max_bytes
+        return _decode(data, byte_bound, max_tree_nodes, max_tree_text_bytes)
     except SvitError:
         raise
     except RecursionError:
@@ -183,7 +445,9 @@ def decode_snapshot_unverified(data: bytes, *, max_bytes: int | None = None) -> 
         raise InvalidSnapshot(f"snapshot is malformed: {type(exc).__name__}") from None
 
 
-def _decode(data: Any, max_bytes: int) -> tuple[str, int, Node, Limits, str]:
+def _decode(
+    data: Any, max_bytes: int, max_tree_nodes: int | None, max_tree_text_bytes: int | None
+) -> tuple[str, int, Node, Limits, str]:
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise InvalidSnapshot("snapshot must be bytes")
     if isinstance(data, memoryview):
@@ -192,7 +456,11 @@ def _decode(data: Any, max_bytes: int) -> tuple[str, int, Node, Limits, str]:
         data = data.tobytes()
     if len(data) > max_bytes:
         raise InvalidSnapshot("snapshot byte limit exceeded")
-    body = _check_trailer(bytes(data))
+    if type(data) is not bytes:
+        data = bytes(data)
+    body_length = _check_trailer(data)
+    _scan_body(data, body_length, max_tree_nodes, max_tree_text_bytes)
+    body = data[:body_length]
 
     # Bulk building allocates many containers and no cycles; pausing the cyclic
     # collector avoids repeated full-heap scans during the build.

@@ -38,9 +38,13 @@ the data on each step; ``"x" * 1e9``; Oniguruma regexes; known libjq crashes suc
 ``implode`` on bad code points). So libjq never runs in the host process: it runs in a
 helper worker process started with an empty environment, a 1 GiB address-space cap and
 no core dumps. The worker stops after the 101st result or once the output passes
-1 MiB, and the caller waits at most ``timeout_seconds`` (a wall-clock backstop, like
-``max_execution_millis``); a worker that overruns is killed, a worker that dies yields
-"jq evaluation failed". jq numbers are doubles, so ``1.0`` comes back as ``1``.
+1 MiB. Each call is bounded by its caller's limits: it ends within ``timeout_seconds``
+(an activation passes the time it has left; waiting for a worker to start counts), or
+the worker is killed ("jq evaluation time"); and the evaluation runs under an
+address-space limit of the worker's size plus a 16 MiB floor, the caller's guest memory
+limit and 16 bytes per input byte, beyond which it stops with "jq memory". A worker that
+dies otherwise yields "jq evaluation failed"; one that kept more than the floor after a
+request is replaced. jq numbers are doubles, so ``1.0`` comes back as ``1``.
 
 ``search``
 ==========
@@ -61,7 +65,9 @@ import threading
 import time
 from typing import Any
 
-from .errors import ExecutionLimitExceeded, InvalidValue, ScriptFailed, SvitError
+from lisp import context as lisp_context
+
+from .errors import ExecutionLimitExceeded, InvalidValue, ResourceLimitExceeded, ScriptFailed, SvitError
 
 # ---------------------------------------------------------------------------- limits
 
@@ -69,7 +75,16 @@ JQ_MAX_FILTER_BYTES = 4096
 JQ_MAX_RESULTS = 100
 JQ_MAX_OUTPUT_BYTES = 1024 * 1024
 JQ_DEFAULT_TIMEOUT_SECONDS = 1.0
+#: The worker's hard address-space cap, whatever a caller allows.
 JQ_WORKER_MEMORY_BYTES = 1024 * 1024 * 1024
+#: What one evaluation may add to the worker beyond the caller's memory allowance: libjq's
+#: own arenas and the request and answer lines (also how much more than it started with a
+#: worker may keep between requests before it is replaced).
+JQ_WORKER_FLOOR_BYTES = 16 * 1024 * 1024
+#: Address space allowed per byte of JSON input, for libjq's parsed form of it.
+JQ_INPUT_EXPANSION = 16
+#: The memory allowance when the caller names none (the default guest memory limit).
+JQ_DEFAULT_MEMORY_BYTES = 8 * 1024 * 1024
 JQ_WORKER_START_SECONDS = 30.0
 
 SEARCH_MAX_PATTERN_BYTES = 4096
@@ -264,48 +279,85 @@ def _plain_result(value: Any) -> Any:
 
 # ---------------------------------------------------------------------------- jq worker
 
-# Runs in the worker process. Reads one request line (JSON: filter, input text),
-# answers one line: {"ok": [results]} or {"err": "compile"|"runtime"|"count"|"output"}.
+# Runs in the worker process. Announces {"ready": its size}, then reads one request line
+# at a time (JSON: filter, input text, memory allowance) and answers one line:
+# {"ok": [results], "vm": size} or {"err": "compile"|"runtime"|"count"|"output"|"memory", "vm": size}.
+# Each evaluation runs under an address-space limit of the worker's size at that moment
+# plus the allowance; the limit goes back to the worker's cap to write the answer.
 _WORKER_SOURCE = r"""
-import json, sys
+import json, os, sys
 sys.path[:] = %(path)r
+CAP = %(memory)d
 try:
     import resource
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_AS, (%(memory)d, %(memory)d))
+    resource.setrlimit(resource.RLIMIT_AS, (CAP, CAP))
 except Exception:
-    pass
+    resource = None
+PAGE = os.sysconf("SC_PAGE_SIZE")
+def size():
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[0]) * PAGE
+    except Exception:
+        return 0
+def bound(allowance):
+    if resource is None:
+        return
+    now = size()
+    limit = min(now + allowance, CAP) if now and allowance else CAP
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, CAP))
+    except Exception:
+        pass
 import jq
 out = sys.stdout.buffer
-out.write(b'"ready"\n'); out.flush()
+out.write(json.dumps({"ready": size()}).encode() + b"\n"); out.flush()
 for line in sys.stdin.buffer:
+    results = program = None
     try:
         request = json.loads(line)
+        bound(int(request.get("m") or 0))
         try:
             program = jq.compile(request["f"])
+        except MemoryError:
+            reply = {"err": "memory"}
         except Exception:
             reply = {"err": "compile"}
         else:
-            results, size, reply = [], 0, None
+            results, total, reply = [], 0, None
             try:
                 for item in program.input_text(request["i"]):
                     if len(results) == %(max_results)d:
                         reply = {"err": "count"}
                         break
-                    size += len(json.dumps(item, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
-                    if size > %(max_output)d:
+                    total += len(json.dumps(item, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+                    if total > %(max_output)d:
                         reply = {"err": "output"}
                         break
                     results.append(item)
+            except MemoryError:
+                reply = {"err": "memory"}
             except Exception:
                 reply = {"err": "runtime"}
             if reply is None:
                 reply = {"ok": results}
+        program = None
+        bound(0)
+        reply["vm"] = size()
         data = json.dumps(reply, ensure_ascii=False).encode("utf-8")
+    except MemoryError:
+        results = program = None
+        bound(0)
+        data = b'{"err": "memory"}'
     except Exception:
+        bound(0)
         data = b'{"err": "runtime"}'
     out.write(data + b"\n"); out.flush()
 """ % {"path": [p for p in sys.path if p], "memory": JQ_WORKER_MEMORY_BYTES, "max_results": JQ_MAX_RESULTS, "max_output": JQ_MAX_OUTPUT_BYTES}
+
+#: libjq's own words when an allocation fails (it then aborts).
+_OUT_OF_MEMORY = b"cannot allocate memory"
 
 
 class _WorkerDied(Exception):
@@ -317,25 +369,45 @@ class _WorkerTimeout(Exception):
 
 
 class _JqWorker:
-    """One helper process that runs libjq; replaced whenever it dies or overruns."""
+    """One helper process that runs libjq; replaced whenever it dies, overruns or keeps
+    much more memory than it started with.
+
+    Starting one takes a moment, so a worker still starting when its caller's time runs
+    out is kept for the next caller rather than killed."""
 
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-I", "-c", _WORKER_SOURCE],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
             env={},
             cwd="/",
             close_fds=True,
         )
+        self.started = time.monotonic()
+        self.ready_size: int | None = None
         self.buffer = b""
+        self.stderr_tail = b""
+        assert self.proc.stderr is not None
+        os.set_blocking(self.proc.stderr.fileno(), False)
+
+    def wait_ready(self, deadline: float) -> None:
+        """Wait, until ``deadline`` at most, for the worker to announce itself."""
+        if self.ready_size is not None:
+            return
+        line = self._read_line(min(deadline, self.started + JQ_WORKER_START_SECONDS))
         try:
-            if self._read_line(time.monotonic() + JQ_WORKER_START_SECONDS) != b'"ready"':
-                raise _WorkerDied()
-        except (_WorkerDied, _WorkerTimeout):
-            self.kill()
-            raise ScriptFailed("jq evaluation failed") from None
+            announced = json.loads(line)["ready"]
+        except (ValueError, KeyError, TypeError):
+            raise _WorkerDied() from None
+        if type(announced) is not int:
+            raise _WorkerDied()
+        self.ready_size = announced
+
+    @property
+    def start_expired(self) -> bool:
+        return time.monotonic() > self.started + JQ_WORKER_START_SECONDS
 
     def _read_line(self, deadline: float) -> bytes:
         stdout = self.proc.stdout
@@ -356,19 +428,38 @@ class _JqWorker:
         line, _, self.buffer = self.buffer.partition(b"\n")
         return line
 
-    def request(self, filter_text: str, input_text: str, timeout: float) -> dict:
+    def drain_stderr(self) -> bytes:
+        """Whatever the worker wrote to its standard error since the last call (the
+        pipe is emptied after every request, so it never fills)."""
+        stderr = self.proc.stderr
+        assert stderr is not None
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(stderr.fileno(), 1 << 16)
+            except (BlockingIOError, OSError, ValueError):
+                break
+            if not chunk:
+                break
+            seen = (seen + chunk)[-4096:]
+        return seen
+
+    def request(self, filter_text: str, input_text: str, deadline: float, allowance: int) -> dict:
         stdin = self.proc.stdin
         assert stdin is not None
-        payload = json.dumps({"f": filter_text, "i": input_text}, ensure_ascii=False).encode("utf-8")
-        deadline = time.monotonic() + timeout
+        payload = json.dumps({"f": filter_text, "i": input_text, "m": allowance}, ensure_ascii=False).encode("utf-8")
         try:
             stdin.write(payload + b"\n")
             stdin.flush()
         except OSError:
             raise _WorkerDied() from None
-        return json.loads(self._read_line(deadline))
+        reply = json.loads(self._read_line(deadline))
+        if type(reply) is not dict:
+            raise _WorkerDied()
+        return reply
 
-    def kill(self) -> None:
+    def kill(self) -> bytes:
+        """Stop the worker; what it last wrote to standard error."""
         try:
             self.proc.kill()
         except OSError:
@@ -377,12 +468,14 @@ class _JqWorker:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
-        for stream in (self.proc.stdin, self.proc.stdout):
+        last = self.drain_stderr()
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             try:
                 if stream is not None:
                     stream.close()
             except OSError:
                 pass
+        return last
 
 
 class _WorkerPool:
@@ -400,7 +493,7 @@ class _WorkerPool:
                 self.idle, self.pid = [], os.getpid()
             while self.idle:
                 worker = self.idle.pop()
-                if worker.proc.poll() is None:
+                if worker.proc.poll() is None and (worker.ready_size is not None or not worker.start_expired):
                     return worker
                 worker.kill()
         return _JqWorker()
@@ -422,11 +515,26 @@ _POOL = _WorkerPool()
 atexit.register(_POOL.close)
 
 
-def run_jq(filter_text: str, value: Any, *, timeout_seconds: float = JQ_DEFAULT_TIMEOUT_SECONDS) -> list:
+def jq_memory_allowance(guest_memory: int, input_bytes: int) -> int:
+    """The address space one evaluation may add to the worker: a fixed floor for libjq's
+    own start (its arenas, the request and answer lines), the caller's guest memory
+    limit, and room for the parsed input."""
+    return JQ_WORKER_FLOOR_BYTES + max(0, guest_memory) + JQ_INPUT_EXPANSION * max(0, input_bytes)
+
+
+def run_jq(
+    filter_text: str,
+    value: Any,
+    *,
+    timeout_seconds: float = JQ_DEFAULT_TIMEOUT_SECONDS,
+    memory_bytes: int = JQ_DEFAULT_MEMORY_BYTES,
+) -> list:
     """Run a jq filter over ``value``; the list of its outputs (a single output too).
 
-    Fails with the reference's ``ScriptFailed`` texts; a filter still running after
-    ``timeout_seconds`` fails with ``ExecutionLimitExceeded("jq evaluation time")``.
+    Fails with the reference's ``ScriptFailed`` texts. Everything, starting a worker
+    included, ends within ``timeout_seconds`` (``ExecutionLimitExceeded("jq evaluation
+    time")``); the evaluation may grow the worker by :func:`jq_memory_allowance` of
+    ``memory_bytes`` (``ResourceLimitExceeded("jq memory")`` beyond it).
     """
     if not isinstance(filter_text, str):
         raise ScriptFailed("invalid jq filter")
@@ -438,12 +546,17 @@ def run_jq(filter_text: str, value: Any, *, timeout_seconds: float = JQ_DEFAULT_
         raise ScriptFailed("jq filter is empty or exceeds its limit")
     screen_jq_filter(filter_text)
     input_text = _to_json_text(decode_jq_input(value))
+    deadline = time.monotonic() + max(0.0, float(timeout_seconds))
+    allowance = jq_memory_allowance(memory_bytes, len(input_text.encode("utf-8", "surrogatepass")))
 
     worker = _POOL.take()
     try:
-        reply = worker.request(filter_text, input_text, max(0.0, float(timeout_seconds)))
+        worker.wait_ready(deadline)
     except _WorkerTimeout:
-        worker.kill()
+        if worker.start_expired:
+            worker.kill()
+        else:
+            _POOL.give(worker)  # still starting: the next caller's
         raise ExecutionLimitExceeded("jq evaluation time") from None
     except (_WorkerDied, ValueError, OSError):
         worker.kill()
@@ -451,10 +564,29 @@ def run_jq(filter_text: str, value: Any, *, timeout_seconds: float = JQ_DEFAULT_
     except BaseException:
         worker.kill()
         raise
-    _POOL.give(worker)
+    try:
+        reply = worker.request(filter_text, input_text, deadline, allowance)
+    except _WorkerTimeout:
+        worker.kill()
+        raise ExecutionLimitExceeded("jq evaluation time") from None
+    except (_WorkerDied, ValueError, OSError):
+        if _OUT_OF_MEMORY in worker.kill():
+            raise ResourceLimitExceeded("jq memory") from None
+        raise ScriptFailed("jq evaluation failed") from None
+    except BaseException:
+        worker.kill()
+        raise
+    worker.drain_stderr()
+    held = reply.get("vm")
+    if type(held) is int and worker.ready_size is not None and held > worker.ready_size + JQ_WORKER_FLOOR_BYTES:
+        worker.kill()  # it kept what an evaluation allocated: a fresh worker starts small
+    else:
+        _POOL.give(worker)
 
-    if "ok" in reply:
+    if "ok" in reply and type(reply["ok"]) is list:
         return [_plain_result(item) for item in reply["ok"]]
+    if reply.get("err") == "memory":
+        raise ResourceLimitExceeded("jq memory")
     raise ScriptFailed(
         {
             "compile": "invalid jq filter",
@@ -494,8 +626,25 @@ def child_path(path: str, name: str) -> str:
     return path.rstrip("/") + "/" + name
 
 
+#: How much text a search pays for at once, before scanning it (whole lines are paid).
+SEARCH_CHARGE_CHARS = 16 * 1024
+#: Characters of text scanned per step.
+SEARCH_CHARS_PER_STEP = 64
+
+
+def _charge(steps: int) -> None:
+    """Charge the running activation's step budget (this also looks at its clock)."""
+    if steps > 0:
+        lisp_context.current().budget.charge(steps)
+
+
 class _Matches:
-    """Collects matches under the count and byte caps; notes when something was left out."""
+    """Collects matches under the count and byte caps; notes when something was left out.
+
+    Scanning is paid for as it goes: before each stretch of about 16 KiB of text (ended
+    at a line end) the search charges one step per line in it and one per 64
+    characters, so a long scan runs out of steps, or meets the time limit, part way.
+    """
 
     def __init__(self, regex) -> None:
         self.regex = regex
@@ -505,10 +654,27 @@ class _Matches:
 
     def scan(self, path: str, text: str) -> None:
         path_bytes = len(path.encode("utf-8", "surrogatepass"))
-        for number, line in enumerate(text.split("\n"), start=1):
+        search = self.regex.search
+        size = len(text)
+        paid_to = 0
+        start = 0
+        number = 0
+        while start <= size:
+            end = text.find("\n", start)
+            if end < 0:
+                end = size
+            if end >= paid_to:
+                # Pay for this line and the lines that follow it, up to a stretch's worth.
+                stretch_end = max(end, min(size, start + SEARCH_CHARGE_CHARS))
+                lines = text.count("\n", start, stretch_end) + 1
+                _charge(lines + (stretch_end - start) // SEARCH_CHARS_PER_STEP)
+                paid_to = stretch_end + 1
+            line = text[start:end]
+            start = end + 1
+            number += 1
             if line.endswith("\r"):
                 line = line[:-1]
-            if self.regex.search(line) is None:
+            if search(line) is None:
                 continue
             cost = path_bytes + len(line.encode("utf-8", "surrogatepass"))
             if len(self.matches) >= SEARCH_MAX_MATCHES or self.bytes + cost > SEARCH_MAX_OUTPUT_BYTES:
@@ -534,9 +700,12 @@ def search_value(path: str, value: Any, pattern: str) -> dict:
         if isinstance(node, str):
             found.scan(node_path, node)
         elif isinstance(node, dict):
+            # Each child costs a step, and a step per 64 characters of the path it is given.
+            _charge(len(node) * (1 + len(node_path) // SEARCH_CHARS_PER_STEP) + sum(map(len, node)) // SEARCH_CHARS_PER_STEP)
             for key in sorted(node, reverse=True):
                 stack.append((child_path(node_path, key), node[key]))
         elif isinstance(node, list):
+            _charge(len(node) * (1 + len(node_path) // SEARCH_CHARS_PER_STEP))
             for index in range(len(node) - 1, -1, -1):
                 stack.append((child_path(node_path, str(index)), node[index]))
     return found.result()
@@ -563,6 +732,7 @@ def search_mount(provider: Any, display_path: str, mount_path: Any, pattern: str
             break
         node_path, node_mount_path = stack.pop()
         visited += 1
+        _charge(1)
         try:
             node = provider.stat(node_mount_path, limits)
             if node is None:
@@ -571,10 +741,16 @@ def search_mount(provider: Any, display_path: str, mount_path: Any, pattern: str
                 names = list(provider.list(node_mount_path, limits))
             else:
                 names = None
+                # Reading and decoding a file is paid for by its size, before reading it.
+                facts = node.get("facts")
+                size = facts.get("bytes") if isinstance(facts, dict) else None
+                if type(size) is int:
+                    _charge(size // SEARCH_CHARS_PER_STEP)
                 content = provider.read(node_mount_path, limits)
         except (SvitError, OSError):
             continue
         if names is not None:
+            _charge(len(names))
             for name in reversed(names):
                 try:
                     child = node_mount_path.child(name)
@@ -586,7 +762,7 @@ def search_mount(provider: Any, display_path: str, mount_path: Any, pattern: str
             found.scan(node_path, content)
         elif isinstance(content, (dict, list)):
             # A provider may hand back a structured leaf: search it like a committed
-            # value, under the same caps.
+            # value, under the same caps (its strings are paid for as they are scanned).
             _merge(found, search_value(node_path, content, pattern))
     return found.result()
 

@@ -197,9 +197,20 @@ def fn_eq(*args: Any) -> bool:
 
 @system("/=", 2, None)
 def fn_ne(*args: Any) -> bool:
-    for i, a in enumerate(args):
-        for b in args[i + 1 :]:
-            if equal(a, b):
+    """True when no two arguments are equal: every pair is compared.
+
+    The pairs grow with the square of the arguments, so beyond two arguments each
+    pair costs a step, charged a row at a time before that row is compared (and the
+    charge looks at the clock), on top of what comparing long texts or lists costs.
+    """
+    n = len(args)
+    budget = current().budget if n > 2 else None
+    for i in range(n - 1):
+        a = args[i]
+        if budget is not None:
+            budget.charge(n - 1 - i)
+        for j in range(i + 1, n):
+            if equal(a, args[j]):
                 return False
     return True
 

@@ -62,6 +62,7 @@ from ..limits import Limits
 from ..mounts import Mount
 from ..ports import PortContext, PortDescriptor, Ports
 from ..process import Change, Process
+from ..redact import redact
 from .errors import InboxClosed, InvalidThread, MissingOutboxMessage, MissingReasoner, TurnFailed
 from .events import (
     INPUT_MESSAGE,
@@ -749,11 +750,12 @@ def _in_memory(process: Any) -> Process:
 
 
 def failure_text(exc: BaseException) -> str:
-    """A one-line, capped diagnostic: the error's own text, never a traceback."""
+    """A one-line, capped diagnostic: the error's own text without credentials, never a
+    traceback (it is stored in ``turn.failed`` and raised from ``block``)."""
     if isinstance(exc, TurnFailed):
         text = exc.detail
     elif isinstance(exc, SvitError):
         text = exc.message
     else:
         text = str(exc) or type(exc).__name__
-    return sanitize(" ".join(text.split()))
+    return sanitize(redact(" ".join(text.split())))

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from ..errors import InvalidPath, SvitError, sanitize
+from ..redact import redact
 from ..values import Script
 from .messages import ToolCall
 
@@ -191,11 +192,11 @@ TOOLS: dict[str, Callable[[ToolTarget, dict[str, Any]], Any]] = {
 
 
 def error_text(exc: BaseException) -> str:
-    """``error: <code>: <message>`` for the model; never a traceback."""
+    """``error: <code>: <message>`` for the model; never a traceback or a credential."""
     if isinstance(exc, SvitError):
-        return f"error: {exc.code}: {exc.message}"
+        return f"error: {exc.code}: {redact(exc.message)}"
     detail = str(exc).replace("\n", " ") or type(exc).__name__
-    return f"error: internal: {sanitize(detail)}"
+    return f"error: internal: {sanitize(redact(detail))}"
 
 
 def run_tool(target: ToolTarget, call: ToolCall) -> tuple[str, bool]:

@@ -56,6 +56,7 @@ import cbor2
 
 from ..errors import SvitError
 from ..process import Process
+from .failures import describe as describe_storage_failure
 from .fsshim import FileSystem
 
 log = logging.getLogger("svit.store.archive")
@@ -821,9 +822,11 @@ class _PublishError(Exception):
 
 
 def _describe(exc: BaseException) -> str:
+    """A failure's text for results and logs: Svit messages as they are, OS and library
+    errors only by their classified problem (their text names host files)."""
     if isinstance(exc, SvitError):
         return exc.message
-    return f"{type(exc).__name__}: {exc}"
+    return describe_storage_failure(exc)
 
 
 # ---------------------------------------------------------------------- statement

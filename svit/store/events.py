@@ -73,6 +73,7 @@ from ..errors import (
 from ..loop.events import MAX_WINDOW, Checkpoint, Event, project_messages, read_all
 from ..loop.messages import Message
 from . import codec, keys
+from .failures import storage_error
 from .keys import CF_RECORD
 
 EVENT_FORMAT = "svit-thread-event@1"
@@ -521,7 +522,7 @@ class StoreEventLog:
         except SvitError:
             raise
         except Exception as exc:
-            raise PersistenceUnavailable(f"scan failed: {type(exc).__name__}") from None
+            raise storage_error(exc, "scan failed") from None
         return key if key is not None and key.startswith(prefix) else None
 
     def _own_last(self, process_id: str, session_id: str) -> int:

@@ -29,6 +29,7 @@ Key classes and column families are declared in :mod:`svit.store.keys`.
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import os
 import threading
@@ -58,7 +59,8 @@ from ..namespace import validate_root
 from ..paths import parse, validate_address
 from ..process import Process, Transition
 from ..tree import Node
-from . import codec, keys
+from . import codec, failures, keys
+from .failures import storage_error
 from .keys import CF_DEFAULT, CF_INDEX, CF_NODES, CF_RECORD, COLUMN_FAMILIES, IRREPLACEABLE, REBUILDABLE
 
 if TYPE_CHECKING:
@@ -231,6 +233,9 @@ class ProcessStore:
         self._head_cache: dict[str, tuple[bytes, dict[str, Any]]] = {}
         #: Latest committed state per address seen by this store object (a cache; fork uses it).
         self._latest: dict[str, _State] = {}
+        #: What restoring a stored snapshot may cost at most (compile-time work of all
+        #: its scripts together, see :meth:`Process.restore`); a host may set its own.
+        self.restore_limits = Limits()
         #: The one synced write path (``faults.FailingWrites`` wraps it in tests).
         self._writer: Callable[[Any], None] = lambda batch: self._db.write(batch, self._write_options)
 
@@ -241,6 +246,8 @@ class ProcessStore:
         path = os.fspath(path)
         try:
             os.makedirs(path, exist_ok=True)
+            if not os.path.isdir(path):
+                raise NotADirectoryError(errno.ENOTDIR, "Not a directory")
             if os.path.exists(os.path.join(path, "CURRENT")):
                 existing = rocksdict.Rdict.list_cf(path, rocksdict.Options(raw_mode=True))
                 unknown = sorted(set(existing) - set(COLUMN_FAMILIES))
@@ -251,16 +258,24 @@ class ProcessStore:
         except SvitError:
             raise
         except Exception as exc:
-            raise PersistenceUnavailable(f"cannot open store: {type(exc).__name__}: {exc}") from None
-        store = cls(path, db)
-        marker = db.get(keys.FORMAT_KEY)
-        if marker is None:
-            batch = store._batch()
-            batch.put(CF_DEFAULT, keys.FORMAT_KEY, STORE_FORMAT)
-            store._write(batch)
-        elif marker != STORE_FORMAT:
+            # RocksDB's and the OS's text name host files; only the classified problem is kept.
+            raise storage_error(exc, "cannot open store") from None
+        try:
+            store = cls(path, db)
+        except Exception as exc:
             db.close()
-            raise InvalidPersistence("store format marker is not svit-store@1")
+            raise storage_error(exc, "cannot open store") from None
+        try:
+            marker = store._get(CF_DEFAULT, keys.FORMAT_KEY)
+            if marker is None:
+                batch = store._batch()
+                batch.put(CF_DEFAULT, keys.FORMAT_KEY, STORE_FORMAT)
+                store._write(batch)
+            elif marker != STORE_FORMAT:
+                raise InvalidPersistence("store format marker is not svit-store@1")
+        except BaseException:
+            store.close()  # a refused open leaves no lock behind
+            raise
         return store
 
     def close(self) -> None:
@@ -308,9 +323,9 @@ class ProcessStore:
     # ------------------------------------------------------------------ low-level
     def _check(self) -> None:
         if self._closed:
-            raise PersistenceUnavailable("store is closed")
+            raise PersistenceUnavailable("store is closed", reason="closed")
         if self._failed is not None:
-            raise PersistenceUnavailable(f"a synced write failed ({self._failed}); reopen the store")
+            raise PersistenceUnavailable(f"a synced write failed ({self._failed}); reopen the store", reason="terminal")
 
     def _batch(self, allowed: tuple[str, ...] = (IRREPLACEABLE, REBUILDABLE)) -> _Batch:
         return _Batch(self, allowed)
@@ -321,16 +336,17 @@ class ProcessStore:
         try:
             self._writer(batch.batch)
         except BaseException as exc:
-            self._failed = type(exc).__name__
+            reason, description = failures.classify(exc)
+            self._failed = description
             raise PersistenceUnavailable(
-                f"synced write failed ({type(exc).__name__}); the store is terminal until reopened"
+                f"synced write failed ({description}); the store is terminal until reopened", reason=reason
             ) from None
 
     def _get(self, column_family: str, key: bytes) -> bytes | None:
         try:
             return self._cfs[column_family].get(key)
         except Exception as exc:
-            raise PersistenceUnavailable(f"read failed: {type(exc).__name__}") from None
+            raise storage_error(exc, "read failed") from None
 
     def _scan(self, column_family: str, prefix: bytes, start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """Keys/values under ``prefix`` in key order; read errors raise, never end early."""
@@ -347,7 +363,7 @@ class ProcessStore:
         except SvitError:
             raise
         except Exception as exc:
-            raise PersistenceUnavailable(f"scan failed: {type(exc).__name__}") from None
+            raise storage_error(exc, "scan failed") from None
 
     # ------------------------------------------------------------------ records
     def _read_head(self, address: str) -> dict[str, Any] | None:
@@ -697,7 +713,10 @@ class ProcessStore:
 
         with self._lock:
             self._check()
-            sequence = int(self._db.latest_sequence_number())
+            try:
+                sequence = int(self._db.latest_sequence_number())
+            except Exception as exc:
+                raise storage_error(exc, "read failed") from None
             processes = []
             for key, _ in self._scan(CF_RECORD, b"h/"):
                 address = keys.unescape(key[2:])
@@ -991,12 +1010,11 @@ class ProcessStore:
             raise InvalidPersistence(f"{address}: fork boundary {stop.position} is not in the retained history")
         return _State(version, root, limits, head, base["base_hash"])
 
-    @staticmethod
-    def _restore(data: Any, what: str) -> Process:
+    def _restore(self, data: Any, what: str) -> Process:
         if type(data) is not bytes:
             raise InvalidPersistence(f"{what}: process snapshot is not bytes")
         try:
-            return Process.restore(data)
+            return Process.restore(data, restore_limits=self.restore_limits)
         except SvitError as exc:
             raise InvalidPersistence(f"{what}: process snapshot does not restore: {exc.message}") from None
 

@@ -2,7 +2,8 @@
 
 It listens on 127.0.0.1 (an ephemeral port) in a background thread and answers
 ``POST /v1/chat/completions`` from a queue of scripted responses: plain text, tool
-calls, an HTTP error status, or a delayed answer (for timeouts). It records every
+calls, an HTTP error status (optionally echoing the request's Authorization header), or
+a delayed answer (for timeouts). It records every
 request body and Authorization header so tests can check what the client sent.
 """
 
@@ -39,8 +40,11 @@ def tool_calls(*calls: tuple[str, Any], raw_arguments: bool = False) -> dict[str
     }
 
 
-def error(status: int, message: str) -> dict[str, Any]:
-    return {"kind": "error", "status": status, "body": {"error": {"message": message, "type": "invalid_request_error"}}}
+def error(status: int, message: str, *, echo_authorization: bool = False) -> dict[str, Any]:
+    """An error status; with ``echo_authorization`` the message ends with the request's
+    Authorization header, as some careless servers do."""
+    body = {"error": {"message": message, "type": "invalid_request_error"}}
+    return {"kind": "error", "status": status, "body": body, "echo_authorization": echo_authorization}
 
 
 def slow(seconds: float, response: dict[str, Any]) -> dict[str, Any]:
@@ -75,7 +79,12 @@ class FakeOpenAI:
                         return
                     spec = spec["response"]
                 if spec["kind"] == "error":
-                    self._send(spec["status"], spec["body"])
+                    body = spec["body"]
+                    if spec.get("echo_authorization"):
+                        sent = self.headers.get("Authorization")
+                        message = f"{body['error']['message']}; you sent {sent}"
+                        body = {"error": {**body["error"], "message": message}, "authorization": sent}
+                    self._send(spec["status"], body)
                     return
                 self._send(
                     200,

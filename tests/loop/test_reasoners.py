@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -257,3 +258,90 @@ def test_example_agent_openai_against_the_fake_server(server):
     result = run_example("agent_openai.py", {"OPENAI_BASE_URL": server.base_url, "OPENAI_MODEL": "fake-model"})
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == 'reply: Noted: blue. memory: {"facts": {"color": "blue"}}'
+
+
+# ---------------------------------------------------------------------- credentials never leak
+
+
+def _no_key(text: str) -> None:
+    assert KEY not in text and KEY[3:] not in text, text
+
+
+def test_provider_error_that_echoes_the_key_is_redacted(server, caplog):
+    caplog.set_level(logging.DEBUG)
+    server.queue(fake_openai.error(400, "bad request", echo_authorization=True))
+    with pytest.raises(ReasonerFailed) as info:
+        reasoner(server).complete("s", [Message.user("hi")], [])
+    assert server.authorizations == [f"Bearer {KEY}"]  # the server really echoed it
+    text = str(info.value)
+    assert "HTTP 400" in text and "bad request" in text and "[redacted]" in text
+    _no_key(text)
+    _no_key(repr(info.value.args))
+    _no_key(caplog.text)
+
+
+def test_async_provider_error_that_echoes_the_key_is_redacted(server, caplog):
+    import asyncio
+
+    from svit.reasoners import AsyncOpenAIReasoner
+
+    caplog.set_level(logging.DEBUG)
+    server.queue(fake_openai.error(400, "bad request", echo_authorization=True))
+
+    async def main() -> str:
+        r = AsyncOpenAIReasoner(model="fake-model", base_url=server.base_url, api_key=KEY, max_retries=0)
+        try:
+            await r.complete("s", [Message.user("hi")], [])
+        except ReasonerFailed as exc:
+            return str(exc)
+        finally:
+            await r.aclose()
+        return ""
+
+    text = asyncio.run(main())
+    assert "HTTP 400" in text and "[redacted]" in text
+    _no_key(text)
+    _no_key(caplog.text)
+
+
+def test_durable_turn_failure_stores_no_key(server, tmp_path, caplog):
+    from svit.store import ProcessStore
+
+    caplog.set_level(logging.DEBUG)
+    path = tmp_path / "store"
+    store = ProcessStore.open(str(path))
+    server.queue(fake_openai.error(400, "bad request", echo_authorization=True))
+    agent = Svit.builder(ADDRESS).reasoner(reasoner(server)).store(store).build()
+    agent.inbox().send(Message.user("hi"))
+    with pytest.raises(Exception, match="HTTP 400") as info:
+        agent.block(timeout=10)
+    _no_key(str(info.value))
+    events = agent.event_log.all_events(ADDRESS, agent.session_id)
+    failed = [e for e in events if e.type == "turn.failed"]
+    assert len(failed) == 1 and "[redacted]" in failed[0].data["error"]
+    _no_key(json.dumps([e.to_json() for e in events]))
+    _no_key(caplog.text)
+    store.close()
+    for file in path.rglob("*"):
+        if file.is_file():
+            data = file.read_bytes()
+            assert KEY.encode() not in data and KEY[3:].encode() not in data, file.name
+
+
+def test_tool_results_never_show_a_credential(server):
+    """A port whose failure text carries a credential: the model sees it redacted."""
+    from svit.ports import PortError
+
+    def leaky(_context, _input):
+        raise PortError(f"upstream said: Authorization: Bearer {KEY}")
+
+    script = '(define (main input) (port-call "leaky" input))'
+    steps = [ScriptedReasoner.tool("exec", source=script, input={}), "done"]
+    scripted = ScriptedReasoner(steps)
+    agent = Svit.builder(ADDRESS).ports(Ports().port("leaky", leaky)).reasoner(scripted).build()
+    agent.inbox().send(Message.user("go"))
+    agent.block(timeout=10)
+    results = [m.text for m in agent.messages() if m.role == "tool"]
+    assert len(results) == 1 and results[0].startswith("error: ") and "[redacted]" in results[0]
+    _no_key(results[0])
+    _no_key(json.dumps([e.to_json() for e in agent.recent_events(100)]))

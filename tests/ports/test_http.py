@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,6 +15,7 @@ import pytest
 from ports.http import MAX_REQUEST_BODY, HttpPort, http_port
 from svit import PortError, Ports, Process
 from svit.errors import SvitError
+from tests.bounds import assert_time_within, measure, unchanged
 
 ADDRESS = "svit://local/test/http"
 CALL = "(define (main input) (port-call \"http\" input))"
@@ -59,6 +62,9 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/api/slow":
             time.sleep(1.5)
             self._send(200, b"late")
+        elif path == "/api/echo-headers":
+            seen = json.dumps(dict(self.headers)).encode()
+            self._send(200, seen, [("X-Echo-Authorization", self.headers.get("Authorization", ""))])
         elif path == "/api/many-headers":
             self._send(200, b"", [(f"X-H{i}", "v") for i in range(70)])
         else:
@@ -312,3 +318,211 @@ def test_descriptor_catalog() -> None:
     assert entry["effect"] == "external" and entry["name"] == "http"
     assert any("redirects" in limit for limit in entry["limits"])
     assert HttpPort(["https://API.example/v1/"]).allowlist == ["https://api.example:443/v1"]
+
+
+# ---------------------------------------------------------------------------- one overall deadline
+
+
+class _TricklingServer:
+    """A raw server on 127.0.0.1 that answers with a status line and then trickles
+    one header byte every ``interval`` seconds (for at most ``count`` bytes)."""
+
+    def __init__(self, interval: float = 0.1, count: int = 40) -> None:
+        self.interval, self.count = interval, count
+        self.stop = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.listener.getsockname()[1]}/api/trickle"
+
+    def _serve(self) -> None:
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:
+            return
+        with conn:
+            try:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        return
+                    data += chunk
+                conn.sendall(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+                for _ in range(self.count):
+                    if self.stop.wait(self.interval):
+                        return
+                    conn.sendall(b"a")
+                conn.sendall(b"\r\nContent-Length: 4\r\n\r\nlate")
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.stop.set()
+        self.listener.close()
+        self.thread.join(5)
+
+
+def test_overall_deadline_covers_trickled_response_headers() -> None:
+    trickle = _TricklingServer(interval=0.1, count=40)  # 4 s of headers unless stopped
+    try:
+        port = HttpPort.unrestricted(timeout=0.5)
+        cost = measure(lambda: port.execute(None, {"method": "GET", "url": trickle.url}))
+    finally:
+        trickle.close()
+    assert isinstance(cost.error, PortError) and str(cost.error) == "request timed out", cost.error or cost.result
+    assert_time_within(cost, 500)
+
+
+def test_overall_deadline_covers_trickled_headers_through_a_script() -> None:
+    trickle = _TricklingServer(interval=0.1, count=40)
+    try:
+        p = process(HttpPort.unrestricted(timeout=0.5))
+        with unchanged(p):
+            cost = measure(lambda: p.exec("/lib/call", {"method": "GET", "url": trickle.url}))
+    finally:
+        trickle.close()
+    assert isinstance(cost.error, SvitError) and "port /ports/http failed: request timed out" in cost.error.message
+    assert_time_within(cost, 500)
+
+
+# ---------------------------------------------------------------------------- allowlist tricks
+
+OK, INVALID, DENIED = "sent", "invalid HTTP URL", "HTTP URL is not allowed"
+TRICK_ROOTS = ["http://h.example/api", "http://[::1]:8080/v6", "http://bücher.example/idn", "https://s.example:8443/p"]
+
+
+@pytest.mark.parametrize(
+    "url, verdict",
+    [
+        # plain matches, and the forms that are normalised before matching
+        ("http://h.example/api/x", OK),
+        ("http://h.example/api/", OK),
+        ("HTTP://H.EXAMPLE/api/x", OK),  # scheme and host case
+        ("http://h.example:80/api/x", OK),  # explicit default port
+        ("http://h.example/api/a%2eb", OK),  # an encoded dot inside a name
+        ("http://h.example/api/x?next=../../admin", OK),  # the query is not the path
+        ("http://[0:0:0:0:0:0:0:1]:8080/v6/x", OK),  # IPv6 written in full
+        ("http://xn--bcher-kva.example/idn/x", OK),  # IDN, ASCII form
+        ("http://BÜCHER.example/idn/x", OK),  # IDN, Unicode form and case
+        ("https://s.example:8443/p/x", OK),
+        # path parameters: servers disagree about them, so they are refused
+        ("http://h.example/api/..;/admin", INVALID),
+        ("http://h.example/api/.;/x", INVALID),
+        ("http://h.example/api;jsessionid=1/x", INVALID),
+        ("http://h.example/api/%3b/x", INVALID),
+        # dot segments, written or encoded, once or twice
+        ("http://h.example/api/../admin", INVALID),
+        ("http://h.example/api/%2e%2e/admin", INVALID),
+        ("http://h.example/api/.%2E/admin", INVALID),
+        ("http://h.example/api/%252e%252e/admin", INVALID),
+        ("http://h.example/api/%EF%BC%8E%EF%BC%8E/admin", INVALID),  # fullwidth dots
+        ("http://h.example/api/\uff0e\uff0e/admin", INVALID),
+        # separators: encoded slashes and backslashes, empty segments
+        ("http://h.example/api%2fadmin", INVALID),
+        ("http://h.example/api/%5c../admin", INVALID),
+        ("http://h.example/api\\..\\admin", INVALID),
+        ("http://h.example/api//admin", INVALID),
+        ("http://h.example//api/x", INVALID),
+        ("http://h.example/api/%2541", INVALID),  # double encoding
+        ("http://h.example/api/%zz", INVALID),  # a broken escape
+        ("http://h.example/api/%0a", INVALID),  # an encoded control character
+        # credentials and authority tricks
+        ("http://user@h.example/api/x", INVALID),
+        ("http://@h.example/api/x", INVALID),
+        ("http://h.example@evil.example/api/x", INVALID),
+        ("http://h.example:/api/x", INVALID),  # an empty port
+        ("http://h.example:080/api/x", INVALID),  # a port with a leading zero
+        ("http://h.example./api/x", INVALID),  # a trailing dot
+        ("http://2130706433/api", INVALID),  # IPv4 as one number
+        ("http://0x7f.1/api", INVALID),
+        ("http://127.1/api", INVALID),
+        ("http://0177.0.0.1/api", INVALID),
+        ("http://[fe80::1%25eth0]:8080/v6/x", INVALID),  # a zone id
+        ("http://\uff48.example/api/x", INVALID),  # a fullwidth host letter
+        # everything else must match scheme, host, port and whole path segments
+        ("http://h.example:8080/api/x", DENIED),  # a non-default port
+        ("https://h.example/api/x", DENIED),
+        ("http://h.example/apix", DENIED),
+        ("http://h.example/API/x", DENIED),  # paths are case-sensitive
+        ("http://evil.example/api/x", DENIED),
+        ("http://[::2]:8080/v6/x", DENIED),
+        ("http://[::ffff:127.0.0.1]:8080/v6/x", DENIED),
+        ("https://s.example/p/x", DENIED),
+    ],
+)
+def test_allowlist_tricks_are_normalised_or_refused(url: str, verdict: str) -> None:
+    sent: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(str(request.url))
+        return httpx.Response(204)
+
+    port = HttpPort(TRICK_ROOTS, transport=httpx.MockTransport(handler))
+    if verdict == OK:
+        assert port.execute(None, {"method": "GET", "url": url})["status"] == 204
+        assert len(sent) == 1
+    else:
+        assert refused(port, {"method": "GET", "url": url}) == verdict
+        assert sent == []
+
+
+@pytest.mark.parametrize("entry", ["http://h/api;x", "http://h//api", "http://2130706433/", "http://h./", "http://h:/", "http://h/%252e"])
+def test_allowlist_entries_with_ambiguous_forms_are_refused(entry: str) -> None:
+    with pytest.raises(ValueError):
+        HttpPort([entry])
+
+
+def test_allowlist_normalises_idn_and_ipv6_entries() -> None:
+    assert HttpPort(["http://BÜCHER.example/x", "http://[0:0::1]:81/"]).allowlist == [
+        "http://xn--bcher-kva.example:80/x",
+        "http://[::1]:81/",
+    ]
+
+
+# ---------------------------------------------------------------------------- configured credentials
+
+SECRET = "sk-live-0123456789abcdef"
+
+
+def test_configured_headers_are_sent_but_never_shown(server: ThreadingHTTPServer) -> None:
+    port = HttpPort([base(server) + "/api"], headers={"Authorization": f"Bearer {SECRET}", "X-Team": "blue"})
+    result = port.execute(None, {"method": "GET", "url": base(server) + "/api/echo-headers"})
+    sent = server.hits[0][3]  # type: ignore[attr-defined]
+    assert sent["Authorization"] == f"Bearer {SECRET}" and sent["X-Team"] == "blue"
+    assert SECRET not in json.dumps(result)
+    assert json.loads(result["body"])["Authorization"] == "[redacted]"
+    assert result["headers"]["x-echo-authorization"] == "[redacted]"
+    assert json.loads(result["body"])["X-Team"] == "blue"  # short values are not credentials
+    # a script can neither replace nor duplicate a configured header
+    for name in ("Authorization", "authorization", "X-TEAM"):
+        text = refused(port, {"method": "GET", "url": base(server) + "/api/hello", "headers": {name: "mine"}})
+        assert text == f"HTTP request header is set by the port: {name}"
+    assert len(server.hits) == 1  # type: ignore[attr-defined]
+    catalog = json.dumps(Ports().port("http", port).catalog())
+    assert SECRET not in catalog and "Authorization" in catalog
+
+
+def test_configured_credentials_never_reach_a_script(server: ThreadingHTTPServer) -> None:
+    p = process(http_port([base(server) + "/api"], headers={"Authorization": f"Bearer {SECRET}"}))
+    a = p.exec("/lib/call", {"method": "GET", "url": base(server) + "/api/echo-headers"})
+    assert a.output["status"] == 200 and SECRET not in json.dumps(a.output)
+    assert SECRET.encode() not in p.snapshot()
+
+
+@pytest.mark.parametrize(
+    "headers, kind",
+    [
+        ({"Host": "x"}, ValueError),
+        ({"X-A": "1\r\nX-B: 2"}, ValueError),
+        ({"Bad Name": "1"}, ValueError),
+        ({"X-A": 1}, TypeError),
+        ("Authorization: x", TypeError),
+    ],
+)
+def test_configured_headers_are_checked_at_construction(headers: Any, kind: type) -> None:
+    with pytest.raises(kind):
+        HttpPort(["http://127.0.0.1:9"], headers=headers)

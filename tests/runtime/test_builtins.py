@@ -178,7 +178,7 @@ def test_a_refused_port_call_through_nested_exec_never_commits() -> None:
     calls = Process.builder(ADDRESS).memory("n", 0).ports(ports)
     p = calls.library("inner", '(define (main input) (port-call "guarded" input))').build()
     source = '(define (main input) (do (write "/memory/n" 1) (safe-call exec "/lib/inner" 1)))'
-    with pytest.raises(ScriptFailed, match="refused by policy"):
+    with pytest.raises(ScriptFailed, match="port /ports/guarded failed: RuntimeError"):
         p.exec_inline(source)
     assert p.version == 0 and p.read("/memory/n") == 0
 

@@ -181,7 +181,7 @@ def test_folder_root_given_as_a_symlink_is_canonicalized(tmp_path):
     assert mount_read("files", mount, "/a.txt") == "A"
 
 
-def test_folder_root_swapped_for_a_symlink_is_denied(tmp_path):
+def test_folder_root_swapped_for_a_symlink_is_not_followed(tmp_path):
     real = tmp_path / "real"
     real.mkdir()
     mount = Mount.folder(real)
@@ -190,9 +190,13 @@ def test_folder_root_swapped_for_a_symlink_is_denied(tmp_path):
     assert mount_stat("files", mount, "/")["facts"] == {}
     other = tmp_path / "other"
     other.mkdir()
+    (other / "secret.txt").write_text("secret")
     real.symlink_to(other)
-    with pytest.raises(MountDenied):
-        mount_stat("files", mount, "/")
+    # The mount holds the directory it was created for (now deleted), never the new link.
+    assert mount_stat("files", mount, "/")["kind"] == "missing"
+    assert mount_read("files", mount, "/secret.txt") is None
+    with pytest.raises(InvalidPath):
+        mount_discover("files", mount, "/")
 
 
 def test_folder_needs_an_existing_directory(tmp_path):
@@ -476,3 +480,283 @@ def test_value_mount_rejects_non_plain_values():
         Mount.value("v", {"x": object()})
     with pytest.raises(InvalidMount):
         Mount.value(3, {})
+
+
+# ---------------------------------------------------------------- folder: git directories are never written
+
+
+def _work_tree(root):
+    """A folder that git treats as a work tree: .git/{HEAD,config,objects,refs,hooks}."""
+    git = root / ".git"
+    (git / "objects").mkdir(parents=True)
+    (git / "refs" / "heads").mkdir(parents=True)
+    (git / "hooks").mkdir()
+    (git / "HEAD").write_text("ref: refs/heads/main\n")
+    (git / "refs" / "heads" / "main").write_text("d" * 40 + "\n")
+    (git / "config").write_text("[core]\n\trepositoryformatversion = 0\n")
+    (root / "notes.txt").write_text("plain file\n")
+    return git
+
+
+def _git_process(root):
+    from svit import Process
+
+    return Process.builder("svit://local/mounts/git").mount("work", Mount.writable_folder(root)).build()
+
+
+GIT_WRITES = [
+    "/.git/config",
+    "/.GIT/config",
+    "/.Git/hooks/pre-commit",
+    "/.git/hooks/fsmonitor-watchman",
+    "/.git",
+    "/sub/.git",
+    "/.git.",
+    "/.git ",
+    "/git~1/config",
+    "/.g\u200cit/config",
+]
+
+
+@pytest.mark.parametrize("path", GIT_WRITES)
+def test_guest_writes_into_a_git_directory_are_refused(tmp_path, path):
+    from svit.errors import SvitError
+    from tests.bounds import unchanged
+
+    git = _work_tree(tmp_path)
+    (tmp_path / "sub").mkdir()
+    before = {p: p.read_bytes() for p in git.rglob("*") if p.is_file()}
+    p = _git_process(tmp_path)
+    source = '(define (main input) (write input "[core]\\n\\tfsmonitor = touch /tmp/owned\\n"))'
+    with unchanged(p):
+        with pytest.raises(SvitError) as caught:
+            p.exec_inline(source, "/mounts/work" + path)
+    assert caught.value.code == "mount_denied" and "git directory" in caught.value.message
+    assert {p: p.read_bytes() for p in git.rglob("*") if p.is_file()} == before
+    assert not (tmp_path / "sub" / ".git").exists()
+    assert sorted(os.listdir(tmp_path)) == [".git", "notes.txt", "sub"]
+
+
+@pytest.mark.parametrize("path", ["/.git/config", "/.git/HEAD", "/.GIT/refs/heads/main"])
+def test_guest_removes_in_a_git_directory_are_refused(tmp_path, path):
+    from svit.errors import SvitError
+    from tests.bounds import unchanged
+
+    _work_tree(tmp_path)
+    p = _git_process(tmp_path)
+    with unchanged(p):
+        with pytest.raises(SvitError) as caught:
+            p.exec_inline("(define (main input) (remove input))", "/mounts/work" + path)
+    assert caught.value.code == "mount_denied"
+    assert (tmp_path / ".git" / "config").exists() and (tmp_path / ".git" / "HEAD").exists()
+
+
+def test_host_writes_and_provider_writes_into_git_are_refused(tmp_path):
+    _work_tree(tmp_path)
+    p = _git_process(tmp_path)
+    with pytest.raises(MountDenied):
+        p.write("/mounts/work/.git/config", "[core]\n\tfsmonitor = x\n")
+    with pytest.raises(MountDenied):
+        p.remove("/mounts/work/.git/config")
+    mount = Mount.writable_folder(tmp_path)
+    with pytest.raises(MountDenied):
+        mount.write(P("/.git/config"), "x")
+    with pytest.raises(MountDenied):
+        mount.remove(P("/.git/HEAD"))
+    assert (tmp_path / ".git" / "config").read_text().startswith("[core]\n\trepositoryformatversion")
+
+
+def test_a_bare_repository_inside_the_mount_is_not_written(tmp_path):
+    bare = tmp_path / "mirror"
+    (bare / "objects").mkdir(parents=True)
+    (bare / "refs").mkdir()
+    (bare / "HEAD").write_text("ref: refs/heads/main\n")
+    (bare / "config").write_text("[core]\n\tbare = true\n")
+    mount = Mount.writable_folder(tmp_path)
+    with pytest.raises(MountDenied, match="git directory"):
+        mount.write(P("/mirror/config"), "[core]\n\tfsmonitor = x\n")
+    with pytest.raises(MountDenied, match="git directory"):
+        mount.write(P("/mirror/objects/x"), "x")
+    with pytest.raises(MountDenied, match="git directory"):
+        Mount.writable_folder(bare).write(P("/config"), "x")
+    assert (bare / "config").read_text() == "[core]\n\tbare = true\n"
+
+
+def test_one_activation_cannot_turn_a_directory_into_a_repository(tmp_path):
+    from svit.errors import SvitError
+    from tests.bounds import unchanged
+
+    shaped = tmp_path / "shaped"
+    (shaped / "objects").mkdir(parents=True)
+    (shaped / "refs").mkdir()
+    p = _git_process(tmp_path)
+    source = """(define (main input)
+      (do (write "/mounts/work/shaped/HEAD" "ref: refs/heads/main\n")
+          (write "/mounts/work/shaped/config" "[core]\n\tfsmonitor = x\n")))"""
+    with unchanged(p):
+        with pytest.raises(SvitError, match="git directory"):
+            p.exec_inline(source)
+    assert sorted(os.listdir(shaped)) == ["objects", "refs"]
+
+
+def test_ordinary_files_beside_a_git_directory_stay_writable(tmp_path):
+    _work_tree(tmp_path)
+    p = _git_process(tmp_path)
+    p.exec_inline('(define (main input) (do (write "/mounts/work/notes.txt" "new") (write "/mounts/work/.gitignore" "*.tmp\\n")))')
+    assert (tmp_path / "notes.txt").read_text() == "new"
+    assert (tmp_path / ".gitignore").read_text() == "*.tmp\n"
+    # Reading a git directory stays allowed.
+    assert p.read("/mounts/work/.git/HEAD") == "ref: refs/heads/main\n"
+
+
+def test_git_facts_never_run_a_command_the_folder_controls(tmp_path, monkeypatch):
+    git = _work_tree(tmp_path / "repo")
+    marker = tmp_path / "ran"
+    hook = tmp_path / "bin" / "git"
+    hook.parent.mkdir()
+    hook.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    hook.chmod(0o755)
+    (git / "config").write_text(f"[core]\n\tfsmonitor = {hook}\n\tpager = {hook}\n")
+    monkeypatch.setenv("PATH", f"{hook.parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    import subprocess
+
+    def no_subprocess(*args, **kwargs):
+        raise AssertionError("the git facts reader started a process")
+
+    monkeypatch.setattr(subprocess, "Popen", no_subprocess)
+    monkeypatch.setattr(os, "system", no_subprocess)
+    facts = mount_stat("files", Mount.folder(tmp_path / "repo"), "/")["facts"]
+    assert facts["git"] == {"branch": "main", "commit": "d" * 40}
+    assert not marker.exists()
+
+
+# ---------------------------------------------------------------- folder: the root is held open from attach
+
+
+def _fd_count():
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _process_with(mount, name="files"):
+    from svit import Process
+
+    return Process.builder("svit://local/mounts/held").mount(name, mount).build()
+
+
+def test_a_symlink_swapped_in_above_the_root_does_not_redirect_it(tmp_path):
+    from tests.bounds import unchanged
+
+    (tmp_path / "base" / "root").mkdir(parents=True)
+    (tmp_path / "base" / "root" / "a.txt").write_text("mine")
+    (tmp_path / "evil" / "root").mkdir(parents=True)
+    (tmp_path / "evil" / "root" / "a.txt").write_text("theirs")
+    (tmp_path / "evil" / "root" / "secret.txt").write_text("secret")
+    p = _process_with(Mount.writable_folder(tmp_path / "base" / "root"))
+    (tmp_path / "base").rename(tmp_path / "moved")
+    (tmp_path / "base").symlink_to(tmp_path / "evil")
+    with unchanged(p):
+        assert p.read("/mounts/files/a.txt") == "mine"
+        assert p.read("/mounts/files/secret.txt") is None
+        assert p.discover("/mounts/files") == ["a.txt"]
+    p.exec_inline('(define (main input) (write "/mounts/files/b.txt" "written"))')
+    assert (tmp_path / "moved" / "root" / "b.txt").read_text() == "written"
+    assert sorted(os.listdir(tmp_path / "evil" / "root")) == ["a.txt", "secret.txt"]
+
+
+def test_a_root_renamed_and_replaced_keeps_the_original_directory(tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "a.txt").write_text("original")
+    p = _process_with(Mount.folder(root))
+    before = p.snapshot()
+    root.rename(tmp_path / "elsewhere")
+    root.mkdir()
+    (root / "a.txt").write_text("replacement")
+    assert p.read("/mounts/files/a.txt") == "original"
+    assert p.stat("/mounts/files")["source"] == os.path.realpath(root)
+    assert p.snapshot() == before
+
+
+def test_a_closed_process_releases_the_root(tmp_path):
+    from svit.errors import MountUnavailable
+
+    (tmp_path / "a.txt").write_text("A")
+    mount = Mount.folder(tmp_path)
+    p = _process_with(mount)
+    assert p.read("/mounts/files/a.txt") == "A"
+    before = p.snapshot()
+    p.close()
+    p.close()  # closing twice is harmless
+    assert p.snapshot() == before
+    assert p.stat("/mounts/files")["attached"] is False
+    with pytest.raises(MountUnavailable):
+        p.read("/mounts/files/a.txt")
+    with pytest.raises(MountUnavailable):
+        mount.stat(P("/a.txt"))
+
+
+def test_detach_keeps_the_descriptor_and_releases_the_provider(tmp_path):
+    (tmp_path / "a.txt").write_text("A")
+    p = _process_with(Mount.folder(tmp_path))
+    before = p.snapshot()
+    version = p.version
+    p.detach_mount("files")
+    assert p.snapshot() == before and p.version == version
+    assert p.stat("/mounts/files")["attached"] is False
+    assert p.attach_mount("files", Mount.folder(tmp_path)) is None  # same descriptor: no commit
+    assert p.read("/mounts/files/a.txt") == "A"
+    with pytest.raises(InvalidPath):
+        p.detach_mount("absent")
+
+
+def test_a_provider_shared_with_a_fork_stays_open_until_both_let_go(tmp_path):
+    (tmp_path / "a.txt").write_text("A")
+    mount = Mount.folder(tmp_path)
+    parent = _process_with(mount)
+    child = parent.fork("svit://local/mounts/child")
+    parent.close()
+    assert child.read("/mounts/files/a.txt") == "A"
+    child.close()
+    from svit.errors import MountUnavailable
+
+    with pytest.raises(MountUnavailable):
+        mount.read(P("/a.txt"))
+
+
+def test_a_released_provider_reattaches_only_to_the_same_directory(tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "a.txt").write_text("A")
+    mount = Mount.folder(root)
+    first = _process_with(mount)
+    first.close()
+    second = _process_with(mount)
+    assert second.read("/mounts/files/a.txt") == "A"
+    second.close()
+    root.rename(tmp_path / "gone")
+    root.mkdir()
+    with pytest.raises(InvalidMount, match="no longer"):
+        _process_with(mount)
+
+
+def test_many_attaches_do_not_leak_descriptors(tmp_path):
+    import gc
+
+    (tmp_path / "a.txt").write_text("A")
+    for _ in range(5):  # warm up anything opened once
+        _process_with(Mount.folder(tmp_path)).close()
+    gc.collect()
+    start = _fd_count()
+    for _ in range(300):
+        p = _process_with(Mount.folder(tmp_path))
+        p.read("/mounts/files/a.txt")
+        p.close()
+    for _ in range(300):  # dropped without close: the provider closes when collected
+        _process_with(Mount.folder(tmp_path)).read("/mounts/files/a.txt")
+    shared = Mount.writable_folder(tmp_path)
+    p = _process_with(shared)
+    for i in range(300):  # re-attaching and replacing under one name
+        p.attach_mount("files", shared if i % 2 else Mount.writable_folder(tmp_path))
+    p.close()
+    gc.collect()
+    assert _fd_count() <= start + 2

@@ -45,9 +45,9 @@ def test_compile_check_resolves_against_exactly_what_an_activation_installs(monk
     seen = []
     original = Interpreter.compile
 
-    def recording(self, source):
+    def recording(self, source, *budget):
         seen.append(self.installed_names())
-        return original(self, source)
+        return original(self, source, *budget)
 
     monkeypatch.setattr(Interpreter, "compile", recording)
     compile_check("<inline>", "(define (main input) input)", Limits())
