@@ -21,7 +21,7 @@ from svit.errors import SvitError
 from tests.bounds import assert_memory_within, assert_time_within, measure, state_of
 
 LIMITS = Limits(
-    max_execution_millis=200,
+    max_execution_millis=500,
     max_steps=200_000,
     max_guest_memory=1024 * 1024,
     max_text_bytes=256 * 1024,
@@ -78,7 +78,7 @@ CONSTRUCTS = st.one_of(
     st.builds(all_different, st.integers(10, 5000)),
     st.builds(big_text, st.integers(10, 26)),
     st.builds(search_written, st.integers(100, 60_000)),
-    st.builds(held_at_once, st.integers(10, 17), st.integers(1, 8)),
+    st.builds(held_at_once, st.integers(10, 13), st.integers(1, 40)),
 )
 
 
