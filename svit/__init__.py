@@ -4,6 +4,7 @@ A process is one addressable tree of values; scripts in Svit Lisp run as activat
 that commit memory, library edits and message intents together, or nothing.
 """
 
+from ._version import __version__
 from .activation import Activation
 from .errors import SvitError
 from .limits import Limits
@@ -31,5 +32,6 @@ __all__ = [
     "Script",
     "Svit",
     "SvitError",
+    "__version__",
 ]
 from .loop import AsyncSvit, Svit, Message

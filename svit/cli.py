@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from ._version import __version__
 from .errors import SvitError
 
 CLI_ADDRESS = "svit://local/cli/process"
@@ -341,6 +342,7 @@ def cmd_reset_index(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="svit", description="Svit: an embedded scripting sandbox for agents.")
+    parser.add_argument("--version", action="version", version=f"svit {__version__}")
     parser.add_argument("--store", default=None, help="the store directory (default: $SVIT_STORE or the user data directory)")
     common = _Parser(add_help=False)
     common.add_argument("--store", default=argparse.SUPPRESS, help="the store directory (default: $SVIT_STORE or the user data directory)")
