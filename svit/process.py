@@ -301,10 +301,6 @@ class Process:
         return None if items.size == 0 else tree.get(items, ("0",)).to_value()
 
     # ------------------------------------------------------------------ commit machinery
-    def _compile_script(self, name: str, script: Script) -> None:
-        """Compile one script under its own budget (validation shares one: :func:`script_compiler`)."""
-        compile_check(name, script.source, self.limits)
-
     def _publish(self, root: Node, mutations: list[dict[str, Any]], paths: Iterable[str], source: str) -> Change:
         """Validate ``root`` against the committed one and publish it as the next version."""
         version, previous = self._state

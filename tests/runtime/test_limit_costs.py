@@ -67,21 +67,23 @@ def test_conversion_refuses_shared_text_before_encoding_every_occurrence() -> No
     assert_time_within(cost, LIMIT_MILLIS)
 
 
+def _out_of_steps(p: Process, source: str) -> None:
+    """The activation runs out of steps and leaves the process as it was."""
+    with unchanged(p):
+        with pytest.raises(ExecutionLimitExceeded) as caught:
+            p.exec_inline(source)
+    assert "steps" in caught.value.message
+
+
 def test_converted_text_is_charged_per_64_bytes() -> None:
     # 1 MiB of text is 16,384 steps of copying and hashing, more than this run has.
     p = _process({"s": NEAR_LIMIT_TEXT}, max_steps=2_000)
-    with unchanged(p):
-        with pytest.raises(ExecutionLimitExceeded) as caught:
-            p.exec_inline('(define (main input) (write "/memory/y" (list (read "/memory/s"))))')
-    assert "steps" in caught.value.message
+    _out_of_steps(p, '(define (main input) (write "/memory/y" (list (read "/memory/s"))))')
 
 
 def test_a_scripts_output_is_charged_to_its_activation() -> None:
     p = _process({"s": NEAR_LIMIT_TEXT}, max_steps=2_000)
-    with unchanged(p):
-        with pytest.raises(ExecutionLimitExceeded) as caught:
-            p.exec_inline('(define (main input) (do (write "/memory/x" 1) (list (read "/memory/s"))))')
-    assert "steps" in caught.value.message
+    _out_of_steps(p, '(define (main input) (do (write "/memory/x" 1) (list (read "/memory/s"))))')
 
 
 def test_converted_entries_are_charged_one_step_each() -> None:
@@ -102,10 +104,7 @@ def test_a_nested_host_value_counts_toward_the_totals() -> None:
 
 def test_jq_input_is_charged_for_its_conversion() -> None:
     p = _process({"s": NEAR_LIMIT_TEXT}, max_steps=2_000)
-    with unchanged(p):
-        with pytest.raises(ExecutionLimitExceeded) as caught:
-            p.exec_inline('(define (main input) (jq "length" (read "/memory")))')
-    assert "steps" in caught.value.message
+    _out_of_steps(p, '(define (main input) (jq "length" (read "/memory")))')
 
 
 def test_jq_input_texts_are_bounded_by_guest_memory_in_total() -> None:
@@ -163,10 +162,7 @@ def test_not_equal_over_many_arguments_stops_within_the_time_limit() -> None:
 
 def test_not_equal_over_many_arguments_stops_at_the_step_limit() -> None:
     p = _process(max_steps=100_000)
-    with unchanged(p):
-        with pytest.raises(ExecutionLimitExceeded) as caught:
-            p.exec_inline("(define (main input) (apply /= (range 1000)))")
-    assert "steps" in caught.value.message
+    _out_of_steps(p, "(define (main input) (apply /= (range 1000)))")
 
 
 # --- search charges per byte and per line scanned ---------------------------------------
@@ -180,10 +176,7 @@ def test_search_of_memory_stops_within_the_time_limit() -> None:
 
 def test_search_of_memory_charges_per_line() -> None:
     p = _process({"s": "a\n" * 20_000}, max_steps=10_000)
-    with unchanged(p):
-        with pytest.raises(ExecutionLimitExceeded) as caught:
-            p.exec_inline('(define (main input) (search "/memory" "zz"))')
-    assert "steps" in caught.value.message
+    _out_of_steps(p, '(define (main input) (search "/memory" "zz"))')
 
 
 def test_search_of_mount_files_stops_within_the_time_limit(tmp_path: Path) -> None:
@@ -197,10 +190,7 @@ def test_search_of_mount_files_stops_within_the_time_limit(tmp_path: Path) -> No
 def test_search_of_mount_files_charges_per_line(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("a\n" * 20_000)
     p = Process.builder(ADDRESS).mount("docs", Mount.folder(tmp_path)).limits(Limits(max_steps=10_000)).build()
-    with unchanged(p):
-        with pytest.raises(ExecutionLimitExceeded) as caught:
-            p.exec_inline('(define (main input) (search "/mounts/docs" "zz"))')
-    assert "steps" in caught.value.message
+    _out_of_steps(p, '(define (main input) (search "/mounts/docs" "zz"))')
 
 
 def test_a_small_search_still_finds_its_matches(tmp_path: Path) -> None:
