@@ -9,7 +9,7 @@ Run: python examples/agent_scripted.py
 
 import json
 
-from ports.llm import LlmPort
+from svit.ports.llm import LlmPort
 from svit import Message, Ports, Svit
 from svit.reasoners import ScriptedReasoner
 

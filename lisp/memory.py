@@ -53,7 +53,7 @@ _STR_HEADER = sys.getsizeof("")
 _REMEMBERED = 1024
 _ATOMS = frozenset((int, float, bool, type(None), Fraction))
 _TEXTS = frozenset((str,))
-_OWN_MODULES = frozenset((__name__, "lisp.context"))
+_OWN_MODULES = frozenset((__name__, f"{__package__}.context"))
 
 
 class Meter:

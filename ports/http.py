@@ -73,7 +73,7 @@ from urllib.parse import unquote, urlsplit
 import httpcore
 import httpx
 
-from svit.ports import PortContext, PortDescriptor, PortError
+from svit import PortContext, PortDescriptor, PortError
 from svit.redact import MIN_SECRET_CHARS, REDACTED, register_secret
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")

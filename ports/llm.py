@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from svit.ports import PortContext, PortDescriptor, PortError
+from svit import PortContext, PortDescriptor, PortError
 
 from svit.loop.messages import Message
 

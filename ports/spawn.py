@@ -13,7 +13,7 @@ from typing import Any
 
 from svit.errors import ChildUnavailable, SvitError
 from svit.paths import validate_address
-from svit.ports import PortContext, PortDescriptor, PortError, Ports, failure_text
+from svit import PortContext, PortDescriptor, PortError, Ports, failure_text
 
 from svit.loop.messages import Message
 from svit.loop.svit import Svit

@@ -9,7 +9,7 @@ from .activation import Activation
 from .errors import SvitError
 from .limits import Limits
 from .mounts import Mount
-from .ports import PortContext, PortDescriptor, PortError, Ports
+from ._ports import PortContext, PortDescriptor, PortError, Ports, failure_text
 from .process import ActivationEvent, ActivationRequest, Cancel, Change, Process, ProcessBuilder
 from .values import Script
 
@@ -33,5 +33,6 @@ __all__ = [
     "Svit",
     "SvitError",
     "__version__",
+    "failure_text",
 ]
 from .loop import AsyncSvit, Svit, Message

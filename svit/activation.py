@@ -14,11 +14,11 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from lisp import context as lisp_context
-from lisp.budget import Budget
-from lisp.context import LispLimits
-from lisp.errors import LispError
-from lisp.interpreter import Interpreter
+from svit.lisp import context as lisp_context
+from svit.lisp.budget import Budget
+from svit.lisp.context import LispLimits
+from svit.lisp.errors import LispError
+from svit.lisp.interpreter import Interpreter
 
 from . import stdlib, tree
 from .builtins import GUEST_FUNCTIONS, GuestHelpers, PortFailed, bind_implementations
@@ -33,7 +33,7 @@ from .errors import (
 from .guest import NULL_VALUE, Measure, SvitValue, charge_copy, plain_to_lisp, to_lisp, to_node, to_plain
 from .namespace import compile_error_to_svit, section
 from .paths import format_path, lib_name, parse, validate_address, validate_script_name
-from .ports import PortContext, failure_text, log_port_failure
+from ._ports import PortContext, failure_text, log_port_failure
 from .redact import redact
 from .tree import Node
 from .values import Script

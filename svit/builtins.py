@@ -27,13 +27,13 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from lisp import context as lisp_context
-from lisp.compiler import global_name
-from lisp.context import UNITS_PER_STEP
-from lisp.errors import BudgetExhausted, EvalError, InternalError, LimitError, LispError
-from lisp.functions.catalogue import system_catalogue
-from lisp.interpreter import as_lisp_error
-from lisp.values import Foreign, is_function, type_name
+from svit.lisp import context as lisp_context
+from svit.lisp.compiler import global_name
+from svit.lisp.context import UNITS_PER_STEP
+from svit.lisp.errors import BudgetExhausted, EvalError, InternalError, LimitError, LispError
+from svit.lisp.functions.catalogue import system_catalogue
+from svit.lisp.interpreter import as_lisp_error
+from svit.lisp.values import Foreign, is_function, type_name
 
 from . import tree
 from .errors import ExecutionLimitExceeded, ResourceLimitExceeded, ScriptFailed, SvitError, sanitize

@@ -96,8 +96,8 @@ HELP = """Svit REPL: each form runs as one activation and commits one version.
 
 def balanced(text: str) -> bool:
     """True when ``text`` reads as complete forms (no unclosed list or string)."""
-    from lisp.errors import ReadError
-    from lisp.reader import read
+    from svit.lisp.errors import ReadError
+    from svit.lisp.reader import read
 
     try:
         read(text)

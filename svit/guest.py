@@ -12,10 +12,10 @@ import json
 import math
 from typing import Any
 
-from lisp.budget import Budget
-from lisp.context import UNITS_PER_STEP, current
-from lisp.errors import LimitError
-from lisp.values import Foreign, type_name
+from svit.lisp.budget import Budget
+from svit.lisp.context import UNITS_PER_STEP, current
+from svit.lisp.errors import LimitError
+from svit.lisp.values import Foreign, type_name
 
 from . import tree
 from .errors import InvalidValue

@@ -255,7 +255,7 @@ def validate_system(node: Node, address: str, limits: Limits, error: type[SvitEr
 
 def compile_error_to_svit(exc: BaseException) -> SvitError:
     """Map a Lisp failure to the host error the reference uses (§4.9)."""
-    from lisp.errors import BudgetExhausted, LimitError, LispError
+    from svit.lisp.errors import BudgetExhausted, LimitError, LispError
 
     from .errors import ExecutionLimitExceeded
 

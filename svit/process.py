@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager, Iterable, Protocol
 
-from lisp.errors import LispError
+from svit.lisp.errors import LispError
 
 from . import mounts as mountlib
 from . import stdlib, tree
@@ -44,7 +44,7 @@ from .limits import Limits
 from .mounts import Mount, MountPath
 from .namespace import initial_root, section, system_metadata, validate_root, validate_thread
 from .paths import format_path, lib_name, parse, validate_address, validate_mount_name, validate_script_name
-from .ports import PortContext, Ports
+from ._ports import PortContext, Ports
 from .redact import redact
 from .snapshot import check_root_hash, decode_snapshot_unverified, encode_snapshot
 from .tree import Node

@@ -23,7 +23,7 @@ import cbor2
 from .errors import SvitError
 from .limits import LIMIT_FIELDS, Limits
 from .mounts import Mount
-from .ports import PortError, Ports
+from ._ports import PortError, Ports
 from .process import Process
 from .values import Script
 

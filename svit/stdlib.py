@@ -65,7 +65,7 @@ import threading
 import time
 from typing import Any
 
-from lisp import context as lisp_context
+from svit.lisp import context as lisp_context
 
 from .errors import ExecutionLimitExceeded, InvalidValue, ResourceLimitExceeded, ScriptFailed, SvitError
 

@@ -52,8 +52,8 @@ def test_the_version_needs_no_store() -> None:
     assert done.stdout.strip() == f"svit {svit.__version__}"
 
 
-@pytest.mark.parametrize("package", ["svit", "lisp", "ports"])
+@pytest.mark.parametrize("package", ["svit", "svit.lisp", "svit.ports"])
 def test_every_package_ships_its_type_marker(package: str) -> None:
-    assert (ROOT / package / "py.typed").is_file()
+    assert (ROOT / package.replace(".", "/") / "py.typed").is_file()
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "py.typed" in project["tool"]["setuptools"]["package-data"][package]

@@ -60,7 +60,7 @@ from ..errors import (
 )
 from ..limits import Limits
 from ..mounts import Mount
-from ..ports import PortContext, PortDescriptor, Ports
+from .._ports import PortContext, PortDescriptor, Ports
 from ..process import Change, Process
 from ..redact import redact
 from .errors import InboxClosed, InvalidThread, MissingOutboxMessage, MissingReasoner, TurnFailed

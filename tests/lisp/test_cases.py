@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from lisp.context import LispLimits
-from lisp.errors import CompileError, LimitError, LispError, ReadError
-from lisp.functions.formatting import debug_repr
-from lisp.interpreter import evaluate
+from svit.lisp.context import LispLimits
+from svit.lisp.errors import CompileError, LimitError, LispError, ReadError
+from svit.lisp.functions.formatting import debug_repr
+from svit.lisp.interpreter import evaluate
 
 HERE = Path(__file__).parent
 CASE_FILES = sorted((HERE / "cases").glob("*.svl")) + sorted((HERE / "forms").glob("*.svl"))

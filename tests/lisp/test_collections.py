@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from lisp.context import LispLimits
-from lisp.errors import BudgetExhausted, EvalError, LimitError
-from lisp.functions import SYSTEM_FUNCTIONS
-from lisp.functions.formatting import debug_repr
-from lisp.interpreter import evaluate
+from svit.lisp.context import LispLimits
+from svit.lisp.errors import BudgetExhausted, EvalError, LimitError
+from svit.lisp.functions import SYSTEM_FUNCTIONS
+from svit.lisp.functions.formatting import debug_repr
+from svit.lisp.interpreter import evaluate
 from svit.guest import plain_to_lisp
 
 VALUES = {
@@ -178,7 +178,7 @@ def test_every_collection_function_has_positive_and_negative_cases() -> None:
 
 def _shape(value: object) -> str:
     """The debug rendering with every host value written ``<svit>``."""
-    from lisp.values import Foreign
+    from svit.lisp.values import Foreign
 
     if isinstance(value, Foreign):
         return "<svit>"
@@ -298,7 +298,7 @@ def test_map_result_is_bounded_by_guest_memory() -> None:
 
 def test_sort_is_charged_n_log_n() -> None:
     limits = LispLimits(max_steps=400_000)
-    from lisp.interpreter import Interpreter
+    from svit.lisp.interpreter import Interpreter
 
     def steps(source: str) -> int:
         interp = Interpreter(limits)
@@ -311,7 +311,7 @@ def test_sort_is_charged_n_log_n() -> None:
 
 
 def test_filter_and_fold_charge_per_element() -> None:
-    from lisp.interpreter import Interpreter
+    from svit.lisp.interpreter import Interpreter
 
     def steps(source: str) -> int:
         interp = Interpreter(LispLimits())

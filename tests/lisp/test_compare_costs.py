@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from lisp.budget import Budget
-from lisp.context import LispLimits
-from lisp.errors import BudgetExhausted
-from lisp.interpreter import Interpreter
+from svit.lisp.budget import Budget
+from svit.lisp.context import LispLimits
+from svit.lisp.errors import BudgetExhausted
+from svit.lisp.interpreter import Interpreter
 from tests.bounds import assert_steps_within, assert_time_within, measure
 
 DISTINCT = "(apply /= (range {n}))"

@@ -13,10 +13,10 @@ import itertools
 
 import pytest
 
-from lisp.budget import Budget
-from lisp.context import LispLimits
-from lisp.errors import BudgetExhausted, LimitError, LispError, ReadError
-from lisp.interpreter import Interpreter
+from svit.lisp.budget import Budget
+from svit.lisp.context import LispLimits
+from svit.lisp.errors import BudgetExhausted, LimitError, LispError, ReadError
+from svit.lisp.interpreter import Interpreter
 from tests.bounds import assert_memory_within, assert_steps_within, assert_time_within, measure
 
 _unique = itertools.count()

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from lisp.context import LispLimits
-from lisp.errors import BudgetExhausted, CompileError, EvalError, LimitError, LispError, ReadError
-from lisp.interpreter import Interpreter, evaluate
+from svit.lisp.context import LispLimits
+from svit.lisp.errors import BudgetExhausted, CompileError, EvalError, LimitError, LispError, ReadError
+from svit.lisp.interpreter import Interpreter, evaluate
 
 LIMITS = LispLimits(max_steps=2_000_000, max_execution_millis=10_000)
 

@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lisp.budget import Budget
-from lisp.context import Context, LispLimits, enter, leave
-from lisp.errors import BudgetExhausted, EvalError, LimitError
-from lisp.functions import SYSTEM_FUNCTIONS
-from lisp.functions.compare import compare, equal, weak_equal
-from lisp.functions.formatting import debug_repr, display
-from lisp.functions.numbers import add2, ge2, gt2, le2, lt2, mul2, sub2
-from lisp.values import Char, Foreign, Keyword, LispPath, Name, mark_function
+from svit.lisp.budget import Budget
+from svit.lisp.context import Context, LispLimits, enter, leave
+from svit.lisp.errors import BudgetExhausted, EvalError, LimitError
+from svit.lisp.functions import SYSTEM_FUNCTIONS
+from svit.lisp.functions.compare import compare, equal, weak_equal
+from svit.lisp.functions.formatting import debug_repr, display
+from svit.lisp.functions.numbers import add2, ge2, gt2, le2, lt2, mul2, sub2
+from svit.lisp.values import Char, Foreign, Keyword, LispPath, Name, mark_function
 
 
 def call(name, *args):

@@ -7,12 +7,12 @@ import time
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lisp.budget import Budget
-from lisp.context import LispLimits
-from lisp.errors import LispError
-from lisp.functions import SYSTEM_FUNCTIONS
-from lisp.interpreter import Interpreter
-from lisp.reader import read
+from svit.lisp.budget import Budget
+from svit.lisp.context import LispLimits
+from svit.lisp.errors import LispError
+from svit.lisp.functions import SYSTEM_FUNCTIONS
+from svit.lisp.interpreter import Interpreter
+from svit.lisp.reader import read
 
 SMALL = LispLimits(
     max_call_stack=16,

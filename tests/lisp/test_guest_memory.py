@@ -7,10 +7,10 @@ import tracemalloc
 
 import pytest
 
-from lisp.context import LispLimits
-from lisp.errors import LimitError, LispError
-from lisp.interpreter import evaluate
-from lisp.values import Keyword, Name
+from svit.lisp.context import LispLimits
+from svit.lisp.errors import LimitError, LispError
+from svit.lisp.interpreter import evaluate
+from svit.lisp.values import Keyword, Name
 from tests.bounds import MEMORY_SLACK_BYTES, assert_memory_within, measure
 
 MIB = 1024 * 1024

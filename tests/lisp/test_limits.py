@@ -6,10 +6,10 @@ import resource
 
 import pytest
 
-from lisp.budget import Budget
-from lisp.context import LispLimits
-from lisp.errors import BudgetExhausted, LimitError
-from lisp.interpreter import Interpreter, evaluate
+from svit.lisp.budget import Budget
+from svit.lisp.context import LispLimits
+from svit.lisp.errors import BudgetExhausted, LimitError
+from svit.lisp.interpreter import Interpreter, evaluate
 
 
 def run(source: str, **limits: int):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from lisp.context import LispLimits
-from lisp.errors import BudgetExhausted, EvalError, Frame, LimitError, LispError
-from lisp.interpreter import Interpreter
+from svit.lisp.context import LispLimits
+from svit.lisp.errors import BudgetExhausted, EvalError, Frame, LimitError, LispError
+from svit.lisp.interpreter import Interpreter
 
 SOURCE = "/lib/checks.svit-script"
 

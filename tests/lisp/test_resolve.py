@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from lisp.context import LispLimits
-from lisp.errors import CompileError, EvalError, LispError
-from lisp.functions import SYSTEM_FUNCTIONS
-from lisp.interpreter import Interpreter, evaluate
-from lisp.suggestions import ALTERNATIVES, edit_distance, nearest
-from lisp.syntax import SPECIAL_FORMS, STANDARD_NAMES
-from lisp.values import Foreign, Name
+from svit.lisp.context import LispLimits
+from svit.lisp.errors import CompileError, EvalError, LispError
+from svit.lisp.functions import SYSTEM_FUNCTIONS
+from svit.lisp.interpreter import Interpreter, evaluate
+from svit.lisp.suggestions import ALTERNATIVES, edit_distance, nearest
+from svit.lisp.syntax import SPECIAL_FORMS, STANDARD_NAMES
+from svit.lisp.values import Foreign, Name
 
 LIMITS = LispLimits(max_steps=2_000_000, max_execution_millis=10_000)
 

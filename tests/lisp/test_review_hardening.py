@@ -12,11 +12,11 @@ import tracemalloc
 
 import pytest
 
-from lisp.budget import Budget
-from lisp.context import LispLimits
-from lisp.errors import BudgetExhausted, CompileError, LimitError, LispError
-from lisp.interpreter import Interpreter, evaluate
-from lisp.values import Foreign
+from svit.lisp.budget import Budget
+from svit.lisp.context import LispLimits
+from svit.lisp.errors import BudgetExhausted, CompileError, LimitError, LispError
+from svit.lisp.interpreter import Interpreter, evaluate
+from svit.lisp.values import Foreign
 
 
 def run(source: str, **limits: int):

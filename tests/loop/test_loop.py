@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from ports.llm import LlmPort
-from ports.spawn import SpawnPort
+from svit.ports.llm import LlmPort
+from svit.ports.spawn import SpawnPort
 from svit import Limits, Message, Ports, Process, Svit
 from svit.errors import InvalidValue, ScriptFailed, SvitError
 from svit.loop import (

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ports.llm import LlmPort
+from svit.ports.llm import LlmPort
 from svit import Message, Ports, Svit
 from svit.loop import ReasonerFailed, ReasonerUnavailable, Reply, ToolCall, TOOL_SPECS
 from svit.reasoners import OpenAIReasoner, Reasoner, ScriptedReasoner

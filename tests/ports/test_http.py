@@ -12,7 +12,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from ports.http import MAX_REQUEST_BODY, HttpPort, http_port
+from svit.ports.http import MAX_REQUEST_BODY, HttpPort, http_port
 from svit import PortError, Ports, Process
 from svit.errors import SvitError
 from tests.bounds import assert_time_within, measure, unchanged

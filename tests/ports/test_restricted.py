@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ports.restricted import RestrictedPort, load_ports_directory, restricted_port
+from svit.ports.restricted import RestrictedPort, load_ports_directory, restricted_port
 from svit import PortError, Ports, Process
 from svit.errors import InvalidScriptName, SvitError
 

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from lisp.errors import BudgetExhausted, EvalError, InternalError, LimitError
-from lisp.functions import SYSTEM_FUNCTIONS, SystemFunction
-from lisp.functions.catalogue import SYSTEM_ENTRIES, system_catalogue
-from lisp.compiler import global_name
-from lisp.interpreter import Interpreter
+from svit.lisp.errors import BudgetExhausted, EvalError, InternalError, LimitError
+from svit.lisp.functions import SYSTEM_FUNCTIONS, SystemFunction
+from svit.lisp.functions.catalogue import SYSTEM_ENTRIES, system_catalogue
+from svit.lisp.compiler import global_name
+from svit.lisp.interpreter import Interpreter
 from svit import Limits, Ports, Process
 from svit.activation import WorkingState, located
 from svit.builtins import (

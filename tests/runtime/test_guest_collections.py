@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from lisp.budget import Budget
-from lisp.context import Context, LispLimits, enter, leave
-from lisp.errors import LimitError
+from svit.lisp.budget import Budget
+from svit.lisp.context import Context, LispLimits, enter, leave
+from svit.lisp.errors import LimitError
 from svit import tree
 from svit.guest import NULL_VALUE, SvitValue, plain_to_lisp, to_plain
 from svit.limits import Limits

@@ -9,7 +9,7 @@ import pytest
 
 from svit import Process
 from svit.errors import ScriptFailed
-from svit.ports import PortError, Ports, failure_text
+from svit._ports import PortError, Ports, failure_text
 from tests.bounds import unchanged
 
 ADDRESS = "svit://local/ports-errors"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from lisp.interpreter import Interpreter
-from lisp.suggestions import ALTERNATIVES
-from lisp.syntax import SPECIAL_FORMS
+from svit.lisp.interpreter import Interpreter
+from svit.lisp.suggestions import ALTERNATIVES
+from svit.lisp.syntax import SPECIAL_FORMS
 from svit import Process
 from svit.activation import GUEST_FUNCTIONS, compile_check
 from svit.errors import ScriptFailed

@@ -24,11 +24,11 @@ from typing import Any, Callable
 
 import pytest
 
-from lisp.context import LispLimits
-from lisp.errors import BudgetExhausted, CompileError, EvalError, LimitError, LispError, ReadError
-from lisp.functions.formatting import debug_repr
-from lisp.interpreter import Interpreter
-from lisp.reader import Program, read
+from svit.lisp.context import LispLimits
+from svit.lisp.errors import BudgetExhausted, CompileError, EvalError, LimitError, LispError, ReadError
+from svit.lisp.functions.formatting import debug_repr
+from svit.lisp.interpreter import Interpreter
+from svit.lisp.reader import Program, read
 
 HERE = Path(__file__).parent
 
