@@ -16,8 +16,9 @@ import contextlib
 import time
 
 import cbor2
+from common import build
+from common import median_time as median
 
-from common import build, median_time as median
 from svit import Process, tree
 
 

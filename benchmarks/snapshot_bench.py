@@ -11,11 +11,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import cbor2  # noqa: E402
+import cbor2
 
-from svit import tree  # noqa: E402
-from svit.limits import Limits  # noqa: E402
-from svit.snapshot import decode_snapshot, encode_snapshot  # noqa: E402
+from svit import tree
+from svit.limits import Limits
+from svit.snapshot import decode_snapshot, encode_snapshot
 
 ADDRESS = "svit://local/bench/snapshot"
 

@@ -19,10 +19,11 @@ import tempfile
 import time
 
 import rocksdict
-
 from common import build, median_time
+
 from svit import Process
 from svit.store import ProcessStore
+
 
 def median_rate(fn, count: int, repeat: int) -> float:
     rates = []

@@ -9,8 +9,8 @@ Run: python examples/agent_scripted.py
 
 import json
 
-from svit.ports.llm import LlmPort
 from svit import Message, Ports, Svit
+from svit.ports.llm import LlmPort
 from svit.reasoners import ScriptedReasoner
 
 TALLY = """

@@ -184,7 +184,7 @@ def referenced_globals(code: Any) -> frozenset[str]:
 class Scope:
     """Lexical scope: Lisp local names to Python names; ``None`` is the global scope."""
 
-    def __init__(self, parent: "Scope | None", names: dict[str, str] | None = None, boundary: bool = False) -> None:
+    def __init__(self, parent: Scope | None, names: dict[str, str] | None = None, boundary: bool = False) -> None:
         self.parent = parent
         self.names = names or {}
         self.boundary = boundary  # a function boundary

@@ -64,7 +64,7 @@ class LispError(Exception):
         self.stack: tuple[Frame, ...] = ()
         super().__init__(self.detail)
 
-    def located(self, source: str | None) -> "LispError":
+    def located(self, source: str | None) -> LispError:
         """Attach the script's virtual path once (the first attachment wins)."""
         if self.source is None:
             self.source = source

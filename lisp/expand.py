@@ -53,7 +53,7 @@ class Expansion:
 class Expander:
     """Expands one program; nested compile-time programs share their parent's state."""
 
-    def __init__(self, program: Program, evaluate: Evaluate, parent: "Expander | None" = None) -> None:
+    def __init__(self, program: Program, evaluate: Evaluate, parent: Expander | None = None) -> None:
         self.program = program
         self.evaluate = evaluate
         self.root: Expander = parent.root if parent is not None else self

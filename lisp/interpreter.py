@@ -14,9 +14,8 @@ import sys
 import threading
 import warnings
 from collections import OrderedDict
-from fractions import Fraction
 from types import FunctionType
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import blake3
 
@@ -34,7 +33,7 @@ from .compiler import (
     referenced_globals,
 )
 from .context import Context, LispLimits
-from .errors import BudgetExhausted, CompileError, EvalError, Frame, InternalError, LimitError, LispError
+from .errors import CompileError, EvalError, Frame, InternalError, LimitError, LispError
 from .expand import Expander, nesting_depth
 from .functions import SYSTEM_FUNCTIONS
 from .functions.compare import equal
@@ -204,7 +203,7 @@ for _name, _spec in SYSTEM_FUNCTIONS.items():
 
 
 #: Compiled programs with the steps compiling them took, by source, file name, limits and names.
-_compile_cache: "OrderedDict[tuple, tuple[Compiled, int]]" = OrderedDict()
+_compile_cache: OrderedDict[tuple, tuple[Compiled, int]] = OrderedDict()
 _compile_lock = threading.Lock()
 _COMPILE_CACHE_SIZE = 256
 
@@ -539,7 +538,7 @@ class Interpreter:
         return self.budget.used
 
     # ------------------------------------------------------------------ errors
-    def _guard(self, compiled: Compiled | None) -> "_Guard":
+    def _guard(self, compiled: Compiled | None) -> _Guard:
         return _Guard(self, compiled)
 
 

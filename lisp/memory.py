@@ -377,7 +377,7 @@ _NO_PUSH = frozenset(
 )
 _CALLS = frozenset(name for name in ("CALL", "CALL_KW", "CALL_FUNCTION_EX") if name in dis.opmap)
 
-_analysis: "weakref.WeakKeyDictionary[CodeType, tuple[list[int], dict[int, bool]]]" = weakref.WeakKeyDictionary()
+_analysis: weakref.WeakKeyDictionary[CodeType, tuple[list[int], dict[int, bool]]] = weakref.WeakKeyDictionary()
 
 
 #: Generated code's helpers that return numbers or truths (nothing guest memory counts).
@@ -401,7 +401,7 @@ def _holds_values(code: CodeType, lasti: int) -> bool:
     if found is None:
         try:
             found = _analyse(code)
-        except Exception:  # noqa: BLE001 - an unreadable code object is simply "holding"
+        except Exception:
             found = ([], {})
         _analysis[code] = found
     offsets, holding = found

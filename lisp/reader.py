@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import blake3
-from lark import Lark, Transformer, Token
+from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from .errors import LispError, ReadError, Span
@@ -298,7 +298,7 @@ _CACHE_SIZE = 512
 _CACHE_MAX_SOURCE = 64 * 1024
 #: The cache keeps at most this many source characters in all.
 _CACHE_TOTAL_SOURCE = 256 * 1024
-_cache: "OrderedDict[bytes, tuple[Program, int]]" = OrderedDict()
+_cache: OrderedDict[bytes, tuple[Program, int]] = OrderedDict()
 _cache_lock = threading.Lock()
 _cached_source = 0
 

@@ -101,7 +101,7 @@ class _Scope:
 
     __slots__ = ("parent", "names")
 
-    def __init__(self, parent: "_Scope | None", names: dict[str, Params | None] | None = None) -> None:
+    def __init__(self, parent: _Scope | None, names: dict[str, Params | None] | None = None) -> None:
         self.parent = parent
         self.names = names if names is not None else {}
 

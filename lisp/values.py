@@ -80,8 +80,8 @@ class _Interned:
     """
 
     __slots__ = ("name", "__weakref__")
-    _table: dict[str, "weakref.KeyedRef"]
-    _forget: Callable[["weakref.KeyedRef"], None]
+    _table: dict[str, weakref.KeyedRef]
+    _forget: Callable[[weakref.KeyedRef], None]
 
     def __new__(cls, name: str) -> Any:
         table = cls._table
@@ -106,10 +106,10 @@ class _Interned:
         return (type(self), (self.name,))
 
 
-def _forgetting(table: dict[str, "weakref.KeyedRef"]) -> Callable[["weakref.KeyedRef"], None]:
+def _forgetting(table: dict[str, weakref.KeyedRef]) -> Callable[[weakref.KeyedRef], None]:
     """The callback that drops a dead name's entry (unless a new one took its place)."""
 
-    def forget(ref: "weakref.KeyedRef") -> None:
+    def forget(ref: weakref.KeyedRef) -> None:
         if table.get(ref.key) is ref:
             del table[ref.key]
 
@@ -120,7 +120,7 @@ class Name(_Interned):
     """A symbol."""
 
     __slots__ = ()
-    _table: dict[str, "weakref.KeyedRef"] = {}
+    _table: dict[str, weakref.KeyedRef] = {}
     _forget = staticmethod(_forgetting(_table))
 
 
@@ -128,7 +128,7 @@ class Keyword(_Interned):
     """A keyword such as ``:optional``."""
 
     __slots__ = ()
-    _table: dict[str, "weakref.KeyedRef"] = {}
+    _table: dict[str, weakref.KeyedRef] = {}
     _forget = staticmethod(_forgetting(_table))
 
 

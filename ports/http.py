@@ -412,7 +412,7 @@ class HttpPort:
         transport: httpx.BaseTransport | None = None,
         max_response_bytes: int = DEFAULT_RESPONSE_LIMIT,
         headers: Mapping[str, str] | None = None,
-    ) -> "HttpPort":
+    ) -> HttpPort:
         """An explicit research grant: any http(s) URL, including private addresses.
 
         Every other rule (methods, sizes, headers, no redirects, no credentials in the

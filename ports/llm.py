@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from svit import PortContext, PortDescriptor, PortError
-
 from svit.loop.messages import Message
 
 PROMPT_LIMIT = 256 * 1024

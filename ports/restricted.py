@@ -68,8 +68,8 @@ from typing import Any, Callable
 
 from RestrictedPython import compile_restricted_exec
 
-from svit.paths import validate_script_name
 from svit import PortContext, PortDescriptor, PortError, Ports, failure_text
+from svit.paths import validate_script_name
 from svit.values import to_json
 
 DEFAULT_TIMEOUT = 5.0

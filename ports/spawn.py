@@ -11,12 +11,11 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from svit.errors import ChildUnavailable, SvitError
-from svit.paths import validate_address
 from svit import PortContext, PortDescriptor, PortError, Ports, failure_text
-
+from svit.errors import ChildUnavailable, SvitError
 from svit.loop.messages import Message
 from svit.loop.svit import Svit
+from svit.paths import validate_address
 
 TASK_LIMIT = 256 * 1024
 DUPLICATE = "child address already exists"

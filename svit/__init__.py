@@ -4,12 +4,12 @@ A process is one addressable tree of values; scripts in Svit Lisp run as activat
 that commit memory, library edits and message intents together, or nothing.
 """
 
+from ._ports import PortContext, PortDescriptor, PortError, Ports, failure_text
 from ._version import __version__
 from .activation import Activation
 from .errors import SvitError
 from .limits import Limits
 from .mounts import Mount
-from ._ports import PortContext, PortDescriptor, PortError, Ports, failure_text
 from .process import ActivationEvent, ActivationRequest, Cancel, Change, Process, ProcessBuilder
 from .values import Script
 
@@ -35,4 +35,4 @@ __all__ = [
     "__version__",
     "failure_text",
 ]
-from .loop import AsyncSvit, Svit, Message
+from .loop import AsyncSvit, Message, Svit

@@ -21,7 +21,6 @@ from typing import Any, Callable, Protocol, runtime_checkable
 from .errors import SvitError, sanitize
 from .paths import validate_script_name
 
-
 _log = logging.getLogger("svit")
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _UNNAMED_FAILURE = "port raised an error"
@@ -96,7 +95,7 @@ class Ports:
     def __init__(self) -> None:
         self._ports: dict[str, Port] = {}
 
-    def port(self, name: str, port: Port | Callable[..., Any], descriptor: PortDescriptor | None = None) -> "Ports":
+    def port(self, name: str, port: Port | Callable[..., Any], descriptor: PortDescriptor | None = None) -> Ports:
         validate_script_name(name)
         if not isinstance(port, Port):
             if not callable(port):
@@ -105,7 +104,7 @@ class Ports:
         self._ports[name] = port
         return self
 
-    def extension(self, bundle: Any) -> "Ports":
+    def extension(self, bundle: Any) -> Ports:
         """Register every ``(name, port)`` pair a bundle yields."""
         for name, port in bundle:
             self.port(name, port)

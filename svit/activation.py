@@ -21,6 +21,7 @@ from svit.lisp.errors import LispError
 from svit.lisp.interpreter import Interpreter
 
 from . import stdlib, tree
+from ._ports import failure_text, log_port_failure
 from .builtins import GUEST_FUNCTIONS, GuestHelpers, PortFailed, bind_implementations
 from .errors import (
     InvalidPath,
@@ -32,8 +33,7 @@ from .errors import (
 )
 from .guest import NULL_VALUE, Measure, SvitValue, charge_copy, plain_to_lisp, to_lisp, to_node, to_plain
 from .namespace import compile_error_to_svit, section
-from .paths import format_path, lib_name, parse, validate_address, validate_script_name
-from ._ports import PortContext, failure_text, log_port_failure
+from .paths import format_path, lib_name, parse, validate_address
 from .redact import redact
 from .tree import Node
 from .values import Script
@@ -146,7 +146,7 @@ def _text(value: Any, what: str) -> str:
 class WorkingState(GuestHelpers):
     """The private, transactional state of one activation and its nested execs."""
 
-    def __init__(self, process: "Process") -> None:
+    def __init__(self, process: Process) -> None:
         self.process = process
         self.limits = process.limits
         self.root = process.root

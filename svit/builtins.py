@@ -371,7 +371,7 @@ def _result_parts(value: Any) -> tuple[bool, Node]:
     return flag, payload
 
 
-def _parse_json(text: str, limits: "Limits") -> Node:
+def _parse_json(text: str, limits: Limits) -> Node:
     _charge(len(text))
 
     def refuse_constant(_name: str) -> Any:
@@ -389,7 +389,7 @@ def _parse_json(text: str, limits: "Limits") -> Node:
 class GuestHelpers:
     """The v2 helpers; mixed into WorkingState, which provides ``limits``, ``checkpoint`` and ``restore``."""
 
-    limits: "Limits"
+    limits: Limits
 
     def checkpoint(self) -> Any:  # pragma: no cover - provided by WorkingState
         raise NotImplementedError

@@ -6,7 +6,7 @@ The field order is the order used in snapshots and in ``/system/limits`` listing
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, asdict
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from .errors import InvalidLimits
@@ -65,7 +65,7 @@ class Limits:
     max_steps: int = LIMIT_TABLE["max_steps"][0]
     max_port_calls: int = LIMIT_TABLE["max_port_calls"][0]
 
-    def validate(self) -> "Limits":
+    def validate(self) -> Limits:
         """Check every field is a non-negative integer within its hard maximum."""
         for name, (_default, hard_max) in LIMIT_TABLE.items():
             value = getattr(self, name)
@@ -80,7 +80,7 @@ class Limits:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Any) -> "Limits":
+    def from_dict(cls, data: Any) -> Limits:
         """Build limits from untrusted data: exactly the known fields, all integers."""
         if not isinstance(data, dict):
             raise InvalidLimits("limits must be a map")

@@ -21,7 +21,7 @@ import secrets
 import stat as stat_module
 import threading
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from .errors import (
     InvalidMount,
@@ -56,7 +56,7 @@ class MountPath:
     segments: tuple[str, ...] = ()
 
     @classmethod
-    def parse(cls, text: Any) -> "MountPath":
+    def parse(cls, text: Any) -> MountPath:
         """Parse ``""``/``"/"`` (root) or ``[/]seg/seg``; one leading slash is optional.
 
         Segments are 1..255 UTF-8 bytes, never ``.`` or ``..``, never holding ``\\`` or
@@ -80,15 +80,15 @@ class MountPath:
         return not self.segments
 
     @property
-    def name(self) -> Optional[str]:
+    def name(self) -> str | None:
         return self.segments[-1] if self.segments else None
 
-    def parent(self) -> "MountPath":
+    def parent(self) -> MountPath:
         if not self.segments:
             raise InvalidPath("the mount root has no parent")
         return MountPath(self.segments[:-1])
 
-    def child(self, name: str) -> "MountPath":
+    def child(self, name: str) -> MountPath:
         validate_mount_segment(name)
         if len(self.segments) >= MAX_MOUNT_PATH_SEGMENTS:
             raise InvalidPath("mount path has too many segments")
@@ -174,7 +174,7 @@ def require_write(mount_name: str, descriptor: dict) -> None:
 # ---------------------------------------------------------------------------- records
 
 
-def mount_node_record(mount_name: str, descriptor: dict, path: Any, node: Optional[dict]) -> dict:
+def mount_node_record(mount_name: str, descriptor: dict, path: Any, node: dict | None) -> dict:
     """The stat record of a mount node; ``node`` is the provider's ``stat`` answer.
 
     ``node is None`` gives kind ``missing``, which the process reports only for a root
@@ -206,7 +206,7 @@ def unattached_record(mount_name: str, descriptor: dict) -> dict:
     }
 
 
-def mount_stat(mount_name: str, provider: "Mount", path: Any, limits: Optional[Limits] = None) -> Optional[dict]:
+def mount_stat(mount_name: str, provider: Mount, path: Any, limits: Limits | None = None) -> dict | None:
     """Stat a mount node for the host or guest: a record, or ``None`` if absent below the root.
 
     Reading below the root needs the read grant; the root itself always answers.
@@ -221,7 +221,7 @@ def mount_stat(mount_name: str, provider: "Mount", path: Any, limits: Optional[L
     return mount_node_record(mount_name, descriptor, path, node)
 
 
-def mount_read(mount_name: str, provider: "Mount", path: Any, limits: Optional[Limits] = None) -> Any:
+def mount_read(mount_name: str, provider: Mount, path: Any, limits: Limits | None = None) -> Any:
     """Read a mount node: a directory (or the root) reads as its record, a leaf as its content."""
     path = as_mount_path(path)
     if path.is_root:
@@ -236,14 +236,14 @@ def mount_read(mount_name: str, provider: "Mount", path: Any, limits: Optional[L
     return provider.read(path, limits)
 
 
-def mount_discover(mount_name: str, provider: "Mount", path: Any, limits: Optional[Limits] = None) -> list:
+def mount_discover(mount_name: str, provider: Mount, path: Any, limits: Limits | None = None) -> list:
     """List a mount directory (needs the read grant)."""
     path = as_mount_path(path)
     require_read(mount_name, provider.descriptor())
     return list(provider.list(path, limits))
 
 
-def mount_write(mount_name: str, provider: "Mount", path: Any, value: Any, limits: Optional[Limits] = None) -> None:
+def mount_write(mount_name: str, provider: Mount, path: Any, value: Any, limits: Limits | None = None) -> None:
     """Write through to the provider (needs the write grant)."""
     path = as_mount_path(path)
     require_write(mount_name, provider.descriptor())
@@ -251,7 +251,7 @@ def mount_write(mount_name: str, provider: "Mount", path: Any, value: Any, limit
     provider.write(path, value, limits)
 
 
-def mount_remove(mount_name: str, provider: "Mount", path: Any, limits: Optional[Limits] = None) -> None:
+def mount_remove(mount_name: str, provider: Mount, path: Any, limits: Limits | None = None) -> None:
     """Remove through the provider (needs the write grant)."""
     path = as_mount_path(path)
     require_write(mount_name, provider.descriptor())
@@ -288,50 +288,50 @@ class Mount:
     def descriptor(self) -> dict:
         raise NotImplementedError
 
-    def stat(self, path: MountPath, limits: Optional[Limits] = None) -> Optional[dict]:
+    def stat(self, path: MountPath, limits: Limits | None = None) -> dict | None:
         raise NotImplementedError
 
-    def list(self, path: MountPath, limits: Optional[Limits] = None) -> list:
+    def list(self, path: MountPath, limits: Limits | None = None) -> list:
         raise NotImplementedError
 
-    def read(self, path: MountPath, limits: Optional[Limits] = None) -> Any:
+    def read(self, path: MountPath, limits: Limits | None = None) -> Any:
         raise NotImplementedError
 
-    def write(self, path: MountPath, value: Any, limits: Optional[Limits] = None) -> None:
+    def write(self, path: MountPath, value: Any, limits: Limits | None = None) -> None:
         raise MountDenied("mount is read-only")
 
-    def remove(self, path: MountPath, limits: Optional[Limits] = None) -> None:
+    def remove(self, path: MountPath, limits: Limits | None = None) -> None:
         raise MountDenied("mount is read-only")
 
     @staticmethod
-    def folder(path: Any) -> "FolderMount":
+    def folder(path: Any) -> FolderMount:
         """A read-only view of a host directory."""
         return FolderMount(path, writable=False)
 
     @staticmethod
-    def writable_folder(path: Any) -> "FolderMount":
+    def writable_folder(path: Any) -> FolderMount:
         """A read-write view of a host directory (text files only)."""
         return FolderMount(path, writable=True)
 
     @staticmethod
-    def value(source: str, value: Any) -> "ValueMount":
+    def value(source: str, value: Any) -> ValueMount:
         """A read-only mount over a private copy of a plain value."""
         return ValueMount(source, value, writable=False)
 
     @staticmethod
-    def writable_value(source: str, value: Any) -> "ValueMount":
+    def writable_value(source: str, value: Any) -> ValueMount:
         """A read-write mount over a private copy of a plain value."""
         return ValueMount(source, value, writable=True)
 
 
-def _limits(limits: Optional[Limits]) -> Limits:
+def _limits(limits: Limits | None) -> Limits:
     return limits if limits is not None else Limits()
 
 
 # ---------------------------------------------------------------------------- folder
 
 
-def _modified_unix(st: os.stat_result) -> Optional[int]:
+def _modified_unix(st: os.stat_result) -> int | None:
     seconds = st.st_mtime
     if not math.isfinite(seconds) or seconds < 0:
         return None
@@ -379,7 +379,7 @@ class FolderMount(Mount):
             raise InvalidMount("folder mount root cannot be inspected") from None
         self.root = root
         self.writable = writable
-        self._root_fd: Optional[int] = fd
+        self._root_fd: int | None = fd
         self._identity = (st.st_dev, st.st_ino)
         self._holders = 0
         self._guard = threading.Lock()
@@ -446,7 +446,7 @@ class FolderMount(Mount):
 
     # -- resolution
 
-    def _open_root(self) -> Optional[int]:
+    def _open_root(self) -> int | None:
         """A fresh descriptor of the held root (the caller closes it); ``None`` once the
         root directory has been deleted."""
         with self._guard:
@@ -498,7 +498,7 @@ class FolderMount(Mount):
         finally:
             os.close(fd)
 
-    def _open_dir(self, segments: tuple[str, ...]) -> Optional[int]:
+    def _open_dir(self, segments: tuple[str, ...]) -> int | None:
         """A descriptor of the directory at ``segments``; ``None`` when something is missing
         or is a regular file. A symlink or special file on the way is ``MountDenied``."""
         fd = self._open_root()
@@ -530,7 +530,7 @@ class FolderMount(Mount):
             raise
 
     @staticmethod
-    def _lstat_at(dir_fd: int, name: str) -> Optional[os.stat_result]:
+    def _lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
         try:
             return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         except (FileNotFoundError, NotADirectoryError):
@@ -538,13 +538,13 @@ class FolderMount(Mount):
         except OSError:
             raise MountDenied("mount node cannot be inspected") from None
 
-    def _kind_at(self, dir_fd: int, name: str, walked: list[str]) -> Optional[str]:
+    def _kind_at(self, dir_fd: int, name: str, walked: list[str]) -> str | None:
         st = self._lstat_at(dir_fd, name)
         return None if st is None else _classify(st, walked)
 
     # -- reading
 
-    def stat(self, path: MountPath, limits: Optional[Limits] = None) -> Optional[dict]:
+    def stat(self, path: MountPath, limits: Limits | None = None) -> dict | None:
         path = as_mount_path(path)
         if path.is_root:
             fd = self._open_root()
@@ -574,7 +574,7 @@ class FolderMount(Mount):
             "kind": "leaf",
         }
 
-    def list(self, path: MountPath, limits: Optional[Limits] = None) -> list:
+    def list(self, path: MountPath, limits: Limits | None = None) -> list:
         path = as_mount_path(path)
         cap = _limits(limits).max_mount_entries
         if not path.is_root:
@@ -603,7 +603,7 @@ class FolderMount(Mount):
         names.sort()
         return names
 
-    def read(self, path: MountPath, limits: Optional[Limits] = None) -> Any:
+    def read(self, path: MountPath, limits: Limits | None = None) -> Any:
         """A file's UTF-8 text; ``None`` for a directory or a missing node."""
         path = as_mount_path(path)
         if path.is_root:
@@ -642,7 +642,7 @@ class FolderMount(Mount):
 
     # -- writing
 
-    def write(self, path: MountPath, value: Any, limits: Optional[Limits] = None) -> None:
+    def write(self, path: MountPath, value: Any, limits: Limits | None = None) -> None:
         """Replace or create a text file atomically (temporary file, then rename)."""
         if not self.writable:
             raise MountDenied("mount is read-only")
@@ -673,7 +673,7 @@ class FolderMount(Mount):
         finally:
             os.close(fd)
 
-    def remove(self, path: MountPath, limits: Optional[Limits] = None) -> None:
+    def remove(self, path: MountPath, limits: Limits | None = None) -> None:
         """Delete a file; directories are never removed."""
         if not self.writable:
             raise MountDenied("mount is read-only")
@@ -790,7 +790,7 @@ def _replace_file(dir_fd: int, name: str, data: bytes, mode: int) -> None:
 # -- git facts: read HEAD and refs directly; never run git, never follow a symlink.
 
 
-def _read_small_at(dir_fd: int, segments: list[str], limit: int) -> Optional[bytes]:
+def _read_small_at(dir_fd: int, segments: list[str], limit: int) -> bytes | None:
     """Contents of a small regular file below ``dir_fd``, or ``None`` (missing, too big,
     a symlink, anything odd)."""
     fds: list[int] = []
@@ -815,7 +815,7 @@ def _read_small_at(dir_fd: int, segments: list[str], limit: int) -> Optional[byt
             os.close(fd)
 
 
-def _git_facts(root_fd: int) -> Optional[dict]:
+def _git_facts(root_fd: int) -> dict | None:
     """``{"branch", "commit"}`` of a ``.git`` directory at the root, when it resolves."""
     try:
         st = os.stat(".git", dir_fd=root_fd, follow_symlinks=False)
@@ -847,7 +847,7 @@ def _git_facts(root_fd: int) -> Optional[dict]:
     return {"branch": branch, "commit": commit}
 
 
-def _resolve_ref(root_fd: int, ref: str, segments: list[str]) -> Optional[str]:
+def _resolve_ref(root_fd: int, ref: str, segments: list[str]) -> str | None:
     loose = _read_small_at(root_fd, [".git", *segments], _GIT_HEAD_BYTES)
     if loose is not None:
         text = loose.decode("utf-8", "replace").strip()
@@ -865,7 +865,7 @@ def _resolve_ref(root_fd: int, ref: str, segments: list[str]) -> Optional[str]:
 # ---------------------------------------------------------------------------- value
 
 
-def _plain_copy(value: Any, limits: Optional[Limits] = None, depth: int = 0) -> Any:
+def _plain_copy(value: Any, limits: Limits | None = None, depth: int = 0) -> Any:
     """A deep copy of a plain value, refusing anything else (``InvalidValue``).
 
     With ``limits``, the per-value depth bound applies as well.
@@ -942,11 +942,11 @@ class ValueMount(Mount):
                 raise InvalidPath("mount path walks through a scalar")
         return True, node
 
-    def stat(self, path: MountPath, limits: Optional[Limits] = None) -> Optional[dict]:
+    def stat(self, path: MountPath, limits: Limits | None = None) -> dict | None:
         found, node = self._lookup(as_mount_path(path).segments)
         return _value_facts(node) if found else None
 
-    def list(self, path: MountPath, limits: Optional[Limits] = None) -> list:
+    def list(self, path: MountPath, limits: Limits | None = None) -> list:
         path = as_mount_path(path)
         found, node = self._lookup(path.segments)
         if found and isinstance(node, dict):
@@ -959,7 +959,7 @@ class ValueMount(Mount):
             raise ResourceLimitExceeded("mount entries")
         return names
 
-    def read(self, path: MountPath, limits: Optional[Limits] = None) -> Any:
+    def read(self, path: MountPath, limits: Limits | None = None) -> Any:
         found, node = self._lookup(as_mount_path(path).segments)
         if not found:
             return None
@@ -975,7 +975,7 @@ class ValueMount(Mount):
             raise InvalidPath(f"{path.parent()} is not an existing mount directory")
         return parent, path.segments[-1]
 
-    def write(self, path: MountPath, value: Any, limits: Optional[Limits] = None) -> None:
+    def write(self, path: MountPath, value: Any, limits: Limits | None = None) -> None:
         """Insert or replace a map key, or replace an existing array index."""
         if not self.writable:
             raise MountDenied("mount is read-only")
@@ -990,7 +990,7 @@ class ValueMount(Mount):
             raise InvalidPath(f"{path} is past the end of the array")
         parent[index] = new
 
-    def remove(self, path: MountPath, limits: Optional[Limits] = None) -> None:
+    def remove(self, path: MountPath, limits: Limits | None = None) -> None:
         """Delete a map key or an array element (later elements shift down)."""
         if not self.writable:
             raise MountDenied("mount is read-only")

@@ -18,6 +18,7 @@ from svit.lisp.errors import LispError
 
 from . import mounts as mountlib
 from . import stdlib, tree
+from ._ports import PortContext, Ports
 from .activation import (
     INLINE_NAME,
     Activation,
@@ -44,7 +45,6 @@ from .limits import Limits
 from .mounts import Mount, MountPath
 from .namespace import initial_root, section, system_metadata, validate_root, validate_thread
 from .paths import format_path, lib_name, parse, validate_address, validate_mount_name, validate_script_name
-from ._ports import PortContext, Ports
 from .redact import redact
 from .snapshot import check_root_hash, decode_snapshot_unverified, encode_snapshot
 from .tree import Node
@@ -136,35 +136,35 @@ class ProcessBuilder:
         self._ports: Ports | None = None
         self._hooks: list[Any] = []
 
-    def memory(self, name: str, value: Any) -> "ProcessBuilder":
+    def memory(self, name: str, value: Any) -> ProcessBuilder:
         if type(name) is not str or not name or "/" in name:
             raise InvalidPath(f"memory entry names are single path segments: {name!r}")
         self._memory[name] = value
         return self
 
-    def library(self, name: str, source: str | Script, documentation: str = "") -> "ProcessBuilder":
+    def library(self, name: str, source: str | Script, documentation: str = "") -> ProcessBuilder:
         validate_script_name(name)
         self._library[name] = source if isinstance(source, Script) else library_record({"source": source, "documentation": documentation})
         return self
 
-    def limits(self, limits: Limits) -> "ProcessBuilder":
+    def limits(self, limits: Limits) -> ProcessBuilder:
         self._limits = limits
         return self
 
-    def mount(self, name: str, mount: Mount) -> "ProcessBuilder":
+    def mount(self, name: str, mount: Mount) -> ProcessBuilder:
         validate_mount_name(name)
         self._mounts[name] = mount
         return self
 
-    def ports(self, ports: Ports) -> "ProcessBuilder":
+    def ports(self, ports: Ports) -> ProcessBuilder:
         self._ports = ports
         return self
 
-    def hook(self, hook: Any) -> "ProcessBuilder":
+    def hook(self, hook: Any) -> ProcessBuilder:
         self._hooks.append(hook)
         return self
 
-    def build(self) -> "Process":
+    def build(self) -> Process:
         validate_address(self._address)
         limits = self._limits.validate()
         descriptors = {name: mount.descriptor() for name, mount in self._mounts.items()}
@@ -679,7 +679,7 @@ class Process:
         max_tree_nodes: int | None = None,
         max_tree_text_bytes: int | None = None,
         restore_limits: Limits | None = None,
-    ) -> "Process":
+    ) -> Process:
         """Build a process from untrusted snapshot bytes, validating everything first.
 
         The keywords are the host's bounds on what a restore may cost, on top of the
@@ -699,7 +699,7 @@ class Process:
         check_root_hash(root, claimed)
         return process
 
-    def fork(self, child_address: str) -> "Process":
+    def fork(self, child_address: str) -> Process:
         """A new process at ``child_address`` sharing this committed tree (outbox cleared)."""
         validate_address(child_address)
         version, root = self._state

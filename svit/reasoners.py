@@ -21,10 +21,10 @@ import threading
 from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
 
 from .errors import sanitize
-from .redact import redact, register_secret
 from .loop.errors import ReasonerFailed, ReasonerUnavailable
 from .loop.messages import Message, Reply, ToolCall
 from .loop.tools import ToolSpec
+from .redact import redact, register_secret
 
 
 @runtime_checkable

@@ -32,10 +32,10 @@ from typing import Any
 import blake3
 import cbor2
 
+from . import tree
 from .errors import InvalidLimits, InvalidSnapshot, InvalidValue, SvitError
 from .limits import LIMIT_FIELDS, LIMIT_TABLE, Limits
 from .paths import validate_address
-from . import tree
 from .tree import CBOR_SCRIPT_TAG, Encoded, Node, cbor_default, from_decoded
 from .values import MAX_NESTING, Script
 

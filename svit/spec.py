@@ -20,10 +20,10 @@ from typing import Any
 import blake3
 import cbor2
 
+from ._ports import PortError, Ports
 from .errors import SvitError
 from .limits import LIMIT_FIELDS, Limits
 from .mounts import Mount
-from ._ports import PortError, Ports
 from .process import Process
 from .values import Script
 
@@ -225,7 +225,7 @@ def plain(value: Any) -> Any:
     return value
 
 
-def _same(expected: Any, actual: Any, ctx: "Run", partial: bool) -> bool:
+def _same(expected: Any, actual: Any, ctx: Run, partial: bool) -> bool:
     if isinstance(expected, str):
         if expected == "<any>":
             return True
@@ -585,7 +585,7 @@ def run_fixture(fixture: Fixture) -> None:
     try:
         try:
             main = run.build()
-        except Exception as exc:  # noqa: BLE001 - any failure is reported against the fixture
+        except Exception as exc:
             if fixture.build_error is not None:
                 problem = _check_error(fixture.build_error, exc, None)
                 if problem:
@@ -608,7 +608,7 @@ def run_fixture(fixture: Fixture) -> None:
                 result = _perform(run, step, proc)
             except FixtureError:
                 raise
-            except Exception as caught:  # noqa: BLE001 - compared with the expectation below
+            except Exception as caught:
                 exc = caught
             problem = _verify(run, step, proc, result, exc, before)
             if problem:
@@ -627,7 +627,7 @@ def run_directory(directory: str | os.PathLike[str]) -> tuple[int, int, list[tup
             run_fixture(fixture)
         except AssertionError as exc:
             failures.append((fixture.name, str(exc)))
-        except Exception as exc:  # noqa: BLE001 - a crash is a failure of that fixture
+        except Exception as exc:
             failures.append((fixture.name, f"fixture {fixture.name}: runner error {type(exc).__name__}: {exc}"))
         else:
             passed += 1

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import struct
 from bisect import bisect_left
-from itertools import chain, repeat
+from itertools import chain
 from operator import itemgetter
 from typing import Any, Iterable
 
@@ -157,7 +157,7 @@ class Node(tuple):
         return (_rebuild, (_plain(self),))
 
 
-def _rebuild(value: Any) -> "Node":
+def _rebuild(value: Any) -> Node:
     return from_value(value, scripts_allowed=True)
 
 

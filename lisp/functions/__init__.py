@@ -62,7 +62,7 @@ def system(
 
 def _load() -> None:
     # Importing the family modules registers their functions.
-    from . import numbers, compare, lists, strings, formatting, types, collections, text  # noqa: F401
+    from . import collections, compare, formatting, lists, numbers, strings, text, types  # noqa: F401
 
 
 _load()

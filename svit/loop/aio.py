@@ -154,7 +154,7 @@ class AsyncObserver(Generic[T]):
                 except Empty:
                     await self._ready.wait()
 
-    def __aiter__(self) -> "AsyncObserver[T]":
+    def __aiter__(self) -> AsyncObserver[T]:
         return self
 
     async def __anext__(self) -> T:
@@ -177,7 +177,7 @@ class AsyncSvit:
     reasoner); see the module docstring for the hand-offs.
     """
 
-    def __init__(self, svit: "Svit") -> None:
+    def __init__(self, svit: Svit) -> None:
         loop = asyncio.get_running_loop()  # RuntimeError outside a running loop
         with svit._watch_lock:
             current = svit._host_loop
@@ -188,7 +188,7 @@ class AsyncSvit:
         self._loop = loop
 
     @property
-    def svit(self) -> "Svit":
+    def svit(self) -> Svit:
         """The wrapped Svit, for its synchronous (non-waiting) host API."""
         return self._svit
 
@@ -197,7 +197,7 @@ class AsyncSvit:
         event loop; this direct call may wait briefly for a send that is committing."""
         self._svit.start()
 
-    async def send(self, message: Message | str) -> "Change":
+    async def send(self, message: Message | str) -> Change:
         """Commit ``message`` to ``/inbox`` off the event loop and wake the loop."""
         self._check_loop()
         return await _in_thread(self._loop, self._svit.inbox().send, message)
@@ -216,7 +216,7 @@ class AsyncSvit:
         """``Svit.outbox()`` (completed replies, retained while unobserved), read async."""
         return AsyncObserver(self._svit.outbox(), self._loop)
 
-    def events(self) -> "AsyncObserver[SvitEvent]":
+    def events(self) -> AsyncObserver[SvitEvent]:
         """``Svit.events()`` (Committed, CanonicalEvent, MessageEvent, Failed), read async."""
         return AsyncObserver(self._svit.events(), self._loop)
 

@@ -37,7 +37,7 @@ class ToolCall:
         return {"arguments": self.arguments, "id": self.id, "name": self.name}
 
     @classmethod
-    def from_json(cls, value: Any) -> "ToolCall":
+    def from_json(cls, value: Any) -> ToolCall:
         if not isinstance(value, dict) or type(value.get("id")) is not str or type(value.get("name")) is not str:
             raise InvalidValue("a tool call needs text id and name")
         return cls(value["id"], value["name"], value.get("arguments", {}))
@@ -76,15 +76,15 @@ class Message:
 
     # ------------------------------------------------------------------ constructors
     @classmethod
-    def user(cls, text: str, *, id: str | None = None) -> "Message":
+    def user(cls, text: str, *, id: str | None = None) -> Message:
         return cls("user", text, id or _new_id("msg"))
 
     @classmethod
-    def agent(cls, text: str, tool_calls: tuple[ToolCall, ...] | list[ToolCall] = (), *, id: str | None = None) -> "Message":
+    def agent(cls, text: str, tool_calls: tuple[ToolCall, ...] | list[ToolCall] = (), *, id: str | None = None) -> Message:
         return cls("agent", text, id or _new_id("msg"), tuple(tool_calls))
 
     @classmethod
-    def tool_result(cls, call: ToolCall, text: str, *, id: str | None = None) -> "Message":
+    def tool_result(cls, call: ToolCall, text: str, *, id: str | None = None) -> Message:
         return cls("tool", text, id or _new_id("msg"), (), call.id, call.name)
 
     # ------------------------------------------------------------------ JSON
@@ -103,7 +103,7 @@ class Message:
         return value
 
     @classmethod
-    def from_json(cls, value: Any) -> "Message":
+    def from_json(cls, value: Any) -> Message:
         if not isinstance(value, dict):
             raise InvalidValue("a message must be a map")
         content = value.get("content")

@@ -49,6 +49,7 @@ import weakref
 from typing import Any, Callable
 
 from .. import tree
+from .._ports import PortContext, PortDescriptor, Ports
 from ..errors import (
     ChildUnavailable,
     InvalidValue,
@@ -60,9 +61,9 @@ from ..errors import (
 )
 from ..limits import Limits
 from ..mounts import Mount
-from .._ports import PortContext, PortDescriptor, Ports
 from ..process import Change, Process
 from ..redact import redact
+from .aio import run_on_host_loop
 from .errors import InboxClosed, InvalidThread, MissingOutboxMessage, MissingReasoner, TurnFailed
 from .events import (
     INPUT_MESSAGE,
@@ -86,7 +87,6 @@ from .events import (
     project_messages,
     read_all,
 )
-from .aio import run_on_host_loop
 from .messages import Message, Reply
 from .observers import Broadcast, Observer
 from .prompt import SYSTEM_PROMPT, compose_system_prompt  # noqa: F401 - re-exported from here as before
@@ -104,7 +104,7 @@ INTERRUPTED_TEXT = "the turn was interrupted before it completed"
 class SvitPortContext(PortContext):
     """The read-only port context, plus :meth:`fork` for ports that start child processes."""
 
-    def __init__(self, base: PortContext, svit: "Svit") -> None:
+    def __init__(self, base: PortContext, svit: Svit) -> None:
         super().__init__(base.read, base.stat, base.discover, base.address)
         self._svit = weakref.ref(svit)
 
@@ -119,7 +119,7 @@ class SvitPortContext(PortContext):
 class _HostPort:
     """Wraps a registered port so it receives a :class:`SvitPortContext`."""
 
-    def __init__(self, inner: Any, svit: "Svit") -> None:
+    def __init__(self, inner: Any, svit: Svit) -> None:
         self.inner = inner
         self._svit = weakref.ref(svit)
 
@@ -186,27 +186,27 @@ class SvitBuilder(_LoopOptions):
         self._process = Process.builder(address)
         self._store: Any = None
 
-    def memory(self, name: str, value: Any) -> "SvitBuilder":
+    def memory(self, name: str, value: Any) -> SvitBuilder:
         self._process.memory(name, value)
         return self
 
-    def library(self, name: str, source: Any, documentation: str = "") -> "SvitBuilder":
+    def library(self, name: str, source: Any, documentation: str = "") -> SvitBuilder:
         self._process.library(name, source, documentation)
         return self
 
-    def mount(self, name: str, mount: Mount) -> "SvitBuilder":
+    def mount(self, name: str, mount: Mount) -> SvitBuilder:
         self._process.mount(name, mount)
         return self
 
-    def limits(self, limits: Limits) -> "SvitBuilder":
+    def limits(self, limits: Limits) -> SvitBuilder:
         self._process.limits(limits)
         return self
 
-    def hook(self, hook: Any) -> "SvitBuilder":
+    def hook(self, hook: Any) -> SvitBuilder:
         self._process.hook(hook)
         return self
 
-    def store(self, store: Any) -> "SvitBuilder":
+    def store(self, store: Any) -> SvitBuilder:
         """Make the process durable: ``store.create(process)`` supplies the handle used, and
         the conversation is kept in the store's event log."""
         if not callable(getattr(store, "create", None)):
@@ -214,7 +214,7 @@ class SvitBuilder(_LoopOptions):
         self._store = store
         return self
 
-    def build(self) -> "Svit":
+    def build(self) -> Svit:
         self._require_reasoner()
         # The catalog is part of version zero, so the later refresh commits nothing.
         self._process.ports(self._ports if self._ports is not None else Ports())
@@ -232,12 +232,12 @@ class SvitResumeBuilder(_LoopOptions):
         self._target = process
         self._mounts: dict[str, Mount] = {}
 
-    def mount(self, name: str, mount: Mount) -> "SvitResumeBuilder":
+    def mount(self, name: str, mount: Mount) -> SvitResumeBuilder:
         """Attach a provider for a mount whose descriptor the process already records."""
         self._mounts[name] = mount
         return self
 
-    def build(self) -> "Svit":
+    def build(self) -> Svit:
         self._require_reasoner()
         for name, mount in self._mounts.items():
             self._target.attach_mount(name, mount)
@@ -250,7 +250,7 @@ class SvitResumeBuilder(_LoopOptions):
 class Inbox:
     """The sending side of a Svit's durable inbox."""
 
-    def __init__(self, svit: "Svit") -> None:
+    def __init__(self, svit: Svit) -> None:
         self._svit = svit
 
     def send(self, message: Message | str) -> Change:
@@ -280,7 +280,7 @@ class Svit:
 
     # ------------------------------------------------------------------ opening
     @classmethod
-    def _open(cls, process: Any, options: _LoopOptions) -> "Svit":
+    def _open(cls, process: Any, options: _LoopOptions) -> Svit:
         self = object.__new__(cls)
         self._process = process
         self._reasoner = options._reasoner

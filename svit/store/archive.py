@@ -111,7 +111,7 @@ class ArchiveRestoreFailed(ArchiveError):
 
     code, prefix = "archive_restore_failed", "memory archive restore did not complete"
 
-    def __init__(self, detail: str, result: "RestoreResult | None" = None) -> None:
+    def __init__(self, detail: str, result: RestoreResult | None = None) -> None:
         super().__init__(detail)
         self.result = result
 

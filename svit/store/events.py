@@ -166,8 +166,8 @@ def decode_checkpoint(raw: bytes, address: str, session_id: str, through: int) -
 class _SessionState:
     """What one read of a partition's records found (see ``StoreEventLog._state``)."""
 
-    partition: "Partition"
-    latest: "tuple[Checkpoint, bytes] | None"  # the latest checkpoint and its stored bytes
+    partition: Partition
+    latest: tuple[Checkpoint, bytes] | None  # the latest checkpoint and its stored bytes
     last: int
 
 

@@ -28,7 +28,7 @@ class FailingWrites:
         self.failed = 0
         self._original: Callable[[Any], None] | None = None
 
-    def __enter__(self) -> "FailingWrites":
+    def __enter__(self) -> FailingWrites:
         self._original = self.store._writer
         original = self._original
 

@@ -43,7 +43,6 @@ from .. import tree
 from ..activation import compile_check
 from ..errors import (
     InvalidPersistence,
-    InvalidSnapshot,
     InvalidValue,
     PersistenceAlreadyExists,
     PersistenceConflict,
@@ -144,7 +143,7 @@ class _State:
 class _Batch:
     """A write batch that only accepts keys of registered classes it is allowed to touch."""
 
-    def __init__(self, store: "ProcessStore", allowed: tuple[str, ...] = (IRREPLACEABLE, REBUILDABLE)) -> None:
+    def __init__(self, store: ProcessStore, allowed: tuple[str, ...] = (IRREPLACEABLE, REBUILDABLE)) -> None:
         self._store = store
         self._allowed = allowed
         self.batch = rocksdict.WriteBatch(raw_mode=True)
@@ -241,7 +240,7 @@ class ProcessStore:
 
     # ------------------------------------------------------------------ opening
     @classmethod
-    def open(cls, path: str | os.PathLike[str]) -> "ProcessStore":
+    def open(cls, path: str | os.PathLike[str]) -> ProcessStore:
         """Open (creating if absent) a store directory; refuses foreign or unknown layouts."""
         path = os.fspath(path)
         try:
@@ -289,7 +288,7 @@ class ProcessStore:
                 self._db.close()
                 gc.collect()
 
-    def __enter__(self) -> "ProcessStore":
+    def __enter__(self) -> ProcessStore:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -514,7 +513,7 @@ class ProcessStore:
             self._check()
             return [keys.unescape(key[2:]) for key, _ in self._scan(CF_RECORD, b"h/")]
 
-    def create(self, process: Process) -> "DurableProcess":
+    def create(self, process: Process) -> DurableProcess:
         """Store a version-zero process with a ``created`` base."""
         if not isinstance(process, Process):
             raise InvalidPersistence("create needs a Process")
@@ -522,13 +521,13 @@ class ProcessStore:
             raise InvalidPersistence("create needs a version-zero process (use import_)")
         return self._store_new(process, "created")
 
-    def import_(self, process: Process) -> "DurableProcess":
+    def import_(self, process: Process) -> DurableProcess:
         """Store a process at any version; it claims no prior history."""
         if not isinstance(process, Process):
             raise InvalidPersistence("import needs a Process")
         return self._store_new(process, "imported")
 
-    def _store_new(self, process: Process, kind: str) -> "DurableProcess":
+    def _store_new(self, process: Process, kind: str) -> DurableProcess:
         if process.before_publish is not None:
             raise InvalidPersistence("process is already attached to a durable store")
         with process._lock, self._lock:
@@ -549,7 +548,7 @@ class ProcessStore:
             self._latest[address] = _State(version, root, process.limits, head, base_hash)
             return DurableProcess(self, process, head)
 
-    def resume(self, address: str) -> "DurableProcess":
+    def resume(self, address: str) -> DurableProcess:
         """Rebuild a process from its validated history (never re-runs guest code)."""
         validate_address(address)
         with self._lock:
@@ -569,7 +568,7 @@ class ProcessStore:
             self._latest[address] = state
             return DurableProcess(self, Process(address, state.root, state.version, state.limits), state.head)
 
-    def fork(self, parent_address: str, child_address: str) -> "DurableProcess":
+    def fork(self, parent_address: str, child_address: str) -> DurableProcess:
         """A durable child whose base points at the parent's exact head.
 
         The child shares the parent's current reasoning session (named by its
@@ -709,7 +708,6 @@ class ProcessStore:
         :meth:`resume` does (or taken from the verified latest-state cache when its
         stored head matches). Read or decode errors raise; they never yield "empty".
         """
-        import cbor2
 
         with self._lock:
             self._check()
@@ -1043,7 +1041,7 @@ class ProcessStore:
             raise InvalidPersistence(f"{what} does not match the fork base")
 
     # ------------------------------------------------------------------ commit
-    def _current_head(self, handle: "DurableProcess", version: int) -> dict[str, Any]:
+    def _current_head(self, handle: DurableProcess, version: int) -> dict[str, Any]:
         """The stored head, provided ``handle`` is up to date with it (else PersistenceConflict)."""
         head = self._read_head(handle.address)
         if head is None:
@@ -1053,7 +1051,7 @@ class ProcessStore:
         return head
 
     @contextlib.contextmanager
-    def _effects_guard(self, handle: "DurableProcess") -> Iterator[None]:
+    def _effects_guard(self, handle: DurableProcess) -> Iterator[None]:
         """Held from before an activation's mount writes until it is published: a stale
         handle conflicts before touching a mount, and no other commit can slip in."""
         with self._lock:
@@ -1061,7 +1059,7 @@ class ProcessStore:
             self._current_head(handle, handle._process.version)
             yield
 
-    def _commit(self, handle: "DurableProcess", transition: Transition) -> None:
+    def _commit(self, handle: DurableProcess, transition: Transition) -> None:
         """Append one transaction with compare-and-swap on the head; synced before returning."""
         address = transition.address
         source = transition.source
@@ -1123,7 +1121,7 @@ class ProcessStore:
         return out
 
     # ------------------------------------------------------------------ handle operations
-    def _check_head(self, handle: "DurableProcess") -> dict[str, Any]:
+    def _check_head(self, handle: DurableProcess) -> dict[str, Any]:
         head = self._read_head(handle.address)
         if head is None:
             raise PersistenceNotFound(handle.address)
@@ -1131,7 +1129,7 @@ class ProcessStore:
             raise PersistenceConflict()
         return head
 
-    def _snapshot(self, handle: "DurableProcess") -> StoreSnapshot:
+    def _snapshot(self, handle: DurableProcess) -> StoreSnapshot:
         process = handle._process
         with process._lock, self._lock:
             self._check()
@@ -1157,7 +1155,7 @@ class ProcessStore:
         snapshot = StoreSnapshot(snapshot_hash, address, head.position, head.hash, process.version, process.root_hash, data)
         return (encoded, snapshot), snapshot_hash
 
-    def _cut(self, handle: "DurableProcess") -> StoreSnapshot:
+    def _cut(self, handle: DurableProcess) -> StoreSnapshot:
         process = handle._process
         address = handle.address
         with process._lock, self._lock:
@@ -1191,7 +1189,7 @@ class ProcessStore:
             self._latest[address] = _State(process.version, process.root, process.limits, new_head, base_hash)
             return snapshot
 
-    def _query(self, handle: "DurableProcess", after_position: int | None, through_position: int | None,
+    def _query(self, handle: DurableProcess, after_position: int | None, through_position: int | None,
                path_prefix: str | None, source: str | None, version_from: int | None, version_through: int | None,
                transaction_hash: str | None, limit: int) -> list[Transaction]:
         if type(limit) is not int or not 1 <= limit <= MAX_QUERY_LIMIT:
@@ -1368,12 +1366,12 @@ class DurableProcess:
         """Replace retained history with a snapshot base; refused while a fork references it."""
         return self._store._cut(self)
 
-    def fork(self, child_address: str) -> "DurableProcess":
+    def fork(self, child_address: str) -> DurableProcess:
         """A durable fork of this address's stored head."""
         return self._store.fork(self.address, child_address)
 
     # --------------------------------------------------------------- reasoning history (reference §10.8)
-    def _thread_log(self) -> "StoreEventLog":
+    def _thread_log(self) -> StoreEventLog:
         from .events import StoreEventLog
 
         return StoreEventLog(self._store)
@@ -1394,19 +1392,19 @@ class DurableProcess:
         """
         return self._thread_log().cut_thread_events(self.address, session, through)
 
-    def record_checkpoint(self, session: str, through: int, summary: Any) -> "Checkpoint":
+    def record_checkpoint(self, session: str, through: int, summary: Any) -> Checkpoint:
         """Record a compaction checkpoint: events ``1..through`` are summarised by ``summary``."""
         return self._thread_log().record_checkpoint(self.address, session, through, summary)
 
-    def latest_checkpoint(self, session: str) -> "Checkpoint | None":
+    def latest_checkpoint(self, session: str) -> Checkpoint | None:
         """The latest compaction checkpoint of ``session`` (verified), or None."""
         return self._thread_log().checkpoint(self.address, session)
 
-    def recent_thread_events(self, session: str, limit: int) -> "list[Event]":
+    def recent_thread_events(self, session: str, limit: int) -> list[Event]:
         """The newest ``limit`` (1-4096) retained events of ``session``."""
         return self._thread_log().recent_thread_events(self.address, session, limit)
 
-    def recent_thread_messages(self, session: str, limit: int) -> "list[Message]":
+    def recent_thread_messages(self, session: str, limit: int) -> list[Message]:
         """The newest ``limit`` (1-4096) messages projected from retained events of ``session``."""
         return self._thread_log().recent_thread_messages(self.address, session, limit)
 

@@ -209,7 +209,7 @@ def score(directory: str) -> dict[str, Any]:
         scripts = [r for r in mine if r["tool"] == "exec" or (r["tool"] == "write" and _writes_lib(r))]
         try:
             problems = task.check(open_process(directory, task))
-        except Exception as exc:  # noqa: BLE001 - a crashing checker counts as unsolved
+        except Exception as exc:
             problems = [f"checker failed: {exc}"]
         solved = not problems
         rows.append({

@@ -101,7 +101,7 @@ def lib_cases(path: str, cases: list[tuple[Any, Any]], *, replace: dict[str, str
         for input, expected in cases:
             try:
                 output = run_lib(process, path, input, replace=replace).output
-            except Exception as exc:  # noqa: BLE001 - reported as a problem
+            except Exception as exc:
                 problems.append(f"{path} failed on {show(input)}: {exc}")
                 continue
             if not same(output, expected):
@@ -121,7 +121,7 @@ def lib_effects(path: str, steps: list[tuple[Any, dict[str, Any]]], *, output: l
         for index, (input, state) in enumerate(steps):
             try:
                 activation = scratch.exec(path, input)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 return [f"{path} failed on {show(input)}: {exc}"]
             if output is not None and not same(activation.output, output[index]):
                 return [f"{path} on {show(input)} returned {show(activation.output)}, expected {show(output[index])}"]
@@ -146,7 +146,7 @@ def refuses(path: str, bad_inputs: list[Any]) -> Checker:
             before = scratch.snapshot()
             try:
                 scratch.exec(path, input)
-            except Exception:  # noqa: BLE001 - a refusal is what we want
+            except Exception:
                 pass
             else:
                 problems.append(f"{path} accepted the bad input {show(input)}")
@@ -310,7 +310,7 @@ def _check_broadcast(process: Process) -> list[str]:
     for to, text in ((["svit://local/a/x", "svit://local/b/y", "svit://local/c/z"], "standup in 5"), ([], "nobody"), (["svit://local/solo/one"], "hi")):
         try:
             activation = run_lib(process, path, {"to": to, "text": text})
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             problems.append(f"{path} failed: {exc}")
             continue
         got = [(m["to"], m["body"]) for m in activation.messages]

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from svit.loop.prompt import compose_system_prompt
 from svit.loop.tools import TOOL_SPECS
 

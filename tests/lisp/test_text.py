@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from svit.guest import plain_to_lisp
 from svit.lisp.context import LispLimits
 from svit.lisp.errors import BudgetExhausted, EvalError, LimitError
 from svit.lisp.functions import SYSTEM_FUNCTIONS
 from svit.lisp.functions.formatting import debug_repr
 from svit.lisp.interpreter import Interpreter, evaluate
-from svit.guest import plain_to_lisp
 
 VALUES = {
     "arr": ["a", "b", 3],

@@ -119,11 +119,11 @@ class FakeOpenAI:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}/v1"
 
-    def queue(self, *responses: dict[str, Any]) -> "FakeOpenAI":
+    def queue(self, *responses: dict[str, Any]) -> FakeOpenAI:
         self.responses.extend(responses)
         return self
 
-    def __enter__(self) -> "FakeOpenAI":
+    def __enter__(self) -> FakeOpenAI:
         self._thread.start()
         return self
 

@@ -19,9 +19,10 @@ from typing import Any
 
 import pytest
 
-from svit.errors import PersistenceUnavailable
 from svit import AsyncSvit, Message, Svit
+from svit.errors import PersistenceUnavailable
 from svit.loop import (
+    TOOL_SPECS,
     CanonicalEvent,
     Closed,
     Committed,
@@ -32,7 +33,6 @@ from svit.loop import (
     ReasonerFailed,
     Reply,
     ToolCall,
-    TOOL_SPECS,
     TurnFailed,
 )
 from svit.reasoners import AsyncOpenAIReasoner, OpenAIReasoner, ScriptedReasoner
@@ -636,7 +636,7 @@ def test_readme_asyncio_example_runs(capsys):
     found = [block for block in blocks if "AsyncSvit" in block]
     assert len(found) == 1, "the README has one asyncio example"
     source = textwrap.dedent(found[0])  # it sits in a list item
-    exec(compile(source, "README.md", "exec"), {"__name__": "readme"})  # noqa: S102 - the README's own example
+    exec(compile(source, "README.md", "exec"), {"__name__": "readme"})
     assert capsys.readouterr().out.strip().splitlines()[-1] == "['Noted: blue.']"
 
 

@@ -10,7 +10,7 @@ import rocksdict
 from svit import Message, Svit
 from svit.errors import InvalidPersistence, PersistenceNotFound, PersistenceUnavailable, ResourceLimitExceeded
 from svit.loop import MemoryEventLog
-from svit.loop.events import Event, INPUT_MESSAGE, OUTPUT_MESSAGE, TOOL_COMPLETED, TOOL_STARTED, TURN_FAILED
+from svit.loop.events import INPUT_MESSAGE, OUTPUT_MESSAGE, TOOL_COMPLETED, TOOL_STARTED, TURN_FAILED, Event
 from svit.reasoners import ScriptedReasoner
 from svit.store import ProcessStore, keys
 from svit.store.events import StoreEventLog, encode_event

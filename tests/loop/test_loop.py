@@ -7,8 +7,6 @@ import threading
 
 import pytest
 
-from svit.ports.llm import LlmPort
-from svit.ports.spawn import SpawnPort
 from svit import Limits, Message, Ports, Process, Svit
 from svit.errors import InvalidValue, ScriptFailed, SvitError
 from svit.loop import (
@@ -30,6 +28,8 @@ from svit.loop import (
 )
 from svit.loop.observers import Broadcast
 from svit.loop.tools import TOOL_SPECS, run_tool
+from svit.ports.llm import LlmPort
+from svit.ports.spawn import SpawnPort
 from svit.reasoners import ScriptedReasoner
 
 ADDRESS = "svit://local/tests/agent"

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from svit.ports.llm import LlmPort
 from svit import Message, Ports, Svit
-from svit.loop import ReasonerFailed, ReasonerUnavailable, Reply, ToolCall, TOOL_SPECS
+from svit.loop import TOOL_SPECS, ReasonerFailed, ReasonerUnavailable, Reply, ToolCall
+from svit.ports.llm import LlmPort
 from svit.reasoners import OpenAIReasoner, Reasoner, ScriptedReasoner
 
 from . import fake_openai
@@ -58,7 +58,7 @@ def test_scripted_steps_in_every_form():
     ]
     r = ScriptedReasoner(steps)
     assert isinstance(r, Reasoner)
-    ask = lambda: r.complete("sys", [Message.user("hi")], TOOL_SPECS)  # noqa: E731
+    ask = lambda: r.complete("sys", [Message.user("hi")], TOOL_SPECS)
     assert ask() == Reply(text="plain final")
     assert ask().text == "dict final"
     read = ask()

@@ -12,9 +12,9 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from svit.ports.http import MAX_REQUEST_BODY, HttpPort, http_port
 from svit import PortError, Ports, Process
 from svit.errors import SvitError
+from svit.ports.http import MAX_REQUEST_BODY, HttpPort, http_port
 from tests.bounds import assert_time_within, measure, unchanged
 
 ADDRESS = "svit://local/test/http"

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from svit.ports.restricted import RestrictedPort, load_ports_directory, restricted_port
 from svit import PortError, Ports, Process
 from svit.errors import InvalidScriptName, SvitError
+from svit.ports.restricted import RestrictedPort, load_ports_directory, restricted_port
 
 ADDRESS = "svit://local/test/restricted"
 

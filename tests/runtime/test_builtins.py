@@ -7,11 +7,6 @@ from typing import Any
 
 import pytest
 
-from svit.lisp.errors import BudgetExhausted, EvalError, InternalError, LimitError
-from svit.lisp.functions import SYSTEM_FUNCTIONS, SystemFunction
-from svit.lisp.functions.catalogue import SYSTEM_ENTRIES, system_catalogue
-from svit.lisp.compiler import global_name
-from svit.lisp.interpreter import Interpreter
 from svit import Limits, Ports, Process
 from svit.activation import WorkingState, located
 from svit.builtins import (
@@ -34,6 +29,11 @@ from svit.errors import (
     SvitError,
 )
 from svit.guest import to_node
+from svit.lisp.compiler import global_name
+from svit.lisp.errors import BudgetExhausted, EvalError, InternalError, LimitError
+from svit.lisp.functions import SYSTEM_FUNCTIONS, SystemFunction
+from svit.lisp.functions.catalogue import SYSTEM_ENTRIES, system_catalogue
+from svit.lisp.interpreter import Interpreter
 from svit.values import Script
 
 ADDRESS = "svit://local/t/p"

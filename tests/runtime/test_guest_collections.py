@@ -4,14 +4,15 @@ arrays and maps (elements converted as `to_lisp` converts them, the list charged
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from svit.lisp.budget import Budget
-from svit.lisp.context import Context, LispLimits, enter, leave
-from svit.lisp.errors import LimitError
 from svit import tree
 from svit.guest import NULL_VALUE, SvitValue, plain_to_lisp, to_plain
 from svit.limits import Limits
+from svit.lisp.budget import Budget
+from svit.lisp.context import Context, LispLimits, enter, leave
+from svit.lisp.errors import LimitError
 from svit.values import Script
 
 

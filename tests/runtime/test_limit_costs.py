@@ -53,9 +53,9 @@ def test_write_of_many_references_to_a_big_text_stops_at_the_text_limit() -> Non
 
 
 def test_conversion_refuses_shared_text_before_encoding_every_occurrence() -> None:
+    from svit.guest import to_node
     from svit.lisp.budget import Budget
     from svit.lisp.context import Context, LispLimits, enter, leave
-    from svit.guest import to_node
 
     shared = tuple([NEAR_LIMIT_TEXT] * 9_999)
     previous = enter(Context(LispLimits(), Budget(max_steps=1_000_000, max_millis=None)))

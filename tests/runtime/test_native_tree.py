@@ -22,7 +22,8 @@ import tracemalloc
 import blake3
 import cbor2
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from svit import Process, snapshot, tree
 from svit.errors import InvalidSnapshot, InvalidValue, SvitError

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from svit import Process
-from svit.errors import ScriptFailed
 from svit._ports import PortError, Ports, failure_text
+from svit.errors import ScriptFailed
 from tests.bounds import unchanged
 
 ADDRESS = "svit://local/ports-errors"

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from svit import Limits, Mount, Ports, Process, Script
+from svit import Limits, Mount, Ports, Process
 from svit.errors import SvitError
 
 ADDRESS = "svit://local/t/p"
@@ -32,7 +32,7 @@ def test_readme_python_example_runs() -> None:
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     assert blocks, "README has a Python example"
     namespace: dict = {}
-    exec(compile(blocks[0], "README.md", "exec"), namespace)  # noqa: S102 - the README's own example
+    exec(compile(blocks[0], "README.md", "exec"), namespace)
     assert namespace["p"].read("/memory/count") == 3
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from svit.lisp.interpreter import Interpreter
-from svit.lisp.suggestions import ALTERNATIVES
-from svit.lisp.syntax import SPECIAL_FORMS
 from svit import Process
 from svit.activation import GUEST_FUNCTIONS, compile_check
 from svit.errors import ScriptFailed
 from svit.limits import Limits
+from svit.lisp.interpreter import Interpreter
+from svit.lisp.suggestions import ALTERNATIVES
+from svit.lisp.syntax import SPECIAL_FORMS
 from svit.loop.messages import ToolCall
 from svit.loop.tools import run_tool
 

@@ -11,14 +11,14 @@ import struct
 
 import blake3
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from svit import Limits, Process, tree
-from svit.errors import InvalidLimits, InvalidSnapshot
+from svit.errors import InvalidLimits, InvalidPersistence, InvalidSnapshot
 from svit.snapshot import MAGIC, TRAILER_BYTES, decode_snapshot, encode_snapshot
 from svit.store.archive import InvalidArchive, ProcessRecord, decode_generation, encode_generation
 from svit.store.store import ProcessStore
-from svit.errors import InvalidPersistence
 from tests.bounds import assert_memory_within, measure
 
 ADDRESS = "svit://local/tests/restore-bounds"

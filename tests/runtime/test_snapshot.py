@@ -5,7 +5,8 @@ import random
 import blake3
 import cbor2
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from svit import tree
 from svit.errors import InvalidLimits, InvalidSnapshot, SvitError

@@ -4,7 +4,8 @@ import struct
 
 import blake3
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from svit import tree
 from svit.errors import InvalidPath, InvalidValue, ResourceLimitExceeded
@@ -27,7 +28,7 @@ CONTAINER = st.dictionaries(KEY, PLAIN, max_size=8)
 
 def reference_hash(value) -> bytes:
     """§8.2 written out directly, independent of the tree's fast paths."""
-    H = lambda b: blake3.blake3(b).digest()  # noqa: E731
+    H = lambda b: blake3.blake3(b).digest()
     t = type(value)
     if value is None:
         return H(b"\x00")

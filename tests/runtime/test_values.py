@@ -1,10 +1,10 @@
 """Plain values, paths, JSON and the tagged wire form."""
 
 import json
-import math
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from svit import paths
 from svit.errors import InvalidMount, InvalidPath, InvalidScriptName, InvalidValue

@@ -535,7 +535,7 @@ def test_join_rules():
     assert dominates(None, Entry(False, 3, "a" * 64))  # an absent address satisfies a tombstone
     assert not dominates(None, live1) and not dominates(live1, live2) and dominates(live2, live1)
     # "remove the fix": a join that let a later tombstone win would delete live state
-    naive = lambda x, y: max(x, y, key=lambda e: (e.version, e.live))  # noqa: E731
+    naive = lambda x, y: max(x, y, key=lambda e: (e.version, e.live))
     assert naive(Entry(False, 9, "a" * 64), live1).live is False
 
 

@@ -22,8 +22,7 @@ from svit.errors import (
     PersistenceUnavailable,
     ResourceLimitExceeded,
 )
-from svit.store import KEY_CLASSES, REBUILDABLE, ProcessStore, StoreSnapshot
-from svit.store import codec, keys
+from svit.store import KEY_CLASSES, REBUILDABLE, ProcessStore, StoreSnapshot, codec, keys
 from svit.store import store as store_module
 from svit.store.faults import FailingWrites
 

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-import rocksdict
 
 from svit import Process
 from svit.errors import PersistenceUnavailable
