@@ -76,6 +76,21 @@ import httpx
 from svit import PortContext, PortDescriptor, PortError
 from svit.redact import MIN_SECRET_CHARS, REDACTED, register_secret
 
+__all__ = [
+    "DEFAULT_PORTS",
+    "DEFAULT_RESPONSE_LIMIT",
+    "DEFAULT_TIMEOUT",
+    "MAX_HEADERS",
+    "MAX_HEADERS_TOTAL",
+    "MAX_HEADER_BYTES",
+    "MAX_REQUEST_BODY",
+    "METHODS",
+    "RESERVED_REQUEST_HEADERS",
+    "HttpPort",
+    "http_port",
+    "http_port_unrestricted",
+]
+
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
 MAX_REQUEST_BODY = 256 * 1024
 MAX_HEADERS = 64
@@ -469,7 +484,7 @@ class HttpPort:
             raise PortError("invalid HTTP URL") from None
         if self._roots is not None and not any(root.allows(scheme, host, port, path) for root in self._roots):
             raise PortError("HTTP URL is not allowed")
-        return url
+        return str(url)
 
     def _request_parts(self, input: Any) -> tuple[str, Any, list[tuple[str, str]], bytes | None]:
         if type(input) is not dict:

@@ -16,7 +16,7 @@ import struct
 from collections.abc import Iterable
 from itertools import chain
 from operator import itemgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import blake3
 
@@ -168,11 +168,25 @@ class Node(tuple[Any, ...]):
     cached_heads: list[bytes]
     cached_cbor: bytes
 
-    digest = property(itemgetter(2), doc="32-byte BLAKE3 structural hash")
-    count = property(itemgetter(3), doc="nodes in the subtree")
-    text = property(itemgetter(4), doc="text bytes in the subtree")
-    height = property(itemgetter(5), doc="depth of the deepest node below")
-    max_script = property(itemgetter(6), doc="largest script source in bytes, -1 if none")
+    if TYPE_CHECKING:  # what the fields are; at run time, C-level item getters
+
+        @property
+        def digest(self) -> bytes: ...
+        @property
+        def count(self) -> int: ...  # type: ignore[override]  # the field shadows tuple.count
+        @property
+        def text(self) -> int: ...
+        @property
+        def height(self) -> int: ...
+        @property
+        def max_script(self) -> int: ...
+
+    else:
+        digest = property(itemgetter(2), doc="32-byte BLAKE3 structural hash")
+        count = property(itemgetter(3), doc="nodes in the subtree")
+        text = property(itemgetter(4), doc="text bytes in the subtree")
+        height = property(itemgetter(5), doc="depth of the deepest node below")
+        max_script = property(itemgetter(6), doc="largest script source in bytes, -1 if none")
 
     @property
     def kind(self) -> str:
