@@ -70,8 +70,14 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 from urllib.parse import unquote, urlsplit
 
-import httpcore
-import httpx
+try:
+    import httpcore
+    import httpx
+except ImportError as missing:  # an optional extra: say which one
+    raise ImportError(
+        f"svit.ports.http needs the 'http' extra ({missing.name} is not installed): pip install 'svit[http]'",
+        name=missing.name,
+    ) from missing
 
 from svit import PortContext, PortDescriptor, PortError
 from svit.redact import MIN_SECRET_CHARS, REDACTED, register_secret

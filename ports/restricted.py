@@ -66,7 +66,14 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from RestrictedPython.compile import compile_restricted_exec
+try:
+    from RestrictedPython.compile import compile_restricted_exec
+except ImportError as missing:  # an optional extra: say which one
+    raise ImportError(
+        f"svit.ports.restricted needs the 'restricted' extra ({missing.name} is not installed): "
+        "pip install 'svit[restricted]'",
+        name=missing.name,
+    ) from missing
 
 from svit import PortContext, PortDescriptor, PortError, Ports, failure_text
 from svit.paths import validate_script_name

@@ -96,9 +96,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_spec(args: argparse.Namespace) -> int:
-    from .spec import FixtureError, run_directory  # noqa: PLC0415 - deferred: see the module docstring
+    from .spec import FixtureError, packaged_fixtures, run_directory  # noqa: PLC0415 - deferred: see the module docstring
 
-    directory = Path(args.directory) if args.directory else Path("spec") / "fixtures"
+    directory = Path(args.directory) if args.directory else packaged_fixtures()
     if not directory.is_dir():
         raise CliError("file_not_found", f"no fixture directory: {directory}")
     try:
@@ -365,7 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compact", action="store_true", help="print JSON on one line")
     p.set_defaults(run=cmd_check)
 
-    p = commands.add_parser("spec", help="run the conformance fixtures in DIR (default spec/fixtures)")
+    p = commands.add_parser("spec", help="run the conformance fixtures in DIR (default: the fixtures installed with svit)")
     p.add_argument("directory", nargs="?", help="a directory of fixture files")
     p.set_defaults(run=cmd_spec)
 

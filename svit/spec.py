@@ -8,6 +8,7 @@ fixture and the step; :func:`run_directory` runs a whole directory for the CLI.
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 import os
 import re
@@ -164,6 +165,12 @@ def _check_fixture(where: str, data: Any) -> Fixture:
         build_error=data.get("build_error"),
         file=where,
     )
+
+
+def packaged_fixtures() -> Path:
+    """The fixtures installed with the package (``svit/spec_fixtures``, a link to
+    ``spec/fixtures`` in a checkout), so ``svit spec`` runs anywhere."""
+    return Path(str(importlib.resources.files("svit") / "spec_fixtures"))
 
 
 def load_fixtures(directory: str | os.PathLike[str]) -> list[Fixture]:
@@ -645,4 +652,4 @@ def run_directory(directory: str | os.PathLike[str]) -> tuple[int, int, list[tup
     return passed, len(failures), failures
 
 
-__all__ = ["Fixture", "FixtureError", "FixtureFailure", "load_fixtures", "run_fixture", "run_directory"]
+__all__ = ["Fixture", "FixtureError", "FixtureFailure", "load_fixtures", "packaged_fixtures", "run_directory", "run_fixture"]
