@@ -70,11 +70,32 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 from urllib.parse import unquote, urlsplit
 
-import httpcore
-import httpx
+try:
+    import httpcore
+    import httpx
+except ImportError as missing:  # an optional extra: say which one
+    raise ImportError(
+        f"svit.ports.http needs the 'http' extra ({missing.name} is not installed): pip install 'svit[http]'",
+        name=missing.name,
+    ) from missing
 
 from svit import PortContext, PortDescriptor, PortError
 from svit.redact import MIN_SECRET_CHARS, REDACTED, register_secret
+
+__all__ = [
+    "DEFAULT_PORTS",
+    "DEFAULT_RESPONSE_LIMIT",
+    "DEFAULT_TIMEOUT",
+    "MAX_HEADERS",
+    "MAX_HEADERS_TOTAL",
+    "MAX_HEADER_BYTES",
+    "MAX_REQUEST_BODY",
+    "METHODS",
+    "RESERVED_REQUEST_HEADERS",
+    "HttpPort",
+    "http_port",
+    "http_port_unrestricted",
+]
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
 MAX_REQUEST_BODY = 256 * 1024
@@ -469,7 +490,7 @@ class HttpPort:
             raise PortError("invalid HTTP URL") from None
         if self._roots is not None and not any(root.allows(scheme, host, port, path) for root in self._roots):
             raise PortError("HTTP URL is not allowed")
-        return url
+        return str(url)
 
     def _request_parts(self, input: Any) -> tuple[str, Any, list[tuple[str, str]], bytes | None]:
         if type(input) is not dict:

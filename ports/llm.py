@@ -12,6 +12,14 @@ from typing import Any
 from svit import PortContext, PortDescriptor, PortError
 from svit.loop.messages import Message
 
+__all__ = [
+    "EMPTY_OR_TOO_LONG",
+    "NESTED_SYSTEM_PROMPT",
+    "PROMPT_LIMIT",
+    "REQUEST_FAILED",
+    "LlmPort",
+]
+
 PROMPT_LIMIT = 256 * 1024
 NESTED_SYSTEM_PROMPT = "Answer the user's prompt directly and concisely. You have no tools."
 

@@ -66,11 +66,28 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from RestrictedPython import compile_restricted_exec
+try:
+    from RestrictedPython.compile import compile_restricted_exec
+except ImportError as missing:  # an optional extra: say which one
+    raise ImportError(
+        f"svit.ports.restricted needs the 'restricted' extra ({missing.name} is not installed): "
+        "pip install 'svit[restricted]'",
+        name=missing.name,
+    ) from missing
 
 from svit import PortContext, PortDescriptor, PortError, Ports, failure_text
 from svit.paths import validate_script_name
 from svit.values import to_json
+
+__all__ = [
+    "DEFAULT_MEMORY_BYTES",
+    "DEFAULT_TIMEOUT",
+    "MAX_FRAME_BYTES",
+    "MAX_SOURCE_BYTES",
+    "RestrictedPort",
+    "load_ports_directory",
+    "restricted_port",
+]
 
 DEFAULT_TIMEOUT = 5.0
 DEFAULT_MEMORY_BYTES = 256 * 1024 * 1024

@@ -17,6 +17,12 @@ from svit.loop.messages import Message
 from svit.loop.svit import Svit
 from svit.paths import validate_address
 
+__all__ = [
+    "DUPLICATE",
+    "TASK_LIMIT",
+    "SpawnPort",
+]
+
 TASK_LIMIT = 256 * 1024
 DUPLICATE = "child address already exists"
 

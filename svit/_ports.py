@@ -21,6 +21,17 @@ from typing import Any, Callable, Protocol, runtime_checkable
 from .errors import SvitError, sanitize
 from .paths import validate_script_name
 
+__all__ = [
+    "FunctionPort",
+    "Port",
+    "PortContext",
+    "PortDescriptor",
+    "PortError",
+    "Ports",
+    "failure_text",
+    "log_port_failure",
+]
+
 _log = logging.getLogger("svit")
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _UNNAMED_FAILURE = "port raised an error"

@@ -241,10 +241,9 @@ def bind_implementations(cls: type) -> None:
                     break
         if fn is None:
             raise TypeError(f"guest function {builtin.name} has no implementation {builtin.implementation}")
-        if isinstance(fn, staticmethod):
-            fn = fn.__func__
-        fn.arity_text = builtin.wrong_count_text()
-        fn.takes_depth = builtin.takes_depth
+        target: Any = fn.__func__ if isinstance(fn, staticmethod) else fn  # a plain function: attributes can be set
+        target.arity_text = builtin.wrong_count_text()
+        target.takes_depth = builtin.takes_depth
 
 
 _CATALOGUE: tuple[int, list[dict[str, str]], Node] | None = None

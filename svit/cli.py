@@ -2,6 +2,12 @@
 
 Every failure prints one line, ``svit: <code>: <message>``, on stderr and exits 1;
 usage errors exit 2. Set ``SVIT_DEBUG=1`` to see a Python traceback instead.
+
+Importing ``svit`` loads the in-memory runtime, so this module imports it at the top.
+Four imports are deferred into the commands that need them, each because it would
+otherwise load on every start, ``svit --version`` included: the durable store and the
+archive (``rocksdict``, ~90-170 ms), the fixture runner, the console, and
+``platformdirs``.
 """
 
 from __future__ import annotations
@@ -10,11 +16,22 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ._version import __version__
+from .activation import compile_check
 from .errors import SvitError
+from .limits import Limits
+from .process import Process
+from .values import from_json_text
+
+if TYPE_CHECKING:
+    from .store import ProcessStore
+    from .store.archive import MemoryArchive
+
+__all__ = ["CLI_ADDRESS", "CliError", "build_parser", "main"]
 
 CLI_ADDRESS = "svit://local/cli/process"
 
@@ -29,7 +46,7 @@ class CliError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # usage errors: one line, exit 2
+    def error(self, message: str) -> NoReturn:  # usage errors: one line, exit 2
         sys.stderr.write(f"svit: usage: {message}\n")
         sys.exit(2)
 
@@ -50,8 +67,6 @@ def read_source(path: str) -> str:
 def parse_json(text: str | None, what: str = "input") -> Any:
     if text is None:
         return None
-    from .values import from_json_text
-
     try:
         return from_json_text(text)
     except SvitError as exc:
@@ -64,8 +79,6 @@ def emit(value: Any, pretty: bool = True) -> None:
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
-    from .process import Process
-
     source = read_source(args.file)
     input_value = parse_json(args.input)
     process = Process.builder(CLI_ADDRESS).build()
@@ -76,9 +89,6 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .activation import compile_check
-    from .limits import Limits
-
     source = read_source(args.file)
     compile_check("main", source, Limits())
     emit({"file": args.file, "ok": True}, not args.compact)
@@ -86,9 +96,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_spec(args: argparse.Namespace) -> int:
-    from .spec import FixtureError, run_directory
+    from .spec import FixtureError, packaged_fixtures, run_directory  # noqa: PLC0415 - deferred: see the module docstring
 
-    directory = Path(args.directory) if args.directory else Path("spec") / "fixtures"
+    directory = Path(args.directory) if args.directory else packaged_fixtures()
     if not directory.is_dir():
         raise CliError("file_not_found", f"no fixture directory: {directory}")
     try:
@@ -102,18 +112,18 @@ def cmd_spec(args: argparse.Namespace) -> int:
 
 
 def cmd_repl(args: argparse.Namespace) -> int:
-    from .console import Repl
+    from .console import Repl  # noqa: PLC0415 - deferred: see the module docstring
 
     process = open_process_for(args)
     interactive = sys.stdin.isatty()
     if interactive:
         try:
-            import readline  # noqa: F401 - line editing and history for input()
+            import readline  # noqa: F401, PLC0415 - line editing and history for input(), only when interactive
         except ImportError:  # pragma: no cover - not on every platform
             pass
         sys.stdout.write("Svit REPL on " + process.address + " (:help for commands, :quit to leave)\n")
 
-        def lines():
+        def lines() -> Iterator[str]:
             prompt = "svit> "
             while True:
                 try:
@@ -129,10 +139,8 @@ def cmd_repl(args: argparse.Namespace) -> int:
     return 0
 
 
-def open_process_for(args: argparse.Namespace):
+def open_process_for(args: argparse.Namespace) -> Any:
     """The process a command acts on: in memory when no address is given."""
-    from .process import Process
-
     address = getattr(args, "address", None)
     if address is None:
         return Process.builder("svit://local/cli/repl").build()
@@ -144,17 +152,17 @@ def store_path(args: argparse.Namespace) -> Path:
     explicit = getattr(args, "store", None) or os.environ.get("SVIT_STORE")
     if explicit:
         return Path(explicit).expanduser()
-    import platformdirs
+    import platformdirs  # noqa: PLC0415 - deferred: see the module docstring
 
     return Path(platformdirs.user_data_dir("svit", appauthor=False)) / "store"
 
 
-_open_stores: list = []
+_open_stores: list[ProcessStore] = []
 
 
-def open_store(args: argparse.Namespace):
+def open_store(args: argparse.Namespace) -> ProcessStore:
     """Open (creating, and saying where, the first time) the embedded store."""
-    from .store import ProcessStore
+    from .store import ProcessStore  # noqa: PLC0415 - deferred: see the module docstring
 
     path = store_path(args)
     fresh = not (path / "CURRENT").exists()
@@ -181,8 +189,6 @@ def change_record(change: Any) -> dict[str, Any]:
 
 
 def cmd_new(args: argparse.Namespace) -> int:
-    from .process import Process
-
     builder = Process.builder(args.address)
     for item in args.memory or []:
         name, _, text = item.partition("=")
@@ -252,8 +258,6 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    from .process import Process
-
     try:
         blob = Path(args.file).read_bytes()
     except FileNotFoundError:
@@ -292,7 +296,7 @@ def cmd_log(args: argparse.Namespace) -> int:
 
 
 def cmd_tree(args: argparse.Namespace) -> int:
-    from .console import render_tree
+    from .console import render_tree  # noqa: PLC0415 - deferred: see the module docstring
 
     if args.depth < 0:
         raise CliError("invalid_value", "--depth must be zero or more")
@@ -301,9 +305,9 @@ def cmd_tree(args: argparse.Namespace) -> int:
     return 0
 
 
-def archive_for(args: argparse.Namespace):
+def archive_for(args: argparse.Namespace) -> MemoryArchive:
     """The archive the user named (``--archive`` or ``SVIT_ARCHIVE``); never a default."""
-    from .store.archive import MemoryArchive
+    from .store.archive import MemoryArchive  # noqa: PLC0415 - deferred: see the module docstring
 
     directory = getattr(args, "archive", None) or os.environ.get("SVIT_ARCHIVE")
     if not directory:
@@ -350,7 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
 
-    p = commands.add_parser("exec", help="run a script's main(input) in a fresh in-memory process")
+    p: argparse.ArgumentParser = commands.add_parser("exec", help="run a script's main(input) in a fresh in-memory process")
     p.add_argument("file", help="a Svit Lisp source file")
     p.add_argument("input", nargs="?", help="the input as JSON (default: null)")
     p.add_argument("--compact", action="store_true", help="print JSON on one line")
@@ -361,7 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compact", action="store_true", help="print JSON on one line")
     p.set_defaults(run=cmd_check)
 
-    p = commands.add_parser("spec", help="run the conformance fixtures in DIR (default spec/fixtures)")
+    p = commands.add_parser("spec", help="run the conformance fixtures in DIR (default: the fixtures installed with svit)")
     p.add_argument("directory", nargs="?", help="a directory of fixture files")
     p.set_defaults(run=cmd_spec)
 

@@ -7,12 +7,27 @@ durable handle). Neither walks a mount or the whole tree unless asked to.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, TextIO
+from collections.abc import Callable
+from typing import Any, TextIO
 
+from .activation import compile_check
 from .errors import SvitError
+from .lisp.errors import ReadError
+from .lisp.reader import read
+from .paths import Segments, split_mount
+
+__all__ = ["HELP", "MAX_CHILDREN", "PREVIEW", "Repl", "balanced", "render_tree"]
 
 MAX_CHILDREN = 200
 PREVIEW = 60
+
+
+def _mount_of(path: str) -> tuple[str, Segments] | None:
+    """``(mount name, rest)`` of a path below ``/mounts/<name>``; None otherwise (or unparseable)."""
+    try:
+        return split_mount(path)
+    except SvitError:
+        return None
 
 
 def _preview(value: Any, width: int = PREVIEW) -> str:
@@ -44,7 +59,7 @@ def render_tree(process: Any, path: str = "/", depth: int = 2, *, max_children: 
     root_stat = process.stat(path)
     label = path if path not in ("", "/") else "/"
     lines.append(f"{label}  {_describe(root_stat)}")
-    inside_mount = path.startswith("/mounts/")
+    inside_mount = _mount_of(path) is not None
 
     def walk(node_path: str, level: int, indent: str) -> None:
         if level >= depth:
@@ -63,7 +78,8 @@ def render_tree(process: Any, path: str = "/", depth: int = 2, *, max_children: 
             except SvitError as error:
                 lines.append(f"{indent}{branch}{name}  (error: {error.code})")
                 continue
-            is_mount_root = child.startswith("/mounts/") and child.count("/") == 2
+            child_mount = _mount_of(child)
+            is_mount_root = child_mount is not None and not child_mount[1]
             text = f"{indent}{branch}{name}  {_describe(stat)}"
             if stat is not None and stat.get("kind") == "leaf":
                 try:
@@ -96,9 +112,6 @@ HELP = """Svit REPL: each form runs as one activation and commits one version.
 
 def balanced(text: str) -> bool:
     """True when ``text`` reads as complete forms (no unclosed list or string)."""
-    from svit.lisp.errors import ReadError
-    from svit.lisp.reader import read
-
     try:
         read(text)
     except ReadError as error:
@@ -162,8 +175,6 @@ class Repl:
         head = entry.lstrip("(").split(None, 1)[0] if entry.startswith("(") else ""
         try:
             if head in ("define", "macro", "const"):
-                from .activation import compile_check
-
                 compile_check("<inline>", prelude + "\n" + entry, self.process.limits)
                 self.prelude.append(entry)
                 self.say("; kept for this session")

@@ -32,6 +32,28 @@ from .limits import Limits
 from .paths import validate_address, validate_script_name
 from .values import from_tagged, to_tagged
 
+__all__ = [
+    "DEFAULT_RECEIPT_LIMIT",
+    "MAX_RECEIPT_LIMIT",
+    "MAX_VERSION",
+    "MESSAGE_CAP",
+    "PROTOCOL",
+    "Activate",
+    "Committed",
+    "Conflict",
+    "ControlRequest",
+    "ControlResponse",
+    "ControlledProcess",
+    "Failure",
+    "Outcome",
+    "ProcessController",
+    "Rejected",
+    "decode_request",
+    "decode_response",
+    "encode_request",
+    "encode_response",
+]
+
 PROTOCOL = "svit-control@1"
 DEFAULT_RECEIPT_LIMIT = 256
 MAX_RECEIPT_LIMIT = 4096

@@ -8,6 +8,41 @@ or a Python traceback.
 
 from __future__ import annotations
 
+__all__ = [
+    "ALL_ERRORS",
+    "DIAGNOSTIC_CAP",
+    "ChildUnavailable",
+    "ControlUnavailable",
+    "ExecutionLimitExceeded",
+    "HookCancelled",
+    "InboxConflict",
+    "InvalidControlConfiguration",
+    "InvalidControlId",
+    "InvalidLimits",
+    "InvalidMount",
+    "InvalidPath",
+    "InvalidPersistence",
+    "InvalidScriptName",
+    "InvalidSnapshot",
+    "InvalidValue",
+    "MountDenied",
+    "MountUnavailable",
+    "PersistenceAlreadyExists",
+    "PersistenceConflict",
+    "PersistenceNotFound",
+    "PersistenceReferenced",
+    "PersistenceUnavailable",
+    "PortContextUnavailable",
+    "ResourceLimitExceeded",
+    "ScriptFailed",
+    "ScriptNotFound",
+    "SvitError",
+    "ThreadHistoryBoundary",
+    "ThreadHistoryPinned",
+    "ThreadHistoryUncompacted",
+    "sanitize",
+]
+
 DIAGNOSTIC_CAP = 1024
 
 

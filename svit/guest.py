@@ -23,6 +23,18 @@ from .limits import Limits
 from .tree import Node
 from .values import I64_MAX, I64_MIN, Script
 
+__all__ = [
+    "NULL",
+    "NULL_VALUE",
+    "Measure",
+    "SvitValue",
+    "charge_copy",
+    "plain_to_lisp",
+    "to_lisp",
+    "to_node",
+    "to_plain",
+]
+
 
 class SvitValue(Foreign):
     """A persistent null, array or map held by Lisp code."""
@@ -134,8 +146,7 @@ def to_node(value: Any, limits: Limits, budget: Budget | None = None) -> Node:
 
 
 def _convert(value: Any, limits: Limits, budget: Budget | None) -> Node:
-    t = type(value)
-    if t is SvitValue:
+    if type(value) is SvitValue:
         return value.node
     plain = Measure(limits, budget).plain(value)
     return tree.from_value(plain, scripts_allowed=False)

@@ -11,6 +11,12 @@ from typing import Any
 
 from .errors import InvalidLimits
 
+__all__ = [
+    "LIMIT_FIELDS",
+    "LIMIT_TABLE",
+    "Limits",
+]
+
 #: (default, hard maximum) for every field, in canonical order.
 LIMIT_TABLE: dict[str, tuple[int, int]] = {
     "max_execution_millis": (1_000, 60_000),

@@ -10,6 +10,22 @@ import re
 
 from .errors import InvalidMount, InvalidPath, InvalidScriptName, InvalidValue
 
+__all__ = [
+    "ADDRESS_PREFIX",
+    "MAX_ADDRESS_BYTES",
+    "Segments",
+    "format_path",
+    "is_within",
+    "join",
+    "lib_name",
+    "memory_segments",
+    "parse",
+    "split_mount",
+    "validate_address",
+    "validate_mount_name",
+    "validate_script_name",
+]
+
 Segments = tuple[str, ...]
 
 _SCRIPT_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")

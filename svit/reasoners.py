@@ -120,7 +120,7 @@ class ScriptedReasoner:
 
 def _load_openai(user: str) -> Any:
     try:
-        import openai
+        import openai  # noqa: PLC0415 - an optional extra, loaded only by the reasoner that needs it
     except ImportError:
         raise ReasonerUnavailable(
             f"{user} needs the openai package; install it with: pip install 'svit[openai]'"
@@ -225,7 +225,7 @@ class _ChatCompletions:
         if not choices:
             raise ReasonerFailed("the model returned no choices")
         message = choices[0].message
-        calls = []
+        calls: list[ToolCall] = []
         for call in getattr(message, "tool_calls", None) or []:
             function = getattr(call, "function", None)
             if function is None:

@@ -8,6 +8,7 @@ fixture and the step; :func:`run_directory` runs a whole directory for the CLI.
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 import os
 import re
@@ -25,6 +26,8 @@ from .errors import SvitError
 from .limits import LIMIT_FIELDS, Limits
 from .mounts import Mount
 from .process import Process
+from .snapshot import MAGIC, TRAILER_BYTES
+from .tree import CBOR_SCRIPT_TAG, cbor_default, from_decoded
 from .values import Script
 
 DEFAULT_ADDRESS = "svit://local/t/p"
@@ -162,6 +165,12 @@ def _check_fixture(where: str, data: Any) -> Fixture:
         build_error=data.get("build_error"),
         file=where,
     )
+
+
+def packaged_fixtures() -> Path:
+    """The fixtures installed with the package (``svit/spec_fixtures``, a link to
+    ``spec/fixtures`` in a checkout), so ``svit spec`` runs anywhere."""
+    return Path(str(importlib.resources.files("svit") / "spec_fixtures"))
 
 
 def load_fixtures(directory: str | os.PathLike[str]) -> list[Fixture]:
@@ -370,8 +379,6 @@ def _check_error(expected: dict[str, Any], exc: BaseException | None, result: An
 
 def _tamper(data: bytes, spec: dict[str, Any]) -> bytes:
     """Damage or edit snapshot bytes. ``edit`` re-encodes the body and re-seals the trailer."""
-    from .snapshot import MAGIC, TRAILER_BYTES
-    from .tree import CBOR_SCRIPT_TAG, cbor_default, from_decoded
 
     def tag_hook(tag: Any, _immutable: Any = None) -> Any:
         return Script(*tag.value) if tag.tag == CBOR_SCRIPT_TAG else tag
@@ -404,7 +411,7 @@ def _tamper(data: bytes, spec: dict[str, Any]) -> bytes:
     return data
 
 
-class ChangeResult(dict):
+class ChangeResult(dict[str, Any]):
     """A Change as plain data; ``raw`` keeps the object for ``touches`` checks."""
 
     raw: Any = None
@@ -420,6 +427,19 @@ def _change_dict(change: Any) -> Any:
 
 def _perform(run: Run, step: dict[str, Any], proc: Process | None) -> Any:
     op = step["op"]
+    if op == "snapshot_restore":
+        if "snapshot" in step:
+            if step["snapshot"] not in run.saved:
+                raise FixtureError(f"no saved result named {step['snapshot']!r}")
+            data = run.saved[step["snapshot"]]
+        else:
+            data = run.processes[step.get("from", step.get("process", "main"))].snapshot()
+        data = _tamper(data, step.get("tamper", {}))
+        restored = Process.restore(data)
+        run.processes[step.get("as", step.get("process", "main"))] = restored
+        return None
+    if proc is None:  # only a restore may name a process that does not exist yet
+        raise FixtureError(f"no process named {step.get('process', 'main')!r}")
     if op in ("exec", "exec_inline"):
         if op == "exec":
             activation = proc.exec(step.get("path", DEFAULT_SCRIPT), expand(step.get("input")))
@@ -460,17 +480,6 @@ def _perform(run: Run, step: dict[str, Any], proc: Process | None) -> Any:
         return plain(proc.outbox())
     if op == "snapshot":
         return proc.snapshot()
-    if op == "snapshot_restore":
-        if "snapshot" in step:
-            if step["snapshot"] not in run.saved:
-                raise FixtureError(f"no saved result named {step['snapshot']!r}")
-            data = run.saved[step["snapshot"]]
-        else:
-            data = run.processes[step.get("from", step.get("process", "main"))].snapshot()
-        data = _tamper(data, step.get("tamper", {}))
-        restored = Process.restore(data)
-        run.processes[step.get("as", step.get("process", "main"))] = restored
-        return None
     if op == "fork":
         child = proc.fork(step["address"])
         run.processes[step["as"]] = child
@@ -535,10 +544,14 @@ def _verify(run: Run, step: dict[str, Any], proc: Process | None, result: Any, e
     target = proc
     if op == "snapshot_restore" and exc is None:
         target = run.processes[step.get("as", step.get("process", "main"))]
+    if target is None:
+        if "version" in step or step.get("snapshot_unchanged") or step.get("state") or step.get("absent"):
+            return "no process to check the state of (the restore failed)"
+        return _verify_outside(run, step, result)
     if "version" in step and target.version != step["version"]:
         return f"version: expected {step['version']}, got {target.version}"
     if step.get("snapshot_unchanged"):
-        if before is None or proc.snapshot() != before:
+        if before is None or proc is None or proc.snapshot() != before:
             return "snapshot bytes changed, expected them byte-identical to before the step"
     for path, expected in step.get("state", {}).items():
         actual = plain(target.read(path))
@@ -547,15 +560,20 @@ def _verify(run: Run, step: dict[str, Any], proc: Process | None, result: Any, e
     for path in step.get("absent", []):
         if target.stat(path) is not None:
             return f"state {path}: expected absent, got {show(plain(target.read(path)))}"
+    return _verify_outside(run, step, result)
+
+
+def _verify_outside(run: Run, step: dict[str, Any], result: Any) -> str | None:
+    """The expectations about what lies outside the process: files, port calls, saved results."""
     for mount, files in step.get("mount_files", {}).items():
         directory = run.mount_dirs.get(mount)
         if directory is None:
             return f"mount_files: no folder mount named {mount!r}"
         for rel, expected in files.items():
-            target = os.path.join(directory, *rel.split("/"))
+            file_path = os.path.join(directory, *rel.split("/"))
             actual = None
-            if os.path.isfile(target):
-                with open(target, encoding="utf-8", newline="") as handle:
+            if os.path.isfile(file_path):
+                with open(file_path, encoding="utf-8", newline="") as handle:
                     actual = handle.read()
             if actual != (expand(expected) if expected is not None else None):
                 return f"mount file {mount}/{rel}: expected {show(expected)}, got {show(actual)}"
@@ -603,14 +621,14 @@ def run_fixture(fixture: Fixture) -> None:
                 raise _fail(fixture, where, f"no process named {name!r}")
             before = proc.snapshot() if step.get("snapshot_unchanged") and proc is not None else None
             result: Any = None
-            exc: BaseException | None = None
+            failure: BaseException | None = None
             try:
                 result = _perform(run, step, proc)
             except FixtureError:
                 raise
             except Exception as caught:
-                exc = caught
-            problem = _verify(run, step, proc, result, exc, before)
+                failure = caught
+            problem = _verify(run, step, proc, result, failure, before)
             if problem:
                 raise _fail(fixture, where, problem)
             if "save_as" in step:
@@ -634,4 +652,4 @@ def run_directory(directory: str | os.PathLike[str]) -> tuple[int, int, list[tup
     return passed, len(failures), failures
 
 
-__all__ = ["Fixture", "FixtureError", "FixtureFailure", "load_fixtures", "run_fixture", "run_directory"]
+__all__ = ["Fixture", "FixtureError", "FixtureFailure", "load_fixtures", "packaged_fixtures", "run_directory", "run_fixture"]

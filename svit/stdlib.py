@@ -59,17 +59,50 @@ import json
 import math
 import os
 import selectors
+import string
 import subprocess
 import sys
 import threading
 import time
 from typing import Any
 
-from svit.lisp import context as lisp_context
+import re2
 
 from .errors import ExecutionLimitExceeded, InvalidValue, ResourceLimitExceeded, ScriptFailed, SvitError
+from .lisp import context as lisp_context
+from .mounts import MountPath
 
 # ---------------------------------------------------------------------------- limits
+
+__all__ = [
+    "HOST_VARIABLES",
+    "HOST_WORDS",
+    "JQ_DEFAULT_MEMORY_BYTES",
+    "JQ_DEFAULT_TIMEOUT_SECONDS",
+    "JQ_INPUT_EXPANSION",
+    "JQ_MAX_FILTER_BYTES",
+    "JQ_MAX_OUTPUT_BYTES",
+    "JQ_MAX_RESULTS",
+    "JQ_WORKER_FLOOR_BYTES",
+    "JQ_WORKER_MEMORY_BYTES",
+    "JQ_WORKER_START_SECONDS",
+    "SEARCH_CHARGE_CHARS",
+    "SEARCH_CHARS_PER_STEP",
+    "SEARCH_MAX_MATCHES",
+    "SEARCH_MAX_MOUNT_NODES",
+    "SEARCH_MAX_OUTPUT_BYTES",
+    "SEARCH_MAX_PATTERN_BYTES",
+    "SEARCH_REGEX_MEMORY",
+    "UNBOUNDED_WORDS",
+    "child_path",
+    "compile_search_pattern",
+    "decode_jq_input",
+    "jq_memory_allowance",
+    "run_jq",
+    "screen_jq_filter",
+    "search_mount",
+    "search_value",
+]
 
 JQ_MAX_FILTER_BYTES = 4096
 JQ_MAX_RESULTS = 100
@@ -284,10 +317,10 @@ def _plain_result(value: Any) -> Any:
 # {"ok": [results], "vm": size} or {"err": "compile"|"runtime"|"count"|"output"|"memory", "vm": size}.
 # Each evaluation runs under an address-space limit of the worker's size at that moment
 # plus the allowance; the limit goes back to the worker's cap to write the answer.
-_WORKER_SOURCE = r"""
+_WORKER_SOURCE = string.Template(r"""
 import json, os, sys
-sys.path[:] = %(path)r
-CAP = %(memory)d
+sys.path[:] = $path
+CAP = $memory
 try:
     import resource
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -328,11 +361,11 @@ for line in sys.stdin.buffer:
             results, total, reply = [], 0, None
             try:
                 for item in program.input_text(request["i"]):
-                    if len(results) == %(max_results)d:
+                    if len(results) == $max_results:
                         reply = {"err": "count"}
                         break
                     total += len(json.dumps(item, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
-                    if total > %(max_output)d:
+                    if total > $max_output:
                         reply = {"err": "output"}
                         break
                     results.append(item)
@@ -354,7 +387,12 @@ for line in sys.stdin.buffer:
         bound(0)
         data = b'{"err": "runtime"}'
     out.write(data + b"\n"); out.flush()
-""" % {"path": [p for p in sys.path if p], "memory": JQ_WORKER_MEMORY_BYTES, "max_results": JQ_MAX_RESULTS, "max_output": JQ_MAX_OUTPUT_BYTES}
+""").substitute(
+    path=repr([p for p in sys.path if p]),
+    memory=JQ_WORKER_MEMORY_BYTES,
+    max_results=JQ_MAX_RESULTS,
+    max_output=JQ_MAX_OUTPUT_BYTES,
+)
 
 #: libjq's own words when an allocation fails (it then aborts).
 _OUT_OF_MEMORY = b"cannot allocate memory"
@@ -444,7 +482,7 @@ class _JqWorker:
             seen = (seen + chunk)[-4096:]
         return seen
 
-    def request(self, filter_text: str, input_text: str, deadline: float, allowance: int) -> dict:
+    def request(self, filter_text: str, input_text: str, deadline: float, allowance: int) -> dict[str, Any]:
         stdin = self.proc.stdin
         assert stdin is not None
         payload = json.dumps({"f": filter_text, "i": input_text, "m": allowance}, ensure_ascii=False).encode("utf-8")
@@ -528,7 +566,7 @@ def run_jq(
     *,
     timeout_seconds: float = JQ_DEFAULT_TIMEOUT_SECONDS,
     memory_bytes: int = JQ_DEFAULT_MEMORY_BYTES,
-) -> list:
+) -> list[Any]:
     """Run a jq filter over ``value``; the list of its outputs (a single output too).
 
     Fails with the reference's ``ScriptFailed`` texts. Everything, starting a worker
@@ -592,17 +630,15 @@ def run_jq(
             "compile": "invalid jq filter",
             "count": "jq result count limit exceeded",
             "output": "jq output limit exceeded",
-        }.get(reply.get("err"), "jq evaluation failed")
+        }.get(str(reply.get("err")), "jq evaluation failed")
     )
 
 
 # ---------------------------------------------------------------------------- search
 
 
-def compile_search_pattern(pattern: str):
+def compile_search_pattern(pattern: str) -> Any:
     """Compile with RE2: linear-time matching, 1 MiB program memory, case-sensitive."""
-    import re2
-
     if not isinstance(pattern, str):
         raise ScriptFailed("invalid search pattern")
     try:
@@ -646,9 +682,9 @@ class _Matches:
     characters, so a long scan runs out of steps, or meets the time limit, part way.
     """
 
-    def __init__(self, regex) -> None:
+    def __init__(self, regex: Any) -> None:
         self.regex = regex
-        self.matches: list[dict] = []
+        self.matches: list[dict[str, Any]] = []
         self.bytes = 0
         self.truncated = False
 
@@ -683,11 +719,11 @@ class _Matches:
             self.bytes += cost
             self.matches.append({"line": number, "path": path, "text": line})
 
-    def result(self) -> dict:
+    def result(self) -> dict[str, Any]:
         return {"matches": self.matches, "truncated": self.truncated}
 
 
-def search_value(path: str, value: Any, pattern: str) -> dict:
+def search_value(path: str, value: Any, pattern: str) -> dict[str, Any]:
     """Search the lines of every string at or below ``value`` (the node at ``path``).
 
     Maps are walked in sorted-key order and arrays in index order, depth first.
@@ -711,7 +747,7 @@ def search_value(path: str, value: Any, pattern: str) -> dict:
     return found.result()
 
 
-def search_mount(provider: Any, display_path: str, mount_path: Any, pattern: str, limits: Any = None) -> dict:
+def search_mount(provider: Any, display_path: str, mount_path: Any, pattern: str, limits: Any = None) -> dict[str, Any]:
     """Walk a mount lazily from ``mount_path``: stat each node, read leaves, list directories.
 
     ``provider`` is a :class:`svit.mounts.Mount`; ``display_path`` is the process path
@@ -719,8 +755,6 @@ def search_mount(provider: Any, display_path: str, mount_path: Any, pattern: str
     nodes are stat-ed; nodes that vanish or cannot be read are skipped. ``truncated``
     is true when the node budget ran out or a cap left a match out.
     """
-    from .mounts import MountPath
-
     found = _Matches(compile_search_pattern(pattern))
     if not isinstance(mount_path, MountPath):
         mount_path = MountPath.parse(mount_path)
@@ -767,7 +801,7 @@ def search_mount(provider: Any, display_path: str, mount_path: Any, pattern: str
     return found.result()
 
 
-def _merge(found: _Matches, inner: dict) -> None:
+def _merge(found: _Matches, inner: dict[str, Any]) -> None:
     for match in inner["matches"]:
         cost = len(match["path"].encode("utf-8", "surrogatepass")) + len(match["text"].encode("utf-8", "surrogatepass"))
         if len(found.matches) >= SEARCH_MAX_MATCHES or found.bytes + cost > SEARCH_MAX_OUTPUT_BYTES:

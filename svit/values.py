@@ -20,6 +20,24 @@ from typing import Any
 
 from .errors import InvalidValue
 
+__all__ = [
+    "I64_MAX",
+    "I64_MIN",
+    "MAX_NESTING",
+    "Script",
+    "canonical_keys",
+    "check_scalar",
+    "from_json",
+    "from_json_text",
+    "from_tagged",
+    "kind_of",
+    "to_json",
+    "to_json_text",
+    "to_plain",
+    "to_tagged",
+    "values_equal",
+]
+
 I64_MIN = -(2**63)
 I64_MAX = 2**63 - 1
 
@@ -142,8 +160,8 @@ def values_equal(a: Any, b: Any) -> bool:
         return a.keys() == b.keys() and all(values_equal(a[k], b[k]) for k in a)
     if ta is float:
         # -0.0 and 0.0 hash alike, so they are the same value here too.
-        return a == b
-    return a == b
+        return bool(a == b)
+    return bool(a == b)
 
 
 def canonical_keys(mapping: dict[str, Any]) -> list[str]:

@@ -76,18 +76,6 @@ class AsyncScripted:
         return self.inner.complete(system_prompt, messages, tools)
 
 
-@pytest.fixture(autouse=True)
-def no_openai_environment(monkeypatch):
-    for name in ("OPENAI_MODEL", "OPENAI_BASE_URL", "OPENAI_API_KEY"):
-        monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
-def server():
-    with FakeOpenAI() as fake:
-        yield fake
-
-
 # ---------------------------------------------------------------------- the facade
 
 

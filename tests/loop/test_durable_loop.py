@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-import rocksdict
 
 from svit import Message, Svit
 from svit.errors import InvalidPersistence, PersistenceNotFound, PersistenceUnavailable, ResourceLimitExceeded
@@ -14,6 +13,7 @@ from svit.loop.events import INPUT_MESSAGE, OUTPUT_MESSAGE, TOOL_COMPLETED, TOOL
 from svit.reasoners import ScriptedReasoner
 from svit.store import ProcessStore, keys
 from svit.store.events import StoreEventLog, encode_event
+from tests.conftest import raw_db
 
 ADDRESS = "svit://local/tests/durable-agent"
 tool = ScriptedReasoner.tool
@@ -22,11 +22,6 @@ tool = ScriptedReasoner.tool
 def remember(key: str, value: str) -> list:
     """The scripted steps of one turn: write a fact through a tool, then answer."""
     return [tool("write", path=f"/memory/facts/{key}", value=value), f"noted {key}"]
-
-
-def raw_db(path: str) -> rocksdict.Rdict:
-    families = {name: rocksdict.Options(raw_mode=True) for name in keys.COLUMN_FAMILIES if name != "default"}
-    return rocksdict.Rdict(path, rocksdict.Options(raw_mode=True), column_families=families)
 
 
 def texts(messages: list[Message]) -> list[tuple[str, str]]:
@@ -127,13 +122,6 @@ def test_durable_svit_resumes_conversation_memory_and_pending_inbox(tmp_path):
 
 
 # ---------------------------------------------------------------------- the log itself
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = ProcessStore.open(str(tmp_path / "store"))
-    yield s
-    s.close()
 
 
 def durable(store, address=ADDRESS, steps=()):

@@ -25,19 +25,6 @@ ADDRESS = "svit://local/tests/openai"
 KEY = "sk-test-secret-key"
 
 
-@pytest.fixture(autouse=True)
-def no_openai_environment(monkeypatch):
-    """Tests never pick up a real provider from the environment."""
-    for name in ("OPENAI_MODEL", "OPENAI_BASE_URL", "OPENAI_API_KEY"):
-        monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
-def server():
-    with FakeOpenAI() as fake:
-        yield fake
-
-
 def reasoner(server: FakeOpenAI, **options) -> OpenAIReasoner:
     options.setdefault("max_retries", 0)
     return OpenAIReasoner(model="fake-model", base_url=server.base_url, api_key=KEY, **options)

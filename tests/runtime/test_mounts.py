@@ -19,14 +19,9 @@ from svit.mounts import (
     validate_descriptor,
     validate_mount_name,
 )
+from tests.conftest import make_files
 
 P = MountPath.parse
-
-
-def make_files(root):
-    (root / "greeting.txt").write_text("hello\n")
-    (root / "notes").mkdir()
-    (root / "notes" / "checklist.md").write_text("# todo\njust check\n")
 
 
 # ---------------------------------------------------------------- MountPath

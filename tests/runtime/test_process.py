@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from svit import Limits, Mount, Ports, Process
 from svit.errors import SvitError
+from tests.conftest import with_trailer as _reseal
 
 ADDRESS = "svit://local/t/p"
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -121,15 +122,6 @@ def test_reserved_tasks_must_stay_empty_on_restore() -> None:
     with pytest.raises(SvitError) as caught:
         Process.restore(_reencode(counter_process(), forge))
     assert "/tasks is reserved" in caught.value.message
-
-
-def _reseal(body: bytes) -> bytes:
-    """A snapshot body with a freshly computed trailer (what a forger can always do)."""
-    import blake3
-
-    from svit.snapshot import MAGIC
-
-    return body + MAGIC + len(body).to_bytes(8, "big") + blake3.blake3(body).digest()
 
 
 def test_restore_refuses_limits_above_hard_maxima() -> None:

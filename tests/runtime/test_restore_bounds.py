@@ -9,23 +9,19 @@ from __future__ import annotations
 
 import struct
 
-import blake3
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from svit import Limits, Process, tree
 from svit.errors import InvalidLimits, InvalidPersistence, InvalidSnapshot
-from svit.snapshot import MAGIC, TRAILER_BYTES, decode_snapshot, encode_snapshot
+from svit.snapshot import TRAILER_BYTES, decode_snapshot, encode_snapshot
 from svit.store.archive import InvalidArchive, ProcessRecord, decode_generation, encode_generation
 from svit.store.store import ProcessStore
 from tests.bounds import assert_memory_within, measure
+from tests.conftest import with_trailer
 
 ADDRESS = "svit://local/tests/restore-bounds"
-
-
-def with_trailer(body: bytes) -> bytes:
-    return body + MAGIC + len(body).to_bytes(8, "big") + blake3.blake3(body).digest()
 
 
 def snapshot_with(memory, limits: Limits, *, declared: Limits | None = None) -> bytes:

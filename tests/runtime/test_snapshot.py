@@ -2,7 +2,6 @@
 
 import random
 
-import blake3
 import cbor2
 import pytest
 from hypothesis import given, settings
@@ -13,6 +12,7 @@ from svit.errors import InvalidLimits, InvalidSnapshot, SvitError
 from svit.limits import Limits
 from svit.snapshot import FORMAT, MAGIC, TRAILER_BYTES, decode_snapshot, encode_snapshot
 from svit.values import Script, values_equal
+from tests.conftest import with_trailer
 
 ADDRESS = "svit://local/tests/snapshot"
 I64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
@@ -32,10 +32,6 @@ def sample_root():
         },
         scripts_allowed=True,
     )
-
-
-def with_trailer(body: bytes) -> bytes:
-    return body + MAGIC + len(body).to_bytes(8, "big") + blake3.blake3(body).digest()
 
 
 def body_of(blob: bytes) -> bytes:

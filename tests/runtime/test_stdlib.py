@@ -8,6 +8,7 @@ import pytest
 from svit.errors import ExecutionLimitExceeded, InvalidValue, ScriptFailed
 from svit.mounts import Mount
 from svit.stdlib import run_jq, screen_jq_filter, search_mount, search_value
+from tests.conftest import make_files
 
 TREE = {"tree": [{"type": "blob", "path": "a"}, {"type": "tree", "path": "d"}, {"type": "blob", "path": "b"}]}
 BLOBS = '[.tree[] | select(.type == "blob")] | length'
@@ -224,12 +225,6 @@ def test_search_byte_cap_sets_truncated():
 
 
 # ---------------------------------------------------------------- search over mounts
-
-
-def make_files(root):
-    (root / "greeting.txt").write_text("hello\n")
-    (root / "notes").mkdir()
-    (root / "notes" / "checklist.md").write_text("# todo\njust check\n")
 
 
 def test_search_folder_mount(tmp_path):

@@ -25,6 +25,7 @@ from svit.errors import (
 from svit.store import KEY_CLASSES, REBUILDABLE, ProcessStore, StoreSnapshot, codec, keys
 from svit.store import store as store_module
 from svit.store.faults import FailingWrites
+from tests.conftest import raw_db, reopen
 
 ADDR = "svit://local/test/counter"
 CHILD = "svit://local/test/child"
@@ -46,24 +47,6 @@ def counter(address: str = ADDR, **memory) -> Process:
 @pytest.fixture
 def path(tmp_path):
     return str(tmp_path / "store")
-
-
-@pytest.fixture
-def store(path):
-    s = ProcessStore.open(path)
-    yield s
-    s.close()
-
-
-def reopen(store: ProcessStore) -> ProcessStore:
-    store.close()
-    return ProcessStore.open(store.path)
-
-
-def raw_db(path: str) -> rocksdict.Rdict:
-    """The database opened directly, bypassing the store (to tamper with it)."""
-    families = {name: rocksdict.Options(raw_mode=True) for name in keys.COLUMN_FAMILIES if name != "default"}
-    return rocksdict.Rdict(path, rocksdict.Options(raw_mode=True), column_families=families)
 
 
 def tamper(store: ProcessStore, column_family: str, key: bytes, change) -> ProcessStore:

@@ -24,20 +24,13 @@ from svit.store import ProcessStore, keys
 from svit.store import events as store_events
 from svit.store.events import StoreEventLog, encode_event
 from svit.store.faults import FailingWrites
+from tests.conftest import reopen
 
 from .test_store import tamper
 
 ADDR = "svit://local/tests/thread-parent"
 CHILD = "svit://local/tests/thread-child"
 GRANDCHILD = "svit://local/tests/thread-grandchild"
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = ProcessStore.open(str(tmp_path / "store"))
-    yield s
-    if not s._closed:
-        s.close()
 
 
 def agent(store: ProcessStore, address: str = ADDR, steps=()) -> Svit:
@@ -66,11 +59,6 @@ def observed(store: ProcessStore, address: str, session: str) -> tuple:
     log = StoreEventLog(store)
     return ([e.to_json() for e in log.all_events(address, session)], log.retained_from(address, session),
             log.compacted_through(address, session), log.last_sequence(address, session), store.record_digests())
-
-
-def reopen(store: ProcessStore) -> ProcessStore:
-    store.close()
-    return ProcessStore.open(store.path)
 
 
 # ---------------------------------------------------------------------- checkpoint + cut

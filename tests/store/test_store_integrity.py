@@ -1,4 +1,4 @@
-"""Review findings on the durable store: failures change nothing; referenced data is never dropped;
+"""Durable store integrity: failures change nothing; referenced data is never dropped;
 tampered records are always InvalidPersistence."""
 
 from __future__ import annotations
@@ -8,16 +8,9 @@ import pytest
 
 from svit import Mount, Ports, Process, tree
 from svit.errors import InvalidPersistence, PersistenceConflict, PersistenceReferenced
-from svit.store import REBUILDABLE, ProcessStore, keys
+from svit.store import REBUILDABLE, keys
 
 from .test_store import ADDR, CHILD, counter, tamper
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = ProcessStore.open(str(tmp_path / "store"))
-    yield s
-    s.close()
 
 
 def test_stale_handle_replace_ports_conflict_keeps_old_registry(store):

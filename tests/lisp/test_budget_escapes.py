@@ -1,8 +1,9 @@
-"""Adversarial review: runaway work, memory blow-ups and budget escapes in the Lisp engine.
+"""Runaway work, memory blow-ups and budget escapes in the Lisp engine.
 
-Each test pins one problem found in review: work a guest can trigger without the step
-budget (or the wall-clock backstop) ever being consulted, memory built before the
-limit is checked, or compile-time values that escape the run's budget.
+Each test pins one way a guest could get work done without paying for it: work it
+can trigger without the step budget (or the wall-clock backstop) ever being consulted,
+memory built before the limit is checked, or compile-time values that escape the
+run's budget.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Review findings on the commit path: a failed transition changes nothing, the handle included."""
+"""The commit path: a failed transition changes nothing, the handle included; a change hashes what it committed."""
 
 from __future__ import annotations
 

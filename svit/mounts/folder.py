@@ -1,334 +1,22 @@
-"""Mounts: external resources exposed below ``/mounts/<name>`` through providers.
-
-Only a mount's descriptor is process state; the data stays with the provider and never
-enters the tree or a snapshot. This module holds mount paths, the provider interface
-(:class:`Mount`, with the built-in folder and value providers as factories),
-descriptor validation, and the record builders and access checks the process layer
-uses, so every mount read, stat and listing has one shape.
-
-Providers receive the process :class:`Limits` on every call because limits belong to
-the process, not to the provider: one folder may be mounted by processes with
-different limits.
-"""
+"""The folder provider: a host directory, resolved one segment at a time without following links."""
 
 from __future__ import annotations
 
-import copy
+import builtins
 import math
 import os
 import re
 import secrets
 import stat as stat_module
 import threading
-from dataclasses import dataclass
 from typing import Any
 
-from .errors import (
-    InvalidMount,
-    InvalidPath,
-    InvalidValue,
-    MountDenied,
-    MountUnavailable,
-    ResourceLimitExceeded,
-)
-from .limits import Limits
-
-MAX_MOUNT_PATH_SEGMENTS = 64
-MAX_MOUNT_SEGMENT_BYTES = 255
-MAX_MOUNT_NAME_BYTES = 64
-MAX_MOUNT_KIND_BYTES = 64
-
-ACCESS_VALUES = ("read", "write", "read-write")
-LOCALITY_VALUES = ("cache", "local", "remote")
-DESCRIPTOR_KEYS = frozenset({"access", "kind", "locality", "source"})
-
-_MOUNT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_MOUNT_KIND = re.compile(r"[a-z0-9-]{1,64}")
-
-
-# ---------------------------------------------------------------------------- paths
-
-
-@dataclass(frozen=True)
-class MountPath:
-    """A validated path inside one mount; ``segments == ()`` is the mount root."""
-
-    segments: tuple[str, ...] = ()
-
-    @classmethod
-    def parse(cls, text: Any) -> MountPath:
-        """Parse ``""``/``"/"`` (root) or ``[/]seg/seg``; one leading slash is optional.
-
-        Segments are 1..255 UTF-8 bytes, never ``.`` or ``..``, never holding ``\\`` or
-        NUL; at most 64 of them. Anything else is ``InvalidPath``: a mount path can
-        never climb out of its mount.
-        """
-        if not isinstance(text, str):
-            raise InvalidPath("mount path must be text")
-        body = text[1:] if text.startswith("/") else text
-        if body == "":
-            return cls(())
-        parts = body.split("/")
-        if len(parts) > MAX_MOUNT_PATH_SEGMENTS:
-            raise InvalidPath("mount path has too many segments")
-        for part in parts:
-            validate_mount_segment(part)
-        return cls(tuple(parts))
-
-    @property
-    def is_root(self) -> bool:
-        return not self.segments
-
-    @property
-    def name(self) -> str | None:
-        return self.segments[-1] if self.segments else None
-
-    def parent(self) -> MountPath:
-        if not self.segments:
-            raise InvalidPath("the mount root has no parent")
-        return MountPath(self.segments[:-1])
-
-    def child(self, name: str) -> MountPath:
-        validate_mount_segment(name)
-        if len(self.segments) >= MAX_MOUNT_PATH_SEGMENTS:
-            raise InvalidPath("mount path has too many segments")
-        return MountPath(self.segments + (name,))
-
-    def __str__(self) -> str:
-        return "/" + "/".join(self.segments)
-
-
-def validate_mount_segment(segment: Any) -> str:
-    """One mount path segment, or ``InvalidPath``."""
-    if not isinstance(segment, str) or segment == "":
-        raise InvalidPath("mount path segments must be non-empty")
-    if segment in (".", ".."):
-        raise InvalidPath("mount path segments must not be . or ..")
-    if "\\" in segment or "\x00" in segment or "/" in segment:
-        raise InvalidPath("mount path segment holds a forbidden character")
-    try:
-        size = len(segment.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise InvalidPath("mount path segment is not valid text") from None
-    if size > MAX_MOUNT_SEGMENT_BYTES:
-        raise InvalidPath("mount path segment exceeds 255 bytes")
-    return segment
-
-
-def as_mount_path(path: Any) -> MountPath:
-    return path if isinstance(path, MountPath) else MountPath.parse(path)
-
-
-def validate_mount_name(name: Any) -> str:
-    """A mount name: 1..64 bytes of ``[A-Za-z0-9_-]``, else ``InvalidMount``."""
-    if not isinstance(name, str) or not _MOUNT_NAME.fullmatch(name):
-        raise InvalidMount(f"invalid mount name: {name}")
-    return name
-
-
-# ---------------------------------------------------------------------------- descriptors
-
-
-def validate_descriptor(descriptor: Any) -> dict:
-    """Check an untrusted descriptor (e.g. from a snapshot); a fresh copy or ``InvalidMount``."""
-    if not isinstance(descriptor, dict):
-        raise InvalidMount("mount descriptor must be a map")
-    if set(descriptor) != DESCRIPTOR_KEYS:
-        raise InvalidMount("mount descriptor must have exactly access, kind, locality and source")
-    access, kind, locality, source = (descriptor[k] for k in ("access", "kind", "locality", "source"))
-    if access not in ACCESS_VALUES or type(access) is not str:
-        raise InvalidMount("mount access must be read, write or read-write")
-    if type(kind) is not str or not _MOUNT_KIND.fullmatch(kind):
-        raise InvalidMount("mount kind must be 1-64 bytes of [a-z0-9-]")
-    if locality not in LOCALITY_VALUES or type(locality) is not str:
-        raise InvalidMount("mount locality must be cache, local or remote")
-    if type(source) is not str:
-        raise InvalidMount("mount source must be text")
-    try:
-        source.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidMount("mount source must be text") from None
-    return {"access": access, "kind": kind, "locality": locality, "source": source}
-
-
-def can_read(descriptor: dict) -> bool:
-    return descriptor["access"] in ("read", "read-write")
-
-
-def can_write(descriptor: dict) -> bool:
-    return descriptor["access"] in ("write", "read-write")
-
-
-def require_read(mount_name: str, descriptor: dict) -> None:
-    """Reading or discovering below a mount root needs the read grant."""
-    if not can_read(descriptor):
-        raise MountDenied(f"/mounts/{mount_name} is write-only")
-
-
-def require_write(mount_name: str, descriptor: dict) -> None:
-    """Writing or removing needs the write grant."""
-    if not can_write(descriptor):
-        raise MountDenied(f"/mounts/{mount_name} is read-only")
-
-
-# ---------------------------------------------------------------------------- records
-
-
-def mount_node_record(mount_name: str, descriptor: dict, path: Any, node: dict | None) -> dict:
-    """The stat record of a mount node; ``node`` is the provider's ``stat`` answer.
-
-    ``node is None`` gives kind ``missing``, which the process reports only for a root
-    the provider cannot stat; below the root a missing node is absent.
-    """
-    return {
-        "access": descriptor["access"],
-        "attached": True,
-        "facts": copy.deepcopy(node["facts"]) if node is not None else {},
-        "kind": node["kind"] if node is not None else "missing",
-        "locality": descriptor["locality"],
-        "mount": mount_name,
-        "path": str(as_mount_path(path)),
-        "source": descriptor["source"],
-    }
-
-
-def unattached_record(mount_name: str, descriptor: dict) -> dict:
-    """What a mount root reads as when no provider is attached (e.g. after restore)."""
-    return {
-        "access": descriptor["access"],
-        "attached": False,
-        "facts": {},
-        "kind": descriptor["kind"],
-        "locality": descriptor["locality"],
-        "mount": mount_name,
-        "path": "/",
-        "source": descriptor["source"],
-    }
-
-
-def mount_stat(mount_name: str, provider: Mount, path: Any, limits: Limits | None = None) -> dict | None:
-    """Stat a mount node for the host or guest: a record, or ``None`` if absent below the root.
-
-    Reading below the root needs the read grant; the root itself always answers.
-    """
-    path = as_mount_path(path)
-    descriptor = provider.descriptor()
-    if not path.is_root:
-        require_read(mount_name, descriptor)
-    node = provider.stat(path, limits)
-    if node is None and not path.is_root:
-        return None
-    return mount_node_record(mount_name, descriptor, path, node)
-
-
-def mount_read(mount_name: str, provider: Mount, path: Any, limits: Limits | None = None) -> Any:
-    """Read a mount node: a directory (or the root) reads as its record, a leaf as its content."""
-    path = as_mount_path(path)
-    if path.is_root:
-        return mount_stat(mount_name, provider, path, limits)
-    descriptor = provider.descriptor()
-    require_read(mount_name, descriptor)
-    node = provider.stat(path, limits)
-    if node is None:
-        return None
-    if node["kind"] == "directory":
-        return mount_node_record(mount_name, descriptor, path, node)
-    return provider.read(path, limits)
-
-
-def mount_discover(mount_name: str, provider: Mount, path: Any, limits: Limits | None = None) -> list:
-    """List a mount directory (needs the read grant)."""
-    path = as_mount_path(path)
-    require_read(mount_name, provider.descriptor())
-    return list(provider.list(path, limits))
-
-
-def mount_write(mount_name: str, provider: Mount, path: Any, value: Any, limits: Limits | None = None) -> None:
-    """Write through to the provider (needs the write grant)."""
-    path = as_mount_path(path)
-    require_write(mount_name, provider.descriptor())
-    provider.check_write(path)
-    provider.write(path, value, limits)
-
-
-def mount_remove(mount_name: str, provider: Mount, path: Any, limits: Limits | None = None) -> None:
-    """Remove through the provider (needs the write grant)."""
-    path = as_mount_path(path)
-    require_write(mount_name, provider.descriptor())
-    provider.check_write(path)
-    provider.remove(path, limits)
-
-
-# ---------------------------------------------------------------------------- providers
-
-
-class Mount:
-    """A mount provider. Subclass it for custom providers; use the factories for built-ins.
-
-    ``stat`` answers ``{"kind": "directory"|"leaf", "facts": {...}}`` or ``None``;
-    ``list`` the child names of a directory, sorted; ``read`` a leaf's content (or
-    ``None``); ``write`` and ``remove`` are denied unless the provider allows them.
-    Paths are :class:`MountPath`; ``limits`` is the calling process's :class:`Limits`.
-
-    ``check_write`` refuses a path the provider never writes, before a write is staged.
-    A process calls ``acquire`` when it starts using the provider (build, attach, fork)
-    and ``release`` when it stops (detach, close, replacement), so a provider that holds
-    a host resource can let it go when no process uses it any more.
-    """
-
-    def check_write(self, path: MountPath) -> None:
-        """Raise ``MountDenied`` for a path this provider refuses to write or remove."""
-
-    def acquire(self) -> None:
-        """A process starts using this provider."""
-
-    def release(self) -> None:
-        """A process stops using this provider."""
-
-    def descriptor(self) -> dict:
-        raise NotImplementedError
-
-    def stat(self, path: MountPath, limits: Limits | None = None) -> dict | None:
-        raise NotImplementedError
-
-    def list(self, path: MountPath, limits: Limits | None = None) -> list:
-        raise NotImplementedError
-
-    def read(self, path: MountPath, limits: Limits | None = None) -> Any:
-        raise NotImplementedError
-
-    def write(self, path: MountPath, value: Any, limits: Limits | None = None) -> None:
-        raise MountDenied("mount is read-only")
-
-    def remove(self, path: MountPath, limits: Limits | None = None) -> None:
-        raise MountDenied("mount is read-only")
-
-    @staticmethod
-    def folder(path: Any) -> FolderMount:
-        """A read-only view of a host directory."""
-        return FolderMount(path, writable=False)
-
-    @staticmethod
-    def writable_folder(path: Any) -> FolderMount:
-        """A read-write view of a host directory (text files only)."""
-        return FolderMount(path, writable=True)
-
-    @staticmethod
-    def value(source: str, value: Any) -> ValueMount:
-        """A read-only mount over a private copy of a plain value."""
-        return ValueMount(source, value, writable=False)
-
-    @staticmethod
-    def writable_value(source: str, value: Any) -> ValueMount:
-        """A read-write mount over a private copy of a plain value."""
-        return ValueMount(source, value, writable=True)
-
-
-def _limits(limits: Limits | None) -> Limits:
-    return limits if limits is not None else Limits()
-
-
-# ---------------------------------------------------------------------------- folder
+from ..errors import InvalidMount, InvalidPath, InvalidValue, MountDenied, MountUnavailable, ResourceLimitExceeded
+from ..limits import Limits
+from .paths import MountPath, as_mount_path
+from .protocol import Descriptor, Mount, NodeFacts, limits_or_default, register_builtin_provider
+
+__all__ = ["FolderMount", "is_git_name"]
 
 
 def _modified_unix(st: os.stat_result) -> int | None:
@@ -436,7 +124,7 @@ class FolderMount(Mount):
             except OSError:
                 pass
 
-    def descriptor(self) -> dict:
+    def descriptor(self) -> Descriptor:
         return {
             "access": "read-write" if self.writable else "read",
             "kind": "folder",
@@ -544,14 +232,14 @@ class FolderMount(Mount):
 
     # -- reading
 
-    def stat(self, path: MountPath, limits: Limits | None = None) -> dict | None:
+    def stat(self, path: MountPath, limits: Limits | None = None) -> NodeFacts | None:
         path = as_mount_path(path)
         if path.is_root:
             fd = self._open_root()
             if fd is None:
                 return None
             try:
-                facts = {"content": "object", "modified_unix": _modified_unix(os.fstat(fd))}
+                facts: dict[str, Any] = {"content": "object", "modified_unix": _modified_unix(os.fstat(fd))}
                 git = _git_facts(fd)
                 if git is not None:
                     facts["git"] = git
@@ -574,9 +262,9 @@ class FolderMount(Mount):
             "kind": "leaf",
         }
 
-    def list(self, path: MountPath, limits: Limits | None = None) -> list:
+    def list(self, path: MountPath, limits: Limits | None = None) -> builtins.list[str]:
         path = as_mount_path(path)
-        cap = _limits(limits).max_mount_entries
+        cap = limits_or_default(limits).max_mount_entries
         if not path.is_root:
             node = self.stat(path, limits)
             if node is None or node["kind"] != "directory":
@@ -608,7 +296,7 @@ class FolderMount(Mount):
         path = as_mount_path(path)
         if path.is_root:
             return None
-        cap = _limits(limits).max_text_bytes
+        cap = limits_or_default(limits).max_text_bytes
         fd = self._open_dir(path.segments[:-1])
         if fd is None:
             return None
@@ -655,7 +343,7 @@ class FolderMount(Mount):
             data = value.encode("utf-8")
         except UnicodeEncodeError:
             raise InvalidValue("folder mount writes require text") from None
-        if len(data) > _limits(limits).max_text_bytes:
+        if len(data) > limits_or_default(limits).max_text_bytes:
             raise ResourceLimitExceeded("mount leaf bytes")
         self.check_write(path)
         name = path.segments[-1]
@@ -815,7 +503,7 @@ def _read_small_at(dir_fd: int, segments: list[str], limit: int) -> bytes | None
             os.close(fd)
 
 
-def _git_facts(root_fd: int) -> dict | None:
+def _git_facts(root_fd: int) -> dict[str, str | None] | None:
     """``{"branch", "commit"}`` of a ``.git`` directory at the root, when it resolves."""
     try:
         st = os.stat(".git", dir_fd=root_fd, follow_symlinks=False)
@@ -862,146 +550,5 @@ def _resolve_ref(root_fd: int, ref: str, segments: list[str]) -> str | None:
     return None
 
 
-# ---------------------------------------------------------------------------- value
 
-
-def _plain_copy(value: Any, limits: Limits | None = None, depth: int = 0) -> Any:
-    """A deep copy of a plain value, refusing anything else (``InvalidValue``).
-
-    With ``limits``, the per-value depth bound applies as well.
-    """
-    if limits is not None and depth > limits.max_value_depth:
-        raise InvalidValue("maximum nesting depth exceeded")
-    if value is None or type(value) in (bool, int, str):
-        if type(value) is int and not (-(2**63) <= value < 2**63):
-            raise InvalidValue("integer outside the signed 64-bit range")
-        return value
-    if type(value) is float:
-        if not math.isfinite(value):
-            raise InvalidValue("numbers must be finite")
-        return value
-    if type(value) is list:
-        return [_plain_copy(item, limits, depth + 1) for item in value]
-    if type(value) is dict:
-        if any(type(key) is not str for key in value):
-            raise InvalidValue("map keys must be text")
-        return {key: _plain_copy(value[key], limits, depth + 1) for key in sorted(value)}
-    raise InvalidValue(f"unsupported value kind: {type(value).__name__}")
-
-
-def _value_facts(node: Any) -> dict:
-    if isinstance(node, dict):
-        return {"facts": {"content": "object", "entries": len(node)}, "kind": "directory"}
-    if isinstance(node, list):
-        return {"facts": {"content": "array", "entries": len(node)}, "kind": "directory"}
-    if isinstance(node, str):
-        return {"facts": {"bytes": len(node.encode("utf-8")), "content": "text/plain"}, "kind": "leaf"}
-    return {"facts": {"content": "scalar"}, "kind": "leaf"}
-
-
-def _array_index(segment: str) -> int:
-    if not segment.isascii() or not segment.isdigit():
-        raise InvalidPath(f"array index must be a non-negative decimal: {segment}")
-    return int(segment)
-
-
-class ValueMount(Mount):
-    """A private copy of a plain value; maps and arrays are directories, the rest leaves.
-
-    Array children are listed in index order (``"0".."n-1"``), as committed arrays are.
-    """
-
-    def __init__(self, source: Any, value: Any, writable: bool) -> None:
-        if type(source) is not str:
-            raise InvalidMount("mount source must be text")
-        self.source = source
-        self.writable = writable
-        self._value = _plain_copy(value)
-
-    def descriptor(self) -> dict:
-        return {
-            "access": "read-write" if self.writable else "read",
-            "kind": "value",
-            "locality": "cache",
-            "source": self.source,
-        }
-
-    def _lookup(self, segments: tuple[str, ...]) -> tuple[bool, Any]:
-        node = self._value
-        for segment in segments:
-            if isinstance(node, dict):
-                if segment not in node:
-                    return False, None
-                node = node[segment]
-            elif isinstance(node, list):
-                index = _array_index(segment)
-                if index >= len(node):
-                    return False, None
-                node = node[index]
-            else:
-                raise InvalidPath("mount path walks through a scalar")
-        return True, node
-
-    def stat(self, path: MountPath, limits: Limits | None = None) -> dict | None:
-        found, node = self._lookup(as_mount_path(path).segments)
-        return _value_facts(node) if found else None
-
-    def list(self, path: MountPath, limits: Limits | None = None) -> list:
-        path = as_mount_path(path)
-        found, node = self._lookup(path.segments)
-        if found and isinstance(node, dict):
-            names = sorted(node)
-        elif found and isinstance(node, list):
-            names = [str(i) for i in range(len(node))]
-        else:
-            raise InvalidPath(f"{path} is not a mount directory")
-        if len(names) > _limits(limits).max_mount_entries:
-            raise ResourceLimitExceeded("mount entries")
-        return names
-
-    def read(self, path: MountPath, limits: Limits | None = None) -> Any:
-        found, node = self._lookup(as_mount_path(path).segments)
-        if not found:
-            return None
-        if isinstance(node, str) and len(node.encode("utf-8")) > _limits(limits).max_text_bytes:
-            raise ResourceLimitExceeded("mount leaf bytes")
-        return copy.deepcopy(node)
-
-    def _parent(self, path: MountPath) -> tuple[Any, str]:
-        if path.is_root:
-            raise InvalidPath("cannot change a mount root")
-        found, parent = self._lookup(path.segments[:-1])
-        if not found or not isinstance(parent, (dict, list)):
-            raise InvalidPath(f"{path.parent()} is not an existing mount directory")
-        return parent, path.segments[-1]
-
-    def write(self, path: MountPath, value: Any, limits: Limits | None = None) -> None:
-        """Insert or replace a map key, or replace an existing array index."""
-        if not self.writable:
-            raise MountDenied("mount is read-only")
-        path = as_mount_path(path)
-        parent, key = self._parent(path)
-        new = _plain_copy(value, _limits(limits))
-        if isinstance(parent, dict):
-            parent[key] = new
-            return
-        index = _array_index(key)
-        if index >= len(parent):
-            raise InvalidPath(f"{path} is past the end of the array")
-        parent[index] = new
-
-    def remove(self, path: MountPath, limits: Limits | None = None) -> None:
-        """Delete a map key or an array element (later elements shift down)."""
-        if not self.writable:
-            raise MountDenied("mount is read-only")
-        path = as_mount_path(path)
-        parent, key = self._parent(path)
-        if isinstance(parent, dict):
-            if key not in parent:
-                raise InvalidPath(f"{path} does not exist")
-            del parent[key]
-            return
-        index = _array_index(key)
-        if index >= len(parent):
-            raise InvalidPath(f"{path} does not exist")
-        del parent[index]
+register_builtin_provider("folder", FolderMount)
