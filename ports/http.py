@@ -362,7 +362,7 @@ def _deadline_transport(deadline: float) -> httpx.HTTPTransport:
     the trickling-server tests fail if this stops taking effect)."""
     context = _tls_context()
     transport = httpx.HTTPTransport(verify=context, trust_env=False)
-    transport._pool = httpcore.ConnectionPool(
+    transport._pool = httpcore.ConnectionPool(  # noqa: SLF001 (httpx has no public backend option)
         ssl_context=context,
         max_connections=1,
         max_keepalive_connections=0,
@@ -406,12 +406,17 @@ class HttpPort:
     ) -> None:
         if isinstance(allowlist, str):
             raise TypeError("allowlist must be a list of root URLs, not one string")
-        self._roots: tuple[_Root, ...] | None = tuple(_root(entry) for entry in allowlist)
-        self._init(timeout, transport, max_response_bytes, headers)
+        self._init(tuple(_root(entry) for entry in allowlist), timeout, transport, max_response_bytes, headers)
 
     def _init(
-        self, timeout: float, transport: httpx.BaseTransport | None, max_response_bytes: int, headers: Mapping[str, str] | None
+        self,
+        roots: tuple[_Root, ...] | None,
+        timeout: float,
+        transport: httpx.BaseTransport | None,
+        max_response_bytes: int,
+        headers: Mapping[str, str] | None,
     ) -> None:
+        self._roots = roots
         self._headers = _configured_headers(headers)
         #: Values the port holds for the host (credentials): never shown to a script.
         self._secrets = tuple(value for _name, value in self._headers if len(value) >= MIN_SECRET_CHARS)
@@ -440,8 +445,7 @@ class HttpPort:
         URL) still applies. Use it only where a script may reach anything the host can.
         """
         port = cls.__new__(cls)
-        port._roots = None
-        port._init(timeout, transport, max_response_bytes, headers)
+        cls._init(port, None, timeout, transport, max_response_bytes, headers)
         return port
 
     @property

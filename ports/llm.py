@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from svit import PortContext, PortDescriptor, PortError
-from svit.loop.messages import Message
+from svit import Message, PortContext, PortDescriptor, PortError
 
 __all__ = [
     "EMPTY_OR_TOO_LONG",

@@ -11,10 +11,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from svit import PortContext, PortDescriptor, PortError, Ports, failure_text
+from svit import Message, PortContext, PortDescriptor, PortError, Ports, Svit, failure_text
 from svit.errors import ChildUnavailable, SvitError
-from svit.loop.messages import Message
-from svit.loop.svit import Svit
 from svit.paths import validate_address
 
 __all__ = [

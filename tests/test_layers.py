@@ -22,8 +22,12 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = [ROOT / "svit", ROOT / "lisp", ROOT / "ports"]
 
-# What a host integration may import: the public modules of DESIGN §3.
-PUBLIC = {"svit", "svit.errors", "svit.store", "svit.reasoners", "svit.host"}
+# What a host integration may import: the public modules (DESIGN §3, and the leaf modules
+# of addresses and paths, values and redaction that hosts call directly).
+PUBLIC = {
+    "svit", "svit.errors", "svit.paths", "svit.values", "svit.limits", "svit.redact",
+    "svit.store", "svit.reasoners", "svit.host",
+}
 
 
 @pytest.fixture(scope="module")
