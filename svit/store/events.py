@@ -2,7 +2,7 @@
 
 Reasoning history is not process state (reference §10.8): snapshots, archives and
 transactions never carry it. :class:`StoreEventLog` implements the
-:class:`~svit.loop.events.EventLog` interface over a :class:`~svit.store.ProcessStore`,
+:class:`~svit.thread.EventLog` interface over a :class:`~svit.store.ProcessStore`,
 plus a compaction checkpoint store and thread-history retention.
 
 Records (all irreplaceable, all canonical CBOR maps whose last field is a BLAKE3 hash
@@ -70,8 +70,7 @@ from ..errors import (
     ThreadHistoryPinned,
     ThreadHistoryUncompacted,
 )
-from ..loop.events import MAX_WINDOW, Checkpoint, Event, project_messages, read_all
-from ..loop.messages import Message
+from ..thread import MAX_WINDOW, Checkpoint, Event, Message, project_messages, read_all
 from . import codec, keys
 from .failures import storage_error
 from .keys import CF_RECORD
@@ -245,7 +244,7 @@ def _plain_summary(summary: Any) -> Any:
 
 
 class StoreEventLog:
-    """An :class:`~svit.loop.events.EventLog` kept in a :class:`~svit.store.ProcessStore`,
+    """An :class:`~svit.thread.EventLog` kept in a :class:`~svit.store.ProcessStore`,
     with compaction checkpoints and thread-history retention.
 
     Stateless apart from the store: several instances over one store agree, because

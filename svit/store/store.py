@@ -63,8 +63,7 @@ from .failures import storage_error
 from .keys import CF_DEFAULT, CF_INDEX, CF_NODES, CF_RECORD, COLUMN_FAMILIES, IRREPLACEABLE, REBUILDABLE
 
 if TYPE_CHECKING:
-    from ..loop.events import Checkpoint, Event
-    from ..loop.messages import Message
+    from ..thread import Checkpoint, Event, Message
     from .events import StoreEventLog
 
 STORE_FORMAT = b"svit-store@1"
@@ -1263,7 +1262,7 @@ class DurableProcess:
     Offers the operations of :class:`~svit.process.Process` (delegated to an inner
     process whose ``before_publish`` appends to the store), plus ``snapshot``, ``cut``,
     ``query`` and ``head``, and thread-history retention over the store's reasoning
-    event log (:class:`~svit.loop.events.ThreadHistoryRetention`: ``retained_from``,
+    event log (:class:`~svit.thread.ThreadHistoryRetention`: ``retained_from``,
     ``compacted_through``, ``cut_thread_events``; checkpoints and recent windows).
     """
 
