@@ -55,10 +55,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-import blake3
-import cbor2
-
-from .. import tree
+from .. import cbor, tree
 from ..errors import (
     InvalidPersistence,
     InvalidValue,
@@ -75,13 +72,13 @@ from . import codec, keys
 from .failures import storage_error
 from .keys import CF_RECORD
 
-EVENT_FORMAT = "svit-thread-event@1"
+EVENT_FORMAT = "svit-thread-event@2"
 EVENT_FIELDS = ("event_format", "process_id", "session_id", "sequence", "type", "data")
 HASH_FIELD = "event_hash"
-CHECKPOINT_FORMAT = "svit-thread-checkpoint@1"
+CHECKPOINT_FORMAT = "svit-thread-checkpoint@2"
 CHECKPOINT_FIELDS = ("checkpoint_format", "process_id", "session_id", "through", "summary")
 CHECKPOINT_HASH = "checkpoint_hash"
-PARTITION_FORMAT = "svit-thread-partition@1"
+PARTITION_FORMAT = "svit-thread-partition@2"
 PARTITION_FIELDS = ("partition_format", "process_id", "session_id", "retained_from", "parent_process_id", "fork_point")
 PARTITION_HASH = "partition_hash"
 MAX_EVENT_BYTES = 16 * 1024 * 1024
@@ -96,22 +93,14 @@ _U64_MAX = 2**64 - 1
 
 
 def _seal(body: dict[str, Any], hash_field: str) -> bytes:
-    """Canonical CBOR of ``body`` plus ``hash_field``: BLAKE3 over the canonical body."""
-    digest = blake3.blake3(cbor2.dumps(body, canonical=True)).hexdigest()
-    return cbor2.dumps({**body, hash_field: digest}, canonical=True)
+    """The sealed record of ``body`` (:func:`svit.cbor.seal`)."""
+    return cbor.seal(body, hash_field)[0]
 
 
 def _unseal(raw: bytes, fields: tuple[str, ...], hash_field: str, what: str) -> dict[str, Any]:
-    """The verified body of a sealed record: exact fields, hash, canonical bytes."""
-    decoded = codec.loads_strict(raw, what)
-    if type(decoded) is not dict or set(decoded) != set(fields) | {hash_field}:
-        raise InvalidPersistence(f"{what}: unexpected fields")
-    body = {name: decoded[name] for name in fields}
-    if decoded[hash_field] != blake3.blake3(cbor2.dumps(body, canonical=True)).hexdigest():
-        raise InvalidPersistence(f"{what}: hash mismatch")
-    if cbor2.dumps(decoded, canonical=True) != raw:
-        raise InvalidPersistence(f"{what}: non-canonical encoding")
-    return body
+    """The verified body of a sealed record: one deterministic item, exact fields, hash."""
+    decoded = codec.decode_record(raw, fields, hash_field, what)
+    return {name: decoded[name] for name in fields}
 
 
 def encode_event(event: Event) -> bytes:

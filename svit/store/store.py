@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     from ..thread import Checkpoint, Event, Message
     from .events import StoreEventLog
 
-STORE_FORMAT = b"svit-store@1"
+STORE_FORMAT = b"svit-store@2"
 MAX_TRANSACTION_BYTES = 16 * 1024 * 1024
 MAX_SOURCE_BYTES = 4096
 MAX_FORK_DEPTH = 64
@@ -270,7 +270,10 @@ class ProcessStore:
                 batch.put(CF_DEFAULT, keys.FORMAT_KEY, STORE_FORMAT)
                 store._write(batch)
             elif marker != STORE_FORMAT:
-                raise InvalidPersistence("store format marker is not svit-store@1")
+                found = marker[:64].decode("ascii", "replace")
+                raise InvalidPersistence(
+                    f"store format {found!r} is not supported: this version reads {STORE_FORMAT.decode()} only "
+                    "(no migration exists; export with the version that wrote it)")
         except BaseException:
             store.close()  # a refused open leaves no lock behind
             raise
@@ -677,11 +680,11 @@ class ProcessStore:
             return
         import time
 
-        import cbor2
-
-        record = {"address": address, "process_version": head["process_version"], "root_hash": head["root_hash"],
+        record = {"tombstone_format": codec.TOMBSTONE_FORMAT, "address": address,
+                  "process_version": head["process_version"], "root_hash": head["root_hash"],
                   "removed_at": int(time.time())}
-        batch.put(CF_DEFAULT, keys.tombstone_key(address), cbor2.dumps(record, canonical=True))
+        batch.put(CF_DEFAULT, keys.tombstone_key(address),
+                  codec.hashed_record(codec.TOMBSTONE_FIELDS, record, "tombstone_hash")[0])
 
     # ------------------------------------------------------------------ memory archive support
     def store_id(self) -> str:
@@ -730,18 +733,20 @@ class ProcessStore:
 
     def archive_tombstones(self) -> list[dict[str, Any]]:
         """Every address removed from this store: ``{address, version, root_hash, removed_at}``."""
-        import cbor2
-
         with self._lock:
             self._check()
             tombstones = []
             for key, raw in self._scan(CF_DEFAULT, b"d/"):
-                try:
-                    record = cbor2.loads(raw)
-                    tombstones.append({"address": keys.unescape(key[2:]), "version": int(record["process_version"]),
-                                       "root_hash": str(record["root_hash"]), "removed_at": int(record["removed_at"])})
-                except Exception:
-                    raise InvalidPersistence(f"tombstone of {keys.unescape(key[2:])} does not decode") from None
+                address = keys.unescape(key[2:])
+                what = f"tombstone of {address}"
+                record = codec.decode_record(raw, codec.TOMBSTONE_FIELDS, "tombstone_hash", what)
+                if record["tombstone_format"] != codec.TOMBSTONE_FORMAT or record["address"] != address or not (
+                    codec.is_u64(record["process_version"]) and codec.is_hex_hash(record["root_hash"])
+                    and codec.is_u64(record["removed_at"])
+                ):
+                    raise InvalidPersistence(f"{what}: wrong format, address or fields")
+                tombstones.append({"address": address, "version": record["process_version"],
+                                   "root_hash": record["root_hash"], "removed_at": record["removed_at"]})
             return tombstones
 
     def archive_heads(self) -> dict[str, tuple[int, str]]:
@@ -956,7 +961,7 @@ class ProcessStore:
         elif kind == "fork":
             expected = ["origin", "parent_address", "parent_position", "parent_head_hash", "parent_process_version",
                         "parent_root_hash"]
-            if list(origin) != expected or covered is not None or anchor is not None:
+            if list(origin) != sorted(expected) or covered is not None or anchor is not None:
                 raise InvalidPersistence(f"{what}: malformed fork origin")
             if depth >= MAX_FORK_DEPTH:
                 raise InvalidPersistence(f"{what}: fork chain is deeper than {MAX_FORK_DEPTH}")
