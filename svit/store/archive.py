@@ -63,6 +63,7 @@ from ..errors import SvitError
 from ..process import Process
 from .failures import describe as describe_storage_failure
 from .fsshim import FileSystem
+from .store import ProcessStore
 
 log = logging.getLogger("svit.store.archive")
 
@@ -542,7 +543,7 @@ class MemoryArchive:
     def newest_valid(self) -> tuple[Generation | None, list[str]]:
         """The newest generation that verifies, and the errors of newer files that did not."""
         errors = []
-        for number, path in reversed(self._generation_files()):
+        for _number, path in reversed(self._generation_files()):
             try:
                 return self.read(path), errors
             except (OSError, InvalidArchive) as exc:
@@ -891,8 +892,6 @@ def open_store_with_archive(store_path: str | os.PathLike[str], archive: MemoryA
     (``fail_closed=False`` returns the store anyway). With ``start`` the periodic
     exporter begins after the decision.
     """
-    from .store import ProcessStore
-
     store = ProcessStore.open(store_path)
     try:
         statement = durability_statement(store.path, archive)

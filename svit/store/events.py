@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import cbor, tree
 from ..errors import (
@@ -69,8 +69,10 @@ from ..errors import (
 )
 from ..thread import MAX_WINDOW, Checkpoint, Event, Message, project_messages, read_all
 from . import codec, keys
-from .failures import storage_error
 from .keys import CF_RECORD
+
+if TYPE_CHECKING:
+    from .store import ProcessStore
 
 EVENT_FORMAT = "svit-thread-event@2"
 EVENT_FIELDS = ("event_format", "process_id", "session_id", "sequence", "type", "data")
@@ -241,11 +243,12 @@ class StoreEventLog:
     store's lock, and every change is one synced write batch.
     """
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: ProcessStore) -> None:
         self._store = store
+        self._engine = store.engine
 
     @property
-    def store(self) -> Any:
+    def store(self) -> ProcessStore:
         return self._store
 
     # ------------------------------------------------------------------ EventLog
@@ -259,8 +262,8 @@ class StoreEventLog:
         except (TypeError, ValueError):
             raise InvalidValue("event data is not plain JSON-like data") from None
         store = self._store
-        with store._lock:
-            store._check()
+        with store.engine.lock:
+            store.engine.check()
             self._require(process_id)
             sequence = self._last(process_id, session_id) + 1
             event = Event(sequence, process_id, session_id, type, data)
@@ -274,9 +277,9 @@ class StoreEventLog:
                 stored = decode_event(raw, process_id, session_id, sequence)
             except InvalidPersistence:
                 raise InvalidValue("event data is not plain JSON-like data") from None
-            batch = store._batch()
+            batch = store.engine.batch()
             batch.put(CF_RECORD, keys.thread_event_key(process_id, session_id, sequence), raw)
-            store._write(batch)
+            store.engine.write(batch)
             return stored
 
     def events(self, process_id: str, session_id: str, after: int = 0, limit: int = MAX_WINDOW) -> list[Event]:
@@ -285,8 +288,8 @@ class StoreEventLog:
         _check_limit(limit, "thread events")
         if type(after) is not int or not 0 <= after < _U64_MAX:
             raise InvalidValue("after must be a sequence number")
-        with self._store._lock:
-            self._store._check()
+        with self._store.engine.lock:
+            self._engine.check()
             self._last(process_id, session_id)  # the partition's records must agree
             return self._read(process_id, session_id, after, limit, process_id, 0)
 
@@ -294,8 +297,8 @@ class StoreEventLog:
         """The newest ``limit`` (1-4096, else ``ResourceLimitExceeded("recent thread events")``) retained events."""
         _check_limit(limit, "recent thread events")
         _check_partition(process_id, session_id)
-        with self._store._lock:
-            self._store._check()
+        with self._store.engine.lock:
+            self._engine.check()
             last = self._last(process_id, session_id)
             return self._read(process_id, session_id, max(last - limit, 0), limit, process_id, 0)
 
@@ -310,8 +313,8 @@ class StoreEventLog:
         _check_limit(limit, "recent thread messages")
         _check_partition(process_id, session_id)
         store = self._store
-        with store._lock:
-            store._check()
+        with store.engine.lock:
+            store.engine.check()
             state = self._state(process_id, session_id)
             floor, end = state.partition.retained_from, state.last  # end: the newest sequence not yet read
             found: list[Message] = []
@@ -334,8 +337,8 @@ class StoreEventLog:
         through = _check_boundary(through)
         plain = _plain_summary(summary)
         store = self._store
-        with store._lock:
-            store._check()
+        with store.engine.lock:
+            store.engine.check()
             self._require(process_id)
             state = self._state(process_id, session_id)
             if through > state.last:
@@ -359,16 +362,16 @@ class StoreEventLog:
                 stored = decode_checkpoint(raw, process_id, session_id, through)
             except InvalidPersistence:
                 raise InvalidValue("checkpoint summary is not plain JSON-like data") from None
-            batch = store._batch()
+            batch = store.engine.batch()
             batch.put(CF_RECORD, keys.thread_checkpoint_key(process_id, session_id, through), raw)
-            store._write(batch)
+            store.engine.write(batch)
             return stored
 
     def checkpoint(self, process_id: str, session_id: str) -> Checkpoint | None:
         """The latest (highest-boundary) checkpoint of a session, verified, or None."""
         _check_partition(process_id, session_id)
-        with self._store._lock:
-            self._store._check()
+        with self._store.engine.lock:
+            self._engine.check()
             latest = self._state(process_id, session_id).latest
             return latest[0] if latest is not None else None
 
@@ -376,17 +379,17 @@ class StoreEventLog:
         """Every stored checkpoint of a session, oldest boundary first, verified."""
         _check_partition(process_id, session_id)
         prefix = keys.thread_checkpoint_prefix(process_id, session_id)
-        with self._store._lock:
-            self._store._check()
+        with self._store.engine.lock:
+            self._engine.check()
             return [decode_checkpoint(raw, process_id, session_id, self._suffix(key, prefix, process_id))
-                    for key, raw in self._store._scan(CF_RECORD, prefix)]
+                    for key, raw in self._engine.scan(CF_RECORD, prefix)]
 
     # ------------------------------------------------------------------ retention
     def retained_from(self, process_id: str, session_id: str) -> int:
         """The first retained sequence of a session (1 when nothing was cut)."""
         _check_partition(process_id, session_id)
-        with self._store._lock:
-            self._store._check()
+        with self._store.engine.lock:
+            self._engine.check()
             return self._state(process_id, session_id).partition.retained_from
 
     def compacted_through(self, process_id: str, session_id: str) -> int:
@@ -405,8 +408,8 @@ class StoreEventLog:
         _check_partition(process_id, session_id)
         through = _check_boundary(through)
         store = self._store
-        with store._lock:
-            store._check()
+        with store.engine.lock:
+            store.engine.check()
             self._require(process_id)
             state = self._state(process_id, session_id)
             partition, last, latest = state.partition, state.last, state.latest
@@ -423,14 +426,14 @@ class StoreEventLog:
                 child, shared = pin
                 raise ThreadHistoryPinned(
                     f"fork {child} reads events {shared.retained_from}-{shared.fork_point} of session {session_id}")
-            batch = store._batch()
+            batch = store.engine.batch()
             prefix = keys.thread_session_prefix(process_id, session_id)
-            for key, _ in store._scan(CF_RECORD, prefix):
+            for key, _ in store.engine.scan(CF_RECORD, prefix):
                 if self._suffix(key, prefix, process_id) > through:
                     break
                 batch.delete(CF_RECORD, key)
             checkpoint_prefix = keys.thread_checkpoint_prefix(process_id, session_id)
-            for key, _ in store._scan(CF_RECORD, checkpoint_prefix):
+            for key, _ in store.engine.scan(CF_RECORD, checkpoint_prefix):
                 boundary = self._suffix(key, checkpoint_prefix, process_id)
                 if boundary > through:
                     break
@@ -441,7 +444,7 @@ class StoreEventLog:
                               partition.fork_point if still_shared else 0, True)
             batch.put(CF_RECORD, keys.thread_partition_key(process_id, session_id),
                       encode_partition(process_id, session_id, after))
-            store._write(batch)
+            store.engine.write(batch)
             return through + 1
 
     # ------------------------------------------------------------------ extras
@@ -451,21 +454,21 @@ class StoreEventLog:
     def last_sequence(self, process_id: str, session_id: str) -> int:
         """The newest sequence of a partition (0 when nothing was ever appended or shared)."""
         _check_partition(process_id, session_id)
-        with self._store._lock:
-            self._store._check()
+        with self._store.engine.lock:
+            self._engine.check()
             return self._last(process_id, session_id)
 
     def sessions(self, process_id: str) -> list[str]:
         """Session ids with stored events, a partition record or a checkpoint for ``process_id``."""
         found: dict[bytes, str] = {}
-        with self._store._lock:
-            self._store._check()
+        with self._store.engine.lock:
+            self._engine.check()
             for prefix in (keys.thread_events_prefix(process_id), keys.thread_checkpoints_prefix(process_id)):
-                for key, _ in self._store._scan(CF_RECORD, prefix):
+                for key, _ in self._engine.scan(CF_RECORD, prefix):
                     escaped = key[len(prefix):-(len(keys.SEP) + 8)]
                     found.setdefault(escaped, keys.unescape(escaped))
             prefix = keys.thread_partitions_prefix(process_id)
-            for key, _ in self._store._scan(CF_RECORD, prefix):
+            for key, _ in self._engine.scan(CF_RECORD, prefix):
                 escaped = key[len(prefix):]
                 found.setdefault(escaped, keys.unescape(escaped))
         return [found[escaped] for escaped in sorted(found)]
@@ -475,18 +478,15 @@ class StoreEventLog:
         it is a durable fork of that process, or it already holds (or shares) that session."""
         _check_partition(process_id, session_id)
         store = self._store
-        with store._lock:
-            store._check()
-            raw = store._get(CF_RECORD, keys.fork_key(process_id))
-            if raw is not None:
-                ref = codec.decode_record(raw, codec.FORK_FIELDS, "fork_hash", f"fork reference of {process_id}")
-                if ref["parent_address"] == thread_process_id:
-                    return True
+        with store.engine.lock:
+            store.engine.check()
+            if store.fork_parent(process_id) == thread_process_id:
+                return True
             return self._partition(process_id, session_id).stored or self._last(process_id, session_id) > 0
 
     # ------------------------------------------------------------------ internals (store lock held)
     def _require(self, process_id: str) -> None:
-        if self._store._read_head(process_id) is None:
+        if self._store.stored_head(process_id) is None:
             raise PersistenceNotFound(process_id)
 
     @staticmethod
@@ -497,21 +497,12 @@ class StoreEventLog:
         return keys.from_u64(suffix)
 
     def _partition(self, process_id: str, session_id: str) -> Partition:
-        raw = self._store._get(CF_RECORD, keys.thread_partition_key(process_id, session_id))
+        raw = self._engine.get(CF_RECORD, keys.thread_partition_key(process_id, session_id))
         return Partition() if raw is None else decode_partition(raw, process_id, session_id)
 
     def _seek_last(self, prefix: bytes) -> bytes | None:
         """The last key under ``prefix`` (fixed-width u64 suffixes), or None."""
-        try:
-            iterator = self._store._cfs[CF_RECORD].iter()
-            iterator.seek_for_prev(prefix + b"\xff" * 8)
-            key = iterator.key() if iterator.valid() else None
-            iterator.status()
-        except SvitError:
-            raise
-        except Exception as exc:
-            raise storage_error(exc, "scan failed") from None
-        return key if key is not None and key.startswith(prefix) else None
+        return self._engine.last_key(CF_RECORD, prefix)
 
     def _own_last(self, process_id: str, session_id: str) -> int:
         prefix = keys.thread_session_prefix(process_id, session_id)
@@ -542,7 +533,7 @@ class StoreEventLog:
         key = self._seek_last(prefix)
         if key is None:
             return None
-        raw = self._store._get(CF_RECORD, key)
+        raw = self._engine.get(CF_RECORD, key)
         if raw is None:  # pragma: no cover - the key was just seen under the store lock
             raise PersistenceUnavailable("checkpoint vanished during a read")
         return decode_checkpoint(raw, process_id, session_id, self._suffix(key, prefix, process_id)), raw
@@ -576,7 +567,7 @@ class StoreEventLog:
             raise InvalidPersistence(
                 f"reasoning event {self._suffix(first, prefix, process_id)} of {process_id} (session {session_id}) "
                 f"lies below its retained boundary {floor}")
-        for key, raw in self._store._scan(CF_RECORD, prefix, prefix + keys.u64(expected)):
+        for key, raw in self._engine.scan(CF_RECORD, prefix, prefix + keys.u64(expected)):
             if self._suffix(key, prefix, process_id) != expected:
                 raise InvalidPersistence(f"reasoning event {expected} of {process_id} (session {session_id}) is missing")
             event = decode_event(raw, process_id, session_id, expected)
@@ -588,14 +579,14 @@ class StoreEventLog:
         return found
 
     def _seek_first(self, prefix: bytes) -> bytes | None:
-        for key, _ in self._store._scan(CF_RECORD, prefix):
+        for key, _ in self._engine.scan(CF_RECORD, prefix):
             return key
         return None
 
     def _pin(self, process_id: str, session_id: str, through: int) -> tuple[str, Partition] | None:
         """A living fork whose shared prefix of this session a cut through ``through`` would delete."""
-        for child in self._store._children(process_id):
-            raw = self._store._get(CF_RECORD, keys.thread_partition_key(child, session_id))
+        for child in self._store.fork_children(process_id):
+            raw = self._engine.get(CF_RECORD, keys.thread_partition_key(child, session_id))
             if raw is None:
                 continue
             shared = decode_partition(raw, child, session_id)
@@ -653,7 +644,7 @@ def stage_thread_detach(store: Any, batch: Any, address: str) -> int:
     log = StoreEventLog(store)
     prefix = keys.thread_partitions_prefix(address)
     copied = 0
-    for key, raw in list(store._scan(CF_RECORD, prefix)):
+    for key, raw in list(store.engine.scan(CF_RECORD, prefix)):
         session_id = keys.unescape(key[len(prefix):])
         partition = decode_partition(raw, address, session_id)
         if partition.parent_process_id is None:

@@ -37,7 +37,7 @@ GRANDCHILD = "svit://local/tests/thread-grandchild"
 def store(tmp_path):
     s = ProcessStore.open(str(tmp_path / "store"))
     yield s
-    if not s._closed:
+    if not s.closed:
         s.close()
 
 
