@@ -54,7 +54,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, TypeGuard
 
 import blake3
 
@@ -227,11 +227,11 @@ def encode_generation(*, store_id: str, generation: int, sequence: int, cut_time
     return data + blake3.blake3(data).digest()
 
 
-def _is_u64(value: Any) -> bool:
+def _is_u64(value: Any) -> TypeGuard[int]:
     return type(value) is int and 0 <= value < 2**64
 
 
-def _is_hash(value: Any) -> bool:
+def _is_hash(value: Any) -> TypeGuard[str]:
     return type(value) is str and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
 
 
@@ -411,7 +411,8 @@ def decode_marker(raw: bytes | None) -> str | None:
         return None
     if type(value) is not dict or value.get("format") != MARKER_FORMAT or value.get("state") not in ("partial", "restored"):
         return None
-    return value["state"]
+    state: str = value["state"]
+    return state
 
 
 def _worktree_root(path: str, fs: FileSystem) -> str | None:
@@ -542,7 +543,7 @@ class MemoryArchive:
 
     def newest_valid(self) -> tuple[Generation | None, list[str]]:
         """The newest generation that verifies, and the errors of newer files that did not."""
-        errors = []
+        errors: list[str] = []
         for _number, path in reversed(self._generation_files()):
             try:
                 return self.read(path), errors

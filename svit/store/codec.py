@@ -341,9 +341,10 @@ def _child_digest(item: Any, what: str) -> bytes:
     if type(item) in (dict, list):
         raise InvalidPersistence(f"{what}: container stored inline")
     try:
-        return tree.leaf_node(item).digest
+        digest: bytes = tree.leaf_node(item).digest
     except InvalidValue as exc:
         raise InvalidPersistence(f"{what}: {exc.detail}") from None
+    return digest
 
 
 def verify_node(digest: bytes, data: bytes) -> list[bytes]:

@@ -69,10 +69,37 @@ from ..errors import (
 )
 from ..thread import MAX_WINDOW, Checkpoint, Event, Message, project_messages, read_all
 from . import codec, keys
+from .engine import WriteBatch
 from .keys import CF_RECORD
 
 if TYPE_CHECKING:
     from .store import ProcessStore
+
+__all__ = [
+    "EVENT_FORMAT",
+    "EVENT_FIELDS",
+    "HASH_FIELD",
+    "CHECKPOINT_FORMAT",
+    "CHECKPOINT_FIELDS",
+    "CHECKPOINT_HASH",
+    "PARTITION_FORMAT",
+    "PARTITION_FIELDS",
+    "PARTITION_HASH",
+    "MAX_EVENT_BYTES",
+    "MAX_CHECKPOINT_BYTES",
+    "MAX_SESSION_BYTES",
+    "MAX_SHARE_DEPTH",
+    "encode_event",
+    "decode_event",
+    "encode_checkpoint",
+    "decode_checkpoint",
+    "Partition",
+    "encode_partition",
+    "decode_partition",
+    "StoreEventLog",
+    "stage_fork_share",
+    "stage_thread_detach",
+]
 
 EVENT_FORMAT = "svit-thread-event@2"
 EVENT_FIELDS = ("event_format", "process_id", "session_id", "sequence", "type", "data")
@@ -594,64 +621,69 @@ class StoreEventLog:
                 return child, shared
         return None
 
+    # ------------------------------------------------------------------ store hooks (store lock held)
+    def stage_fork_share(self, batch: WriteBatch, parent_address: str, child_address: str, parent_thread: Any) -> int:
+        """Stage the child's share of the parent's current session (same session id).
 
-# ---------------------------------------------------------------------- store hooks
+        Called by ``ProcessStore.fork`` under the store lock with the fork's own batch, so
+        the share appears atomically with the child. Nothing is copied except the parent's
+        latest checkpoint (relabelled): the child's partition record names the parent and
+        the fork point. Returns how many events the child shares.
+        """
+        if not isinstance(parent_thread, dict):
+            return 0
+        session_id = parent_thread.get("session_id")
+        if type(session_id) is not str or not session_id:
+            return 0
+        _check_partition(child_address, session_id)
+        state = self._state(parent_address, session_id)
+        partition, last, latest = state.partition, state.last, state.latest
+        if not partition.stored and last == 0 and latest is None:
+            return 0  # the session never recorded anything: the child starts it at 1
+        shared = last - partition.retained_from + 1
+        if shared > 0:
+            # the fork point must be a readable event of the parent's view
+            tail = self._read(parent_address, session_id, last - 1, 1, child_address, 0)
+            if len(tail) != 1 or tail[0].sequence != last:
+                raise InvalidPersistence(f"reasoning event {last} of {parent_address} (session {session_id}) is missing")
+            child = Partition(partition.retained_from, parent_address, last, True)
+        else:  # everything was cut: nothing to share, but sequences continue after it
+            child = Partition(partition.retained_from, None, 0, True)
+        batch.put(CF_RECORD, keys.thread_partition_key(child_address, session_id),
+                  encode_partition(child_address, session_id, child))
+        if latest is not None:
+            copy = Checkpoint(child_address, session_id, latest[0].through, latest[0].summary)
+            batch.put(CF_RECORD, keys.thread_checkpoint_key(child_address, session_id, copy.through), encode_checkpoint(copy))
+        return max(shared, 0)
+
+    def stage_thread_detach(self, batch: WriteBatch, address: str) -> int:
+        """Stage copies of every event ``address`` reads from a parent, and drop its links.
+
+        Called (under the store lock, in the operation's own batch) before an operation
+        that deletes the address's fork reference: without the reference the parent may
+        be removed, so the child must hold what it reads. Returns the number copied.
+        """
+        prefix = keys.thread_partitions_prefix(address)
+        copied = 0
+        for key, raw in list(self._engine.scan(CF_RECORD, prefix)):
+            session_id = keys.unescape(key[len(prefix):])
+            partition = decode_partition(raw, address, session_id)
+            if partition.parent_process_id is None:
+                continue
+            count = partition.fork_point - partition.retained_from + 1
+            for event in self._read(address, session_id, partition.retained_from - 1, count, address, 0)[:count]:
+                batch.put(CF_RECORD, keys.thread_event_key(address, session_id, event.sequence), encode_event(event))
+                copied += 1
+            batch.put(CF_RECORD, key, encode_partition(address, session_id, Partition(partition.retained_from, None, 0, True)))
+        return copied
 
 
-def stage_fork_share(store: Any, batch: Any, parent_address: str, child_address: str, parent_thread: Any) -> int:
-    """Stage the child's share of the parent's current session (same session id).
-
-    Called by ``ProcessStore.fork`` under the store lock with the fork's own batch, so
-    the share appears atomically with the child. Nothing is copied except the parent's
-    latest checkpoint (relabelled): the child's partition record names the parent and
-    the fork point. Returns how many events the child shares.
-    """
-    if not isinstance(parent_thread, dict):
-        return 0
-    session_id = parent_thread.get("session_id")
-    if type(session_id) is not str or not session_id:
-        return 0
-    _check_partition(child_address, session_id)
-    log = StoreEventLog(store)
-    state = log._state(parent_address, session_id)
-    partition, last, latest = state.partition, state.last, state.latest
-    if not partition.stored and last == 0 and latest is None:
-        return 0  # the session never recorded anything: the child starts it at 1
-    shared = last - partition.retained_from + 1
-    if shared > 0:
-        # the fork point must be a readable event of the parent's view
-        tail = log._read(parent_address, session_id, last - 1, 1, child_address, 0)
-        if len(tail) != 1 or tail[0].sequence != last:
-            raise InvalidPersistence(f"reasoning event {last} of {parent_address} (session {session_id}) is missing")
-        child = Partition(partition.retained_from, parent_address, last, True)
-    else:  # everything was cut: nothing to share, but sequences continue after it
-        child = Partition(partition.retained_from, None, 0, True)
-    batch.put(CF_RECORD, keys.thread_partition_key(child_address, session_id),
-              encode_partition(child_address, session_id, child))
-    if latest is not None:
-        copy = Checkpoint(child_address, session_id, latest[0].through, latest[0].summary)
-        batch.put(CF_RECORD, keys.thread_checkpoint_key(child_address, session_id, copy.through), encode_checkpoint(copy))
-    return max(shared, 0)
+def stage_fork_share(store: ProcessStore, batch: WriteBatch, parent_address: str, child_address: str,
+                     parent_thread: Any) -> int:
+    """:meth:`StoreEventLog.stage_fork_share` over ``store``."""
+    return StoreEventLog(store).stage_fork_share(batch, parent_address, child_address, parent_thread)
 
 
-def stage_thread_detach(store: Any, batch: Any, address: str) -> int:
-    """Stage copies of every event ``address`` reads from a parent, and drop its links.
-
-    Called (under the store lock, in the operation's own batch) before an operation
-    that deletes the address's fork reference: without the reference the parent may
-    be removed, so the child must hold what it reads. Returns the number copied.
-    """
-    log = StoreEventLog(store)
-    prefix = keys.thread_partitions_prefix(address)
-    copied = 0
-    for key, raw in list(store.engine.scan(CF_RECORD, prefix)):
-        session_id = keys.unescape(key[len(prefix):])
-        partition = decode_partition(raw, address, session_id)
-        if partition.parent_process_id is None:
-            continue
-        count = partition.fork_point - partition.retained_from + 1
-        for event in log._read(address, session_id, partition.retained_from - 1, count, address, 0)[:count]:
-            batch.put(CF_RECORD, keys.thread_event_key(address, session_id, event.sequence), encode_event(event))
-            copied += 1
-        batch.put(CF_RECORD, key, encode_partition(address, session_id, Partition(partition.retained_from, None, 0, True)))
-    return copied
+def stage_thread_detach(store: ProcessStore, batch: WriteBatch, address: str) -> int:
+    """:meth:`StoreEventLog.stage_thread_detach` over ``store``."""
+    return StoreEventLog(store).stage_thread_detach(batch, address)

@@ -141,7 +141,7 @@ class History:
                 expected_position = 0 if head.position is None else head.position + 1
                 if position != expected_position:
                     raise InvalidPersistence(f"{address}: transaction {position} does not follow position {head.position}")
-                if stop is not None and position > stop.position:
+                if stop is not None and stop.position is not None and position > stop.position:
                     break
                 what = f"transaction {position} of {address}"
                 if record["previous_hash"] != head.hash:

@@ -42,7 +42,8 @@ def _options() -> rocksdict.Options:
 def _write_options() -> rocksdict.WriteOptions:
     options = rocksdict.WriteOptions()
     options.sync = True
-    options.disable_wal = False
+    # rocksdict's stub declares this property as a method
+    options.disable_wal = False  # type: ignore[method-assign,assignment]
     return options
 
 
