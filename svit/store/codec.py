@@ -1,12 +1,14 @@
-"""Deterministic CBOR encodings of everything the store records, and their strict decoders.
+"""The store's record encodings over :mod:`svit.cbor`, and their strict decoders.
 
-Every record of the history (base, head, transaction, store snapshot, fork reference)
-is a CBOR map whose fields come in a fixed order and whose last field is a BLAKE3 hash
-over the CBOR encoding of the preceding fields. Decoding is strict (no indefinite
-lengths, no duplicate keys, no foreign tags, exact field list, canonical re-encoding)
-because stored bytes are checked, never trusted: a flipped byte anywhere is either a
-decode failure, a hash mismatch or a non-canonical encoding, and each is reported as
-``InvalidPersistence`` naming the record.
+Every record of the history (base, head, transaction, store snapshot, fork reference,
+tombstone) is a sealed map (:func:`svit.cbor.seal`): the one deterministic encoding,
+keys in UTF-8 byte order, with a hash field holding the BLAKE3 of the encoding of the
+other fields. Decoding is strict (one item, no indefinite lengths, no duplicate keys,
+no foreign tags, exactly the declared fields, the deterministic bytes) because stored
+bytes are checked, never trusted: a flipped byte anywhere is either a decode failure,
+a hash mismatch or a non-canonical encoding, and each is reported as
+``InvalidPersistence`` naming the record. The ``*_FIELDS`` tuples declare which fields
+a record has, not their order on disk.
 
 Tree nodes are stored content-addressed by their structural digest: a container is
 ``[kind, items]`` where a child container is ``tag(NODE_TAG, digest)`` and a leaf is

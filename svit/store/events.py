@@ -5,24 +5,25 @@ transactions never carry it. :class:`StoreEventLog` implements the
 :class:`~svit.thread.EventLog` interface over a :class:`~svit.store.ProcessStore`,
 plus a compaction checkpoint store and thread-history retention.
 
-Records (all irreplaceable, all canonical CBOR maps whose last field is a BLAKE3 hash
-over the canonical CBOR of the other fields; every read re-checks the hash, the
-canonical bytes and the key the record sits under, else ``InvalidPersistence``):
+Records (all irreplaceable, all sealed maps of :func:`svit.cbor.seal`: the one
+deterministic encoding, keys in UTF-8 byte order, with a hash field holding the BLAKE3
+of the encoding of the other fields; every read re-checks the hash, the deterministic
+bytes and the key the record sits under, else ``InvalidPersistence``). Fields are
+listed in key order:
 
 * **event** ``e/<address>SEP<session>SEP<u64 sequence>``:
-  ``{event_format: "svit-thread-event@1", process_id, session_id, sequence, type, data,
-  event_hash}``. Sequences start at 1, are gapless while retained, and are never
+  ``{data, event_format: "svit-thread-event@2", event_hash, process_id, sequence,
+  session_id, type}``. Sequences start at 1, are gapless while retained, and are never
   reused (appends after a cut continue from the last sequence).
 * **checkpoint** ``k/<address>SEP<session>SEP<u64 through>``:
-  ``{checkpoint_format: "svit-thread-checkpoint@1", process_id, session_id, through,
-  summary, checkpoint_hash}``: events ``1..through`` are summarised by ``summary``
+  ``{checkpoint_format: "svit-thread-checkpoint@2", checkpoint_hash, process_id,
+  session_id, summary, through}``: events ``1..through`` are summarised by ``summary``
   (plain JSON-like data). Checkpoints only move forward; re-recording the latest one
   byte-identically is a no-op.
 * **partition** ``j/<address>SEP<session>``:
-  ``{partition_format: "svit-thread-partition@1", process_id, session_id,
-  retained_from, parent_process_id, fork_point, partition_hash}``. Absent means
-  "nothing cut, nothing shared" (``retained_from`` 1), which is how every store written
-  before retention existed reads: unchanged.
+  ``{fork_point, parent_process_id, partition_format: "svit-thread-partition@2",
+  partition_hash, process_id, retained_from, session_id}``. Absent means "nothing cut,
+  nothing shared" (``retained_from`` 1).
 
 A partition's **view** is what reading ``(address, session)`` yields: with a parent,
 the parent's view of sequences ``retained_from..fork_point`` (relabelled with the
