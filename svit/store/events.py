@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .. import cbor, tree
 from ..errors import (
@@ -70,11 +70,8 @@ from ..errors import (
 )
 from ..thread import MAX_WINDOW, Checkpoint, Event, Message, project_messages, read_all
 from . import codec, keys
-from .engine import WriteBatch
+from .engine import StorageEngine, WriteBatch
 from .keys import CF_RECORD
-
-if TYPE_CHECKING:
-    from .store import ProcessStore
 
 __all__ = [
     "EVENT_FORMAT",
@@ -97,6 +94,7 @@ __all__ = [
     "Partition",
     "encode_partition",
     "decode_partition",
+    "HistoryStore",
     "StoreEventLog",
     "stage_fork_share",
     "stage_thread_detach",
@@ -262,6 +260,19 @@ def _plain_summary(summary: Any) -> Any:
         raise InvalidValue(f"a checkpoint summary must be plain JSON-like data: {exc.detail}") from None
 
 
+class HistoryStore(Protocol):
+    """What the thread log needs of the process store (a ``ProcessStore`` provides it)."""
+
+    @property
+    def engine(self) -> StorageEngine: ...
+
+    def stored_head(self, address: str) -> dict[str, Any] | None: ...
+
+    def fork_children(self, address: str) -> list[str]: ...
+
+    def fork_parent(self, address: str) -> str | None: ...
+
+
 class StoreEventLog:
     """An :class:`~svit.thread.EventLog` kept in a :class:`~svit.store.ProcessStore`,
     with compaction checkpoints and thread-history retention.
@@ -271,12 +282,12 @@ class StoreEventLog:
     store's lock, and every change is one synced write batch.
     """
 
-    def __init__(self, store: ProcessStore) -> None:
+    def __init__(self, store: HistoryStore) -> None:
         self._store = store
         self._engine = store.engine
 
     @property
-    def store(self) -> ProcessStore:
+    def store(self) -> HistoryStore:
         return self._store
 
     # ------------------------------------------------------------------ EventLog
@@ -679,12 +690,12 @@ class StoreEventLog:
         return copied
 
 
-def stage_fork_share(store: ProcessStore, batch: WriteBatch, parent_address: str, child_address: str,
+def stage_fork_share(store: HistoryStore, batch: WriteBatch, parent_address: str, child_address: str,
                      parent_thread: Any) -> int:
     """:meth:`StoreEventLog.stage_fork_share` over ``store``."""
     return StoreEventLog(store).stage_fork_share(batch, parent_address, child_address, parent_thread)
 
 
-def stage_thread_detach(store: ProcessStore, batch: WriteBatch, address: str) -> int:
+def stage_thread_detach(store: HistoryStore, batch: WriteBatch, address: str) -> int:
     """:meth:`StoreEventLog.stage_thread_detach` over ``store``."""
     return StoreEventLog(store).stage_thread_detach(batch, address)

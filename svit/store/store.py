@@ -1,13 +1,13 @@
-"""The durable process store: a hash-chained transaction log per address in RocksDB.
+"""The durable process store: a hash-chained transaction log per address, over a storage engine.
 
 Contract (reference §10, with DESIGN §5.5/§5.7 and durability.md 1-3):
 
 * A process's history is a **base** (created, imported, fork or snapshot) followed by
   **transactions**; the **head** names the last one. Each transaction records the
   mutations of one committed transition and is chained to its predecessor by hash.
-* A durable handle publishes a transition only after ONE RocksDB write batch holding
+* A durable handle publishes a transition only after ONE engine write batch holding
   the transaction, the new tree nodes, the derived path-index entries and the new head
-  has returned from a ``sync=True`` write (WAL fsynced). The batch is guarded by a
+  has returned from a synced write (RocksDB: ``sync=True``, WAL fsynced). The batch is guarded by a
   compare-and-swap on the head under the store lock: a stale handle gets
   ``PersistenceConflict`` and keeps its old state.
 * A synced write that raises makes the store terminal: every later operation raises
@@ -625,7 +625,7 @@ class ProcessStore:
         head = self._read_head(handle.address)
         if head is None:
             raise PersistenceNotFound(handle.address)
-        if head["position"] != handle._head.position or head["hash"] != handle._head.hash or head["process_version"] != version:
+        if head["position"] != handle.head.position or head["hash"] != handle.head.hash or head["process_version"] != version:
             raise PersistenceConflict()
         return head
 
@@ -704,16 +704,16 @@ class ProcessStore:
         head = self._read_head(handle.address)
         if head is None:
             raise PersistenceNotFound(handle.address)
-        if head["position"] != handle._head.position or head["hash"] != handle._head.hash:
+        if head["position"] != handle.head.position or head["hash"] != handle.head.hash:
             raise PersistenceConflict()
         return head
 
     def _snapshot(self, handle: DurableProcess) -> StoreSnapshot:
-        process = handle._process
+        process = handle.process
         with process._lock, self._lock:
             self._check()
             self._check_head(handle)
-            record, snapshot_hash = self._snapshot_record(handle.address, handle._head, process)
+            record, snapshot_hash = self._snapshot_record(handle.address, handle.head, process)
             batch = self._batch()
             batch.put(CF_RECORD, keys.snapshot_key(handle.address, snapshot_hash), record[0])
             self._write(batch)
@@ -724,7 +724,7 @@ class ProcessStore:
         return (encoded, snapshot), snapshot.snapshot_hash
 
     def _cut(self, handle: DurableProcess) -> StoreSnapshot:
-        process = handle._process
+        process = handle.process
         address = handle.address
         with process._lock, self._lock:
             self._check()
@@ -732,7 +732,7 @@ class ProcessStore:
             children = self._children(address)
             if children:
                 raise PersistenceReferenced(f"{address} is referenced by fork {children[0]}")
-            head = handle._head
+            head = handle.head
             (record, snapshot), snapshot_hash = self._snapshot_record(address, head, process)
             origin = {"origin": "snapshot", "snapshot_hash": snapshot_hash}
             base_bytes, base_hash = self._base_record(address, head.position, head.hash, process.version,

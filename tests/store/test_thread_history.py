@@ -7,6 +7,7 @@ import cbor2
 import pytest
 
 from svit import Message, Svit
+from svit import thread as thread_model
 from svit.errors import (
     InvalidPersistence,
     InvalidValue,
@@ -17,7 +18,6 @@ from svit.errors import (
     ThreadHistoryPinned,
     ThreadHistoryUncompacted,
 )
-from svit import thread as thread_model
 from svit.loop import events as loop_events
 from svit.loop.events import INPUT_MESSAGE, TOOL_STARTED, Checkpoint, Event, ThreadHistoryRetention
 from svit.reasoners import ScriptedReasoner
