@@ -11,7 +11,7 @@ The encoding:
   form (RFC 8949 §4.2.1, preferred serialization).
 * **Integers** are major types 0 and 1 (``-2**64 .. 2**64 - 1``); no bignum tags.
 * **Floats are always IEEE 754 binary64** (``0xfb``), never shortened, so a number
-  keeps its kind (``1.0`` stays a float).
+  keeps its kind (``1.0`` stays a float); NaN and the infinities are not encoded.
 * **Text** is UTF-8 (major 3), byte strings are major 2, ``null``/``true``/``false``
   are the simple values 22/21/20; lists and tuples are arrays.
 * **Maps have text keys only, in ascending order of their UTF-8 bytes** compared byte
@@ -67,6 +67,7 @@ MAX_DEPTH = MAX_NESTING + 15
 
 _DOUBLE = struct.Struct(">d").pack
 _U64_LIMIT = 2**64
+_INFINITY = float("inf")
 
 
 class CBORDecodeError(ValueError):
@@ -131,6 +132,8 @@ def _encode_into(value: Any, parts: list[bytes], depth: int) -> None:
     elif value is None:
         parts.append(b"\xf6")
     elif kind is float:
+        if value != value or value in (_INFINITY, -_INFINITY):
+            raise ValueError("numbers must be finite")
         parts.append(b"\xfb" + _DOUBLE(value))
     elif kind is bytes:
         parts.append(head(2, len(value)))
@@ -261,13 +264,55 @@ def decode_item(
 def decode(data: bytes, *, max_depth: int = MAX_DEPTH) -> Any:
     """One strict item that is also exactly the encoding :func:`encode` writes for it."""
     value = decode_item(data, max_depth=max_depth)
+    _check_deterministic(value, data)
+    return value
+
+
+def _script_default(encoder: Any, value: Any) -> None:
+    if type(value) is not Script:
+        raise ValueError(f"cannot encode a value of type {type(value).__name__}")
+    encoder.encode(cbor2.CBORTag(SCRIPT_TAG, [value.source, value.documentation]))
+
+
+def _in_order(value: Any) -> bool:
+    """Whether every map in a decoded value holds text keys in encoding order, and every
+    number is finite: then plain CBOR of it, written in the order decoded, is
+    :func:`encode` of it."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            previous: bytes | None = None
+            for key in item:
+                if type(key) is not str:
+                    return False
+                raw = key.encode("utf-8")
+                if previous is not None and raw <= previous:
+                    return False
+                previous = raw
+            stack.extend(item.values())
+        elif kind is list or kind is tuple:
+            stack.extend(item)
+        elif kind is float and (item != item or item in (_INFINITY, -_INFINITY)):
+            return False
+    return True
+
+
+def _check_deterministic(value: Any, data: bytes) -> None:
+    """Refuse ``data`` unless it is :func:`encode` of ``value`` (decoded from it).
+
+    The encoding is plain CBOR with maps in key order, so the check is cbor2's encoder
+    (which keeps a decoded map's order) plus the key order: no Python-level re-encode.
+    """
+    if not _in_order(value):
+        raise CBORDecodeError("non_canonical", "non-canonical encoding")
     try:
-        again = encode(value)
-    except ValueError:
+        again = cbor2.dumps(value, default=_script_default)
+    except (ValueError, cbor2.CBOREncodeError):
         raise CBORDecodeError("non_canonical", "value outside the deterministic encoding") from None
     if again != data:
         raise CBORDecodeError("non_canonical", "non-canonical encoding")
-    return value
 
 
 # ---------------------------------------------------------------------------
@@ -301,6 +346,7 @@ def unseal(data: bytes, hash_field: str) -> dict[str, Any]:
     if type(value) is not dict or type(value.get(hash_field)) is not str:
         raise CBORDecodeError("unsealed", f"no {hash_field} field")
     body = {key: item for key, item in value.items() if key != hash_field}
-    if _digest(_map_pairs(body, 0)) != value[hash_field]:
+    digest = blake3.blake3(cbor2.dumps(body, default=_script_default)).hexdigest()
+    if digest != value[hash_field]:
         raise CBORDecodeError("hash_mismatch", "hash mismatch")
     return value

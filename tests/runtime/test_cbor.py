@@ -20,7 +20,7 @@ scalars = (
     st.none()
     | st.booleans()
     | st.integers(min_value=-(2**64), max_value=2**64 - 1)
-    | st.floats(allow_nan=False)
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text()
     | st.binary(max_size=64)
 )
@@ -78,6 +78,8 @@ def test_trailing_bytes_are_refused(value, extra):
         (cbor2.dumps(cbor2.CBORTag(1, 0)), "malformed"),  # a date tag
         (cbor2.dumps(2**70), "malformed"),  # a bignum
         (b"", "malformed"),
+        (bytes.fromhex("fb7ff8000000000000"), "non_canonical"),  # NaN, even as binary64
+        (bytes.fromhex("a1016178"), "non_canonical"),  # an integer map key
     ],
 )
 def test_non_canonical_and_foreign_input_is_refused(data, reason):
@@ -94,7 +96,7 @@ def test_length_first_order_is_accepted_only_where_it_agrees():
 def test_refusals_are_value_errors_with_a_reason():
     with pytest.raises(ValueError):
         cbor.decode(b"\x01\x02")
-    for bad in ({1: 2}, 2**64, object(), "\ud800"):
+    for bad in ({1: 2}, 2**64, object(), "\ud800", float("nan"), float("inf")):
         with pytest.raises(ValueError):
             cbor.encode(bad)
 
