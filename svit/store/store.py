@@ -52,7 +52,7 @@ from ..process import Process, Transition
 from ..tree import Node
 from . import codec, keys, records
 from .engine import ALL_CLASSES, StorageEngine, WriteBatch
-from .events import StoreEventLog, stage_fork_share, stage_thread_detach
+from .events import StoreEventLog, stage_thread_detach
 from .history import MAX_FORK_DEPTH, MAX_QUERY_LIMIT, History
 from .keys import CF_DEFAULT, CF_INDEX, CF_RECORD, COLUMN_FAMILIES, IRREPLACEABLE, REBUILDABLE
 from .nodes import StoredNodes
@@ -383,6 +383,8 @@ class ProcessStore:
             batch.put(CF_INDEX, keys.child_key(parent_address, child_address), b"")
             pending = self._stage_nodes(batch, child.root, [{"path": "/system"}])
             # The child keeps the parent's reasoning session: shared, in this same batch.
+            from .events import stage_fork_share
+
             stage_fork_share(self, batch, parent_address, child_address, parent.read("/thread"))
             self._write(batch)
             self._remember_nodes(pending)
@@ -768,7 +770,7 @@ class DurableProcess:
     Offers the operations of :class:`~svit.process.Process` (delegated to an inner
     process whose ``before_publish`` appends to the store), plus ``snapshot``, ``cut``,
     ``query`` and ``head``, and thread-history retention over the store's reasoning
-    event log (:class:`~svit.thread.ThreadHistoryRetention`: ``retained_from``,
+    event log (:class:`~svit.loop.events.ThreadHistoryRetention`: ``retained_from``,
     ``compacted_through``, ``cut_thread_events``; checkpoints and recent windows).
     """
 
