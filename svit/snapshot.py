@@ -24,20 +24,17 @@ lists every check in order.
 
 from __future__ import annotations
 
-import gc
-import os
 from hmac import compare_digest
 from typing import Any
 
 import blake3
-import cbor2
 
-from . import tree
+from . import cbor, tree
 from .errors import InvalidLimits, InvalidSnapshot, InvalidValue, SvitError
 from .limits import LIMIT_FIELDS, LIMIT_TABLE, Limits
 from .paths import validate_address
-from .tree import CBOR_SCRIPT_TAG, Encoded, Node, cbor_default, from_decoded
-from .values import MAX_NESTING, Script
+from .tree import Node, from_decoded
+from .values import MAX_NESTING
 
 FORMAT = "svit-snapshot@1"
 MAGIC = b"SVIT\x00sn1"
@@ -48,7 +45,7 @@ U64_MAX = 2**64 - 1
 _ENVELOPE_KEYS = frozenset({"format", "id", "limits", "root", "root_hash", "version"})
 _SORTED_LIMITS = tuple(sorted(LIMIT_FIELDS))
 # Envelope (1) + root map + nesting the tree builder accepts, with room for the
-# script tag and our sentinel array.
+# script tag and the one-item framing of :func:`svit.cbor.decode_item`.
 _MAX_CBOR_DEPTH = MAX_NESTING + 8
 
 
@@ -65,35 +62,16 @@ def encode_snapshot(address: str, version: int, root: Node, limits: Limits) -> b
         "format": FORMAT,
         "id": address,
         "limits": {name: values[name] for name in _SORTED_LIMITS},
-        "root": Encoded(root),
+        "root": cbor.Raw(tree.node_cbor(root)),
         "root_hash": root.hash,
         "version": version,
     }
-    body = cbor2.dumps(envelope, default=cbor_default)
+    body = cbor.encode(envelope)
     return body + MAGIC + len(body).to_bytes(8, "big") + blake3.blake3(body).digest()
 
 
 # ---------------------------------------------------------------------------
 # Decoding untrusted bytes
-
-
-def _reject_semantic(*_args: Any) -> Any:
-    raise ValueError("unsupported CBOR tag")
-
-
-# Tags cbor2 would otherwise decode into Python objects (dates, bignums, decimals,
-# shared references, regexes, MIME, UUIDs, sets, addresses, ...). All are rejected.
-_BUILTIN_TAGS = (0, 1, 2, 3, 4, 5, 25, 28, 29, 30, 35, 36, 37, 52, 54, 100, 256, 258, 260, 261, 1004, 43000, 55799)
-_SEMANTIC_REJECTS = {tag: _reject_semantic for tag in _BUILTIN_TAGS}
-
-
-def _tag_hook(tag: Any, _immutable: bool) -> Any:
-    if tag.tag != CBOR_SCRIPT_TAG:
-        raise ValueError("unsupported CBOR tag")
-    value = tag.value
-    if type(value) not in (list, tuple) or len(value) != 2 or type(value[0]) is not str or type(value[1]) is not str:
-        raise ValueError("malformed script record")
-    return Script(value[0], value[1])
 
 
 def _check_trailer(data: bytes) -> int:
@@ -256,7 +234,7 @@ def _scan_item(data: bytes, position: int, end: int, budget: _Budget) -> tuple[i
                 want_key = in_map
                 continue
         elif major == 6:
-            if argument != CBOR_SCRIPT_TAG:
+            if argument != cbor.SCRIPT_TAG:
                 raise _malformed("unsupported CBOR tag", position)
             major, info, argument, position = _head(data, position, end)
             if major != 4 or argument != 2:
@@ -347,29 +325,15 @@ def _scan_body(
 
 def _decode_body(body: bytes) -> Any:
     """Exactly one CBOR item, strictly: no indefinite lengths, no duplicate keys, no foreign tags."""
-    # Decoding [body, sentinel] proves the body is exactly one item: trailing data would
-    # become the second element instead of the unpredictable sentinel.
-    sentinel = os.urandom(16)
-    framed = b"\x82" + body + cbor2.dumps(sentinel)
     try:
-        decoded = cbor2.loads(
-            framed,
-            tag_hook=_tag_hook,
-            semantic_decoders=_SEMANTIC_REJECTS,
-            max_depth=_MAX_CBOR_DEPTH,
-            allow_indefinite=False,
-            allow_duplicate_keys=False,
-            str_errors="strict",
-        )
-    except RecursionError:
-        raise InvalidSnapshot("snapshot nesting is too deep") from None
-    except MemoryError:
-        raise InvalidSnapshot("snapshot body is malformed") from None
-    except Exception as exc:  # cbor2 and hook errors of any class: the bytes are not ours
-        raise InvalidSnapshot(f"snapshot body is malformed: {type(exc).__name__}") from None
-    if type(decoded) is not list or len(decoded) != 2 or decoded[1] != sentinel:
-        raise InvalidSnapshot("snapshot body has trailing data")
-    return decoded[0]
+        return cbor.decode_item(body, max_depth=_MAX_CBOR_DEPTH - 1)
+    except cbor.CBORDecodeError as exc:
+        if exc.reason == "too_deep":
+            raise InvalidSnapshot("snapshot nesting is too deep") from None
+        if exc.reason == "trailing":
+            raise InvalidSnapshot("snapshot body has trailing data") from None
+        suffix = f": {exc.kind}" if exc.kind is not None else ""
+        raise InvalidSnapshot(f"snapshot body is malformed{suffix}") from None
 
 
 def _decoded_root(body: bytes) -> tuple[Node, int, int] | None:
@@ -462,51 +426,43 @@ def _decode(
     _scan_body(data, body_length, max_tree_nodes, max_tree_text_bytes)
     body = data[:body_length]
 
-    # Bulk building allocates many containers and no cycles; pausing the cyclic
-    # collector avoids repeated full-heap scans during the build.
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
+    # The root (nearly all of the bytes) goes straight to nodes; the small rest of
+    # the envelope, with a null in the root's place, goes through cbor2.
+    native = _decoded_root(body)
+    envelope = None
+    if native is not None:
+        decoded_root, start, end = native
+        try:
+            envelope = _decode_body(body[:start] + b"\xf6" + body[end:])
+        except InvalidSnapshot:
+            native = None  # let the general path name the problem
+    if native is None:
+        envelope = _decode_body(body)
+    if type(envelope) is not dict:
+        raise InvalidSnapshot("snapshot envelope must be a map")
+    if "format" in envelope and envelope["format"] != FORMAT:
+        raise InvalidSnapshot(f"unsupported format {str(envelope['format'])[:64]!r}")
+    if envelope.keys() != _ENVELOPE_KEYS:
+        extra = sorted(map(str, envelope.keys() - _ENVELOPE_KEYS))
+        missing = sorted(_ENVELOPE_KEYS - envelope.keys())
+        detail = f"unknown field {extra[0]!r}" if extra else f"missing field {missing[0]!r}"
+        raise InvalidSnapshot(f"snapshot envelope: {detail}")
+    address = envelope["id"]
     try:
-        # The root (nearly all of the bytes) goes straight to nodes; the small rest of
-        # the envelope, with a null in the root's place, goes through cbor2.
-        native = _decoded_root(body)
-        envelope = None
-        if native is not None:
-            decoded_root, start, end = native
-            try:
-                envelope = _decode_body(body[:start] + b"\xf6" + body[end:])
-            except InvalidSnapshot:
-                native = None  # let the general path name the problem
-        if native is None:
-            envelope = _decode_body(body)
-        if type(envelope) is not dict:
-            raise InvalidSnapshot("snapshot envelope must be a map")
-        if "format" in envelope and envelope["format"] != FORMAT:
-            raise InvalidSnapshot(f"unsupported format {str(envelope['format'])[:64]!r}")
-        if envelope.keys() != _ENVELOPE_KEYS:
-            extra = sorted(map(str, envelope.keys() - _ENVELOPE_KEYS))
-            missing = sorted(_ENVELOPE_KEYS - envelope.keys())
-            detail = f"unknown field {extra[0]!r}" if extra else f"missing field {missing[0]!r}"
-            raise InvalidSnapshot(f"snapshot envelope: {detail}")
-        address = envelope["id"]
-        try:
-            validate_address(address)
-        except InvalidValue:
-            raise InvalidSnapshot("snapshot id is not a valid process address") from None
-        version = envelope["version"]
-        if type(version) is not int or not 0 <= version <= U64_MAX:
-            raise InvalidSnapshot("snapshot version must be an unsigned 64-bit integer")
-        claimed = envelope["root_hash"]
-        if type(claimed) is not str:
-            raise InvalidSnapshot("snapshot root_hash must be text")
-        limits = Limits.from_dict(envelope["limits"])
-        try:
-            root = from_decoded(envelope["root"]) if native is None else decoded_root
-        except InvalidValue as exc:
-            raise InvalidSnapshot(f"invalid root value: {exc.detail}") from None
-    finally:
-        if gc_was_enabled:
-            gc.enable()
+        validate_address(address)
+    except InvalidValue:
+        raise InvalidSnapshot("snapshot id is not a valid process address") from None
+    version = envelope["version"]
+    if type(version) is not int or not 0 <= version <= U64_MAX:
+        raise InvalidSnapshot("snapshot version must be an unsigned 64-bit integer")
+    claimed = envelope["root_hash"]
+    if type(claimed) is not str:
+        raise InvalidSnapshot("snapshot root_hash must be text")
+    limits = Limits.from_dict(envelope["limits"])
+    try:
+        root = from_decoded(envelope["root"]) if native is None else decoded_root
+    except InvalidValue as exc:
+        raise InvalidSnapshot(f"invalid root value: {exc.detail}") from None
     return address, version, root, limits, claimed
 
 

@@ -6,14 +6,20 @@
     h.exec("/lib/counter", {"by": 1})    # acknowledged only after a synced write
     h.query(path_prefix="/memory"); h.snapshot(); h.cut()
 
-See :mod:`svit.store.store` for the contract and :mod:`svit.store.keys` for the layout.
+See :mod:`svit.store.store` for the contract, :mod:`svit.store.keys` for the layout and
+:mod:`svit.store.engine` for the storage engine interface (``ProcessStore.over(engine)``).
 """
 
+from .engine import StorageEngine, WriteBatch
 from .keys import IRREPLACEABLE, KEY_CLASSES, REBUILDABLE, KeyClass
+from .rocksdb import RocksDBEngine
 from .store import DurableProcess, Head, ProcessStore, StoreSnapshot, Transaction, apply_mutations
 
 __all__ = [
     "ProcessStore",
+    "StorageEngine",
+    "WriteBatch",
+    "RocksDBEngine",
     "DurableProcess",
     "StoreSnapshot",
     "Transaction",

@@ -11,14 +11,19 @@ gesture does not reach, and puts it back when the store comes up empty.
     ...                                                        # periodic exports run
     archive.close(store); store.close()                        # final bounded export
 
-Generation file ``generation-<20 digits>.svarc`` (format major 1, minor 0)::
+Generation file ``generation-<20 digits>.svarc`` (format major 2, minor 0)::
 
     magic  b"SVARCHV1" (8) | major u16be | minor u16be | header length u32be
-    header canonical CBOR {cut_time, generation, sequence, store_id, writer}
-    body   per record: length u32be | canonical CBOR map, addresses in code-point order
-             {"kind": "process", address, version, root_hash, process_snapshot}
-             {"kind": "tombstone", address, version, root_hash, removed_at}
+    header {cut_time, generation, sequence, store_id, writer}
+    body   per record: length u32be | one map, records in address code-point order
+             {address, kind: "process", process_snapshot, root_hash, version}
+             {address, kind: "tombstone", removed_at, root_hash, version}
     trailer b"SVAREND1" (8) | record count u64be | BLAKE3 of every earlier byte (32)
+
+The header and every record are in the one deterministic CBOR encoding of
+:mod:`svit.cbor` (map keys in UTF-8 byte order, as listed above), and a reader accepts
+nothing else. Major 1 wrote the same maps in length-first key order; it is refused
+(``unknown major version 1``).
 
 A reader checks the magic, the major version, the trailer magic, the digest, the
 count, every record's fields, and restores every process snapshot (matching its
@@ -49,21 +54,22 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, TypeGuard
 
 import blake3
-import cbor2
 
+from .. import cbor
 from ..errors import SvitError
 from ..process import Process
 from .failures import describe as describe_storage_failure
 from .fsshim import FileSystem
+from .store import ProcessStore
 
 log = logging.getLogger("svit.store.archive")
 
 MAGIC = b"SVARCHV1"
 TRAILER_MAGIC = b"SVAREND1"
-MAJOR = 1
+MAJOR = 2
 MINOR = 0
 _PREFIX = struct.Struct(">8sHHI")
 _LENGTH = struct.Struct(">I")
@@ -195,7 +201,8 @@ class Generation:
 
 
 def _canonical(value: Any) -> bytes:
-    return cbor2.dumps(value, canonical=True)
+    """The one deterministic encoding (:mod:`svit.cbor`: map keys in UTF-8 byte order)."""
+    return cbor.encode(value)
 
 
 def encode_generation(*, store_id: str, generation: int, sequence: int, cut_time: int, writer: str,
@@ -220,11 +227,11 @@ def encode_generation(*, store_id: str, generation: int, sequence: int, cut_time
     return data + blake3.blake3(data).digest()
 
 
-def _is_u64(value: Any) -> bool:
+def _is_u64(value: Any) -> TypeGuard[int]:
     return type(value) is int and 0 <= value < 2**64
 
 
-def _is_hash(value: Any) -> bool:
+def _is_hash(value: Any) -> TypeGuard[str]:
     return type(value) is str and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
 
 
@@ -254,8 +261,8 @@ def decode_generation(data: bytes) -> Generation:
     if position > end:
         raise InvalidArchive("header overruns the body")
     try:
-        header = cbor2.loads(data[_PREFIX.size:position])
-    except Exception:
+        header = cbor.decode(data[_PREFIX.size:position])
+    except cbor.CBORDecodeError:
         raise InvalidArchive("header does not decode") from None
     if type(header) is not dict:
         raise InvalidArchive("header is not a map")
@@ -275,8 +282,8 @@ def decode_generation(data: bytes) -> Generation:
         if length > MAX_RECORD_BYTES or position + length > end:
             raise InvalidArchive("record overruns the body")
         try:
-            record = cbor2.loads(data[position:position + length])
-        except Exception:
+            record = cbor.decode(data[position:position + length])
+        except cbor.CBORDecodeError:
             raise InvalidArchive(f"record {seen} does not decode") from None
         position += length
         _check_record(record, seen, processes, tombstones)
@@ -399,12 +406,13 @@ def decode_marker(raw: bytes | None) -> str | None:
     if raw is None:
         return None
     try:
-        value = cbor2.loads(raw)
-    except Exception:
+        value = cbor.decode(raw)
+    except cbor.CBORDecodeError:
         return None
     if type(value) is not dict or value.get("format") != MARKER_FORMAT or value.get("state") not in ("partial", "restored"):
         return None
-    return value["state"]
+    state: str = value["state"]
+    return state
 
 
 def _worktree_root(path: str, fs: FileSystem) -> str | None:
@@ -535,8 +543,8 @@ class MemoryArchive:
 
     def newest_valid(self) -> tuple[Generation | None, list[str]]:
         """The newest generation that verifies, and the errors of newer files that did not."""
-        errors = []
-        for number, path in reversed(self._generation_files()):
+        errors: list[str] = []
+        for _number, path in reversed(self._generation_files()):
             try:
                 return self.read(path), errors
             except (OSError, InvalidArchive) as exc:
@@ -885,8 +893,6 @@ def open_store_with_archive(store_path: str | os.PathLike[str], archive: MemoryA
     (``fail_closed=False`` returns the store anyway). With ``start`` the periodic
     exporter begins after the decision.
     """
-    from .store import ProcessStore
-
     store = ProcessStore.open(store_path)
     try:
         statement = durability_statement(store.path, archive)

@@ -1,12 +1,14 @@
-"""Deterministic CBOR encodings of everything the store records, and their strict decoders.
+"""The store's record encodings over :mod:`svit.cbor`, and their strict decoders.
 
-Every record of the history (base, head, transaction, store snapshot, fork reference)
-is a CBOR map whose fields come in a fixed order and whose last field is a BLAKE3 hash
-over the CBOR encoding of the preceding fields. Decoding is strict (no indefinite
-lengths, no duplicate keys, no foreign tags, exact field list, canonical re-encoding)
-because stored bytes are checked, never trusted: a flipped byte anywhere is either a
-decode failure, a hash mismatch or a non-canonical encoding, and each is reported as
-``InvalidPersistence`` naming the record.
+Every record of the history (base, head, transaction, store snapshot, fork reference,
+tombstone) is a sealed map (:func:`svit.cbor.seal`): the one deterministic encoding,
+keys in UTF-8 byte order, with a hash field holding the BLAKE3 of the encoding of the
+other fields. Decoding is strict (one item, no indefinite lengths, no duplicate keys,
+no foreign tags, exactly the declared fields, the deterministic bytes) because stored
+bytes are checked, never trusted: a flipped byte anywhere is either a decode failure,
+a hash mismatch or a non-canonical encoding, and each is reported as
+``InvalidPersistence`` naming the record. The ``*_FIELDS`` tuples declare which fields
+a record has, not their order on disk.
 
 Tree nodes are stored content-addressed by their structural digest: a container is
 ``[kind, items]`` where a child container is ``tag(NODE_TAG, digest)`` and a leaf is
@@ -17,27 +19,60 @@ tree without rebuilding it.
 
 from __future__ import annotations
 
-import os
+import functools
 import re
 import struct
 from typing import Any, Iterable
 
 import blake3
-import cbor2
 
-from .. import tree
+from .. import cbor, tree
 from ..errors import InvalidPersistence, InvalidValue, SvitError
 from ..paths import format_path, parse
-from ..tree import CBOR_SCRIPT_TAG, Encoded, Node, cbor_default
-from ..values import MAX_NESTING, Script
+from ..tree import Node
+
+__all__ = [
+    "NODE_TAG",
+    "TRANSACTION_FORMAT",
+    "BASE_FORMAT",
+    "HEAD_FORMAT",
+    "SNAPSHOT_FORMAT",
+    "FORK_FORMAT",
+    "TOMBSTONE_FORMAT",
+    "NODE_FORMAT",
+    "TRANSACTION_FIELDS",
+    "BASE_FIELDS",
+    "HEAD_FIELDS",
+    "SNAPSHOT_FIELDS",
+    "FORK_FIELDS",
+    "TOMBSTONE_FIELDS",
+    "Ref",
+    "loads_strict",
+    "dumps",
+    "hashed_record",
+    "decode_record",
+    "is_hex_hash",
+    "is_u64",
+    "encode_mutation",
+    "check_mutation_path",
+    "decode_mutation",
+    "plain_mutation",
+    "touched_paths",
+    "encode_node",
+    "container_children",
+    "verify_node",
+]
 
 #: Tag of a reference to a stored child container (spells "SVND"); only in node records.
 NODE_TAG = 0x53564E44
-TRANSACTION_FORMAT = "svit-transaction@1"
-BASE_FORMAT = "svit-base@1"
-HEAD_FORMAT = "svit-head@1"
-SNAPSHOT_FORMAT = "svit-store-snapshot@1"
-FORK_FORMAT = "svit-fork@1"
+# Format 2: every record in the one deterministic encoding of :mod:`svit.cbor` (format
+# 1 wrote its fields in declared order). Node bytes did not change, so nodes stay at 1.
+TRANSACTION_FORMAT = "svit-transaction@2"
+BASE_FORMAT = "svit-base@2"
+HEAD_FORMAT = "svit-head@2"
+SNAPSHOT_FORMAT = "svit-store-snapshot@2"
+FORK_FORMAT = "svit-fork@2"
+TOMBSTONE_FORMAT = "svit-tombstone@2"
 NODE_FORMAT = "svit-node@1"
 
 TRANSACTION_FIELDS = (
@@ -72,18 +107,10 @@ FORK_FIELDS = (
     "parent_process_version",
     "parent_root_hash",
 )
+TOMBSTONE_FIELDS = ("tombstone_format", "address", "process_version", "root_hash", "removed_at")
 
 _Q = struct.Struct(">Q").pack
 _H = blake3.blake3
-_MAX_DEPTH = MAX_NESTING + 16
-_BUILTIN_TAGS = (0, 1, 2, 3, 4, 5, 25, 28, 29, 30, 35, 36, 37, 52, 54, 100, 256, 258, 260, 261, 1004, 43000, 55799)
-
-
-def _reject(*_args: Any) -> Any:
-    raise ValueError("unsupported CBOR tag")
-
-
-_SEMANTIC_REJECTS = {tag: _reject for tag in _BUILTIN_TAGS}
 
 
 class Ref:
@@ -95,52 +122,28 @@ class Ref:
         self.digest = digest
 
 
-def _tag_hook(allow_refs: bool):
-    def hook(tag: Any, _immutable: bool = False) -> Any:
-        value = tag.value
-        if tag.tag == CBOR_SCRIPT_TAG:
-            if type(value) not in (list, tuple) or len(value) != 2 or not all(type(v) is str for v in value):
-                raise ValueError("malformed script record")
-            return Script(value[0], value[1])
-        if allow_refs and tag.tag == NODE_TAG:
-            if type(value) is not bytes or len(value) != 32:
-                raise ValueError("malformed node reference")
-            return Ref(value)
-        raise ValueError("unsupported CBOR tag")
-
-    return hook
+def _node_ref(value: Any) -> Ref:
+    if type(value) is not bytes or len(value) != 32:
+        raise ValueError("malformed node reference")
+    return Ref(value)
 
 
-_PLAIN_HOOK = _tag_hook(False)
-_NODE_HOOK = _tag_hook(True)
+_NODE_TAGS = {cbor.SCRIPT_TAG: cbor.script_from_tag, NODE_TAG: _node_ref}
 
 
 def loads_strict(data: bytes, what: str, *, refs: bool = False) -> Any:
     """Exactly one CBOR item, strictly; any failure is InvalidPersistence naming ``what``."""
     if type(data) is not bytes:
         raise InvalidPersistence(f"{what}: stored value is not bytes")
-    sentinel = os.urandom(16)
     try:
-        decoded = cbor2.loads(
-            b"\x82" + data + cbor2.dumps(sentinel),
-            tag_hook=_NODE_HOOK if refs else _PLAIN_HOOK,
-            semantic_decoders=_SEMANTIC_REJECTS,
-            max_depth=_MAX_DEPTH,
-            allow_indefinite=False,
-            allow_duplicate_keys=False,
-            str_errors="strict",
-        )
-    except RecursionError:
-        raise InvalidPersistence(f"{what}: nesting is too deep") from None
-    except Exception as exc:  # any decoder failure: the bytes are not ours
-        raise InvalidPersistence(f"{what}: malformed encoding ({type(exc).__name__})") from None
-    if type(decoded) is not list or len(decoded) != 2 or decoded[1] != sentinel:
-        raise InvalidPersistence(f"{what}: trailing data")
-    return decoded[0]
+        return cbor.decode_item(data, tags=_NODE_TAGS if refs else None)
+    except cbor.CBORDecodeError as exc:
+        raise InvalidPersistence(f"{what}: {exc.detail}") from None
 
 
 def dumps(value: Any) -> bytes:
-    return cbor2.dumps(value, default=cbor_default)
+    """The deterministic encoding of a record value (:func:`svit.cbor.encode`)."""
+    return cbor.encode(value)
 
 
 # ---------------------------------------------------------------------------
@@ -148,27 +151,49 @@ def dumps(value: Any) -> bytes:
 
 
 def hashed_record(fields: tuple[str, ...], values: dict[str, Any], hash_field: str) -> tuple[bytes, str]:
-    """(encoded record, hash): the hash is BLAKE3 over the encoding of the preceding fields."""
-    ordered = {name: values[name] for name in fields}
-    body = dumps(ordered)
-    digest = _H(body).hexdigest()
-    tail = dumps(hash_field) + dumps(digest)
-    # A CBOR map header for n < 24 entries is the single byte 0xa0 + n (every record is far smaller).
-    return bytes([0xA0 + len(fields) + 1]) + body[1:] + tail, digest
+    """(sealed record, hash) of ``values``' ``fields`` (:func:`svit.cbor.seal`)."""
+    return cbor.seal({name: values[name] for name in fields}, hash_field)
 
 
-def decode_record(data: bytes, fields: tuple[str, ...], hash_field: str, what: str) -> dict[str, Any]:
-    """Decode and verify a hashed record: exact fields, hash, canonical bytes."""
-    decoded = loads_strict(data, what)
-    if type(decoded) is not dict or list(decoded) != list(fields) + [hash_field]:
+def decode_record(
+    data: bytes, fields: tuple[str, ...], hash_field: str, what: str, *, format: str | None = None
+) -> dict[str, Any]:
+    """Decode and verify a sealed record: one deterministic item, exact fields, hash.
+
+    With ``format`` (the value the first of ``fields`` must hold), a record that does
+    not verify and claims another format is refused naming the format it claims (a
+    store written by an older version). The caller still compares the format field of a
+    record that verifies.
+    """
+    if type(data) is not bytes:
+        raise InvalidPersistence(f"{what}: stored value is not bytes")
+    try:
+        return _unseal(data, fields, hash_field, what)
+    except (cbor.CBORDecodeError, InvalidPersistence) as exc:
+        found = _format_of(data, fields[0]) if format is not None else None
+        if found is not None and found != format:
+            raise InvalidPersistence(
+                f"{what}: unsupported record format {found[:64]!r} (this version reads {format})") from None
+        if isinstance(exc, InvalidPersistence):
+            raise
+        raise InvalidPersistence(f"{what}: {exc.detail}") from None
+
+
+def _unseal(data: bytes, fields: tuple[str, ...], hash_field: str, what: str) -> dict[str, Any]:
+    decoded = cbor.unseal(data, hash_field)
+    if decoded.keys() != set(fields) | {hash_field}:
         raise InvalidPersistence(f"{what}: unexpected fields")
-    claimed = decoded[hash_field]
-    encoded, digest = hashed_record(fields, decoded, hash_field)
-    if claimed != digest:
-        raise InvalidPersistence(f"{what}: hash mismatch")
-    if encoded != data:
-        raise InvalidPersistence(f"{what}: non-canonical encoding")
     return decoded
+
+
+def _format_of(data: bytes, format_field: str) -> str | None:
+    """The format a record that failed to verify claims, if it decodes far enough to say."""
+    try:
+        value = cbor.decode_item(data)
+    except cbor.CBORDecodeError:
+        return None
+    found = value.get(format_field) if type(value) is dict else None
+    return found if type(found) is str else None
 
 
 _HEX_HASH = re.compile(r"[0-9a-f]{64}\Z")
@@ -191,21 +216,22 @@ def encode_mutation(mutation: dict[str, Any]) -> dict[str, Any]:
     operation = mutation["operation"]
     path = mutation["path"]
     if operation == "set":
-        return {"operation": "set", "path": path, "value": Encoded(mutation["value"])}
+        return {"operation": "set", "path": path, "value": cbor.Raw(tree.node_cbor(mutation["value"]))}
     if operation == "remove":
         return {"operation": "remove", "path": path}
     if operation == "append":
-        return {"operation": "append", "path": path, "values": [Encoded(v) for v in mutation["values"]]}
+        return {"operation": "append", "path": path, "values": [cbor.Raw(tree.node_cbor(v)) for v in mutation["values"]]}
     if operation == "remove_front":
         return {"operation": "remove_front", "path": path, "expected_value_hash": mutation["expected_value_hash"]}
     raise InvalidPersistence(f"unknown mutation operation {operation!r}")
 
 
+# Each operation's fields in the order a decoded record holds them (key order).
 _MUTATION_KEYS = {
     "set": ["operation", "path", "value"],
     "remove": ["operation", "path"],
     "append": ["operation", "path", "values"],
-    "remove_front": ["operation", "path", "expected_value_hash"],
+    "remove_front": ["expected_value_hash", "operation", "path"],
 }
 
 
@@ -260,48 +286,49 @@ def touched_paths(mutations: Iterable[dict[str, Any]]) -> list[str]:
 # Tree nodes
 
 
-def _ref_default(encoder: Any, obj: Any) -> None:
-    if type(obj) is Ref:
-        encoder.encode(cbor2.CBORTag(NODE_TAG, obj.digest))
-    else:
-        cbor_default(encoder, obj)
-
-
-_REF_HEAD = tree._cbor_head(6, NODE_TAG) + tree._cbor_head(2, 32)
+_REF_HEAD = cbor.head(6, NODE_TAG) + cbor.head(2, 32)
 _MAP_PREFIX = b"\x82\x61m"
 _ARRAY_PREFIX = b"\x82\x61a"
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _key_item(key: str) -> bytes:
+    """A map key's text item; keys repeat across the nodes of a commit."""
+    return cbor.encode_text(key)
 
 
 def encode_node(node: Node) -> bytes:
     """A container node with its child containers as digest references.
 
-    The bytes are exactly ``cbor2.dumps(["m", {key: tag(NODE_TAG, digest) | leaf}])``
+    The bytes are exactly ``cbor.encode(["m", {key: tag(NODE_TAG, digest) | leaf}])``
     (``"a"`` and a list for arrays), assembled directly: a commit stages a few of these
-    and a per-child encoder callback would dominate its cost.
+    and the tree keeps a map's entries in key order already.
     """
-    # The tuple layout (kind, items, ...) is documented in svit.tree's module docstring.
+    # The tuple layout (kind, items, digest, ...) is documented in svit.tree's module docstring.
     kind, items = node[0], node[1]
-    leaf = tree._leaf_cbor
+    leaf = cbor.encode
     if kind == tree.MAP:
-        key_cbor = tree._key_cbor
-        parts = [_MAP_PREFIX, tree._cbor_head(5, len(items))]
+        parts = [_MAP_PREFIX, cbor.head(5, len(items))]
         append = parts.append
         for key, value in items.items():
-            append(key_cbor(key))
+            append(_key_item(key))
             append(_REF_HEAD + value[2] if type(value) is Node else leaf(value))
         return b"".join(parts)
-    parts = [_ARRAY_PREFIX, tree._cbor_head(4, len(items))]
+    parts = [_ARRAY_PREFIX, cbor.head(4, len(items))]
     parts.extend(_REF_HEAD + value[2] if type(value) is Node else leaf(value) for value in items)
     return b"".join(parts)
 
 
 def _encode_node_reference(node: Node) -> bytes:
-    """The same encoding through cbor2 (kept to check :func:`encode_node` against)."""
+    """The same encoding through the general encoder (kept to check :func:`encode_node` against)."""
     kind, items = node[0], node[1]
+
+    def ref(value: Any) -> Any:
+        return cbor.Raw(_REF_HEAD + value[2]) if type(value) is Node else value
+
     if kind == tree.MAP:
-        body: Any = {k: (Ref(v[2]) if type(v) is Node else v) for k, v in items.items()}
-        return cbor2.dumps(["m", body], default=_ref_default)
-    return cbor2.dumps(["a", [(Ref(v[2]) if type(v) is Node else v) for v in items]], default=_ref_default)
+        return cbor.encode(["m", {k: ref(v) for k, v in items.items()}])
+    return cbor.encode(["a", [ref(v) for v in items]])
 
 
 def container_children(node: Node) -> list[Node]:
@@ -316,9 +343,10 @@ def _child_digest(item: Any, what: str) -> bytes:
     if type(item) in (dict, list):
         raise InvalidPersistence(f"{what}: container stored inline")
     try:
-        return tree.leaf_node(item).digest
+        digest: bytes = tree.leaf_node(item).digest
     except InvalidValue as exc:
         raise InvalidPersistence(f"{what}: {exc.detail}") from None
+    return digest
 
 
 def verify_node(digest: bytes, data: bytes) -> list[bytes]:

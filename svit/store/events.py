@@ -2,27 +2,28 @@
 
 Reasoning history is not process state (reference §10.8): snapshots, archives and
 transactions never carry it. :class:`StoreEventLog` implements the
-:class:`~svit.loop.events.EventLog` interface over a :class:`~svit.store.ProcessStore`,
+:class:`~svit.thread.EventLog` interface over a :class:`~svit.store.ProcessStore`,
 plus a compaction checkpoint store and thread-history retention.
 
-Records (all irreplaceable, all canonical CBOR maps whose last field is a BLAKE3 hash
-over the canonical CBOR of the other fields; every read re-checks the hash, the
-canonical bytes and the key the record sits under, else ``InvalidPersistence``):
+Records (all irreplaceable, all sealed maps of :func:`svit.cbor.seal`: the one
+deterministic encoding, keys in UTF-8 byte order, with a hash field holding the BLAKE3
+of the encoding of the other fields; every read re-checks the hash, the deterministic
+bytes and the key the record sits under, else ``InvalidPersistence``). Fields are
+listed in key order:
 
 * **event** ``e/<address>SEP<session>SEP<u64 sequence>``:
-  ``{event_format: "svit-thread-event@1", process_id, session_id, sequence, type, data,
-  event_hash}``. Sequences start at 1, are gapless while retained, and are never
+  ``{data, event_format: "svit-thread-event@2", event_hash, process_id, sequence,
+  session_id, type}``. Sequences start at 1, are gapless while retained, and are never
   reused (appends after a cut continue from the last sequence).
 * **checkpoint** ``k/<address>SEP<session>SEP<u64 through>``:
-  ``{checkpoint_format: "svit-thread-checkpoint@1", process_id, session_id, through,
-  summary, checkpoint_hash}``: events ``1..through`` are summarised by ``summary``
+  ``{checkpoint_format: "svit-thread-checkpoint@2", checkpoint_hash, process_id,
+  session_id, summary, through}``: events ``1..through`` are summarised by ``summary``
   (plain JSON-like data). Checkpoints only move forward; re-recording the latest one
   byte-identically is a no-op.
 * **partition** ``j/<address>SEP<session>``:
-  ``{partition_format: "svit-thread-partition@1", process_id, session_id,
-  retained_from, parent_process_id, fork_point, partition_hash}``. Absent means
-  "nothing cut, nothing shared" (``retained_from`` 1), which is how every store written
-  before retention existed reads: unchanged.
+  ``{fork_point, parent_process_id, partition_format: "svit-thread-partition@2",
+  partition_hash, process_id, retained_from, session_id}``. Absent means "nothing cut,
+  nothing shared" (``retained_from`` 1).
 
 A partition's **view** is what reading ``(address, session)`` yields: with a parent,
 the parent's view of sequences ``retained_from..fork_point`` (relabelled with the
@@ -53,12 +54,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-import blake3
-import cbor2
-
-from .. import tree
+from .. import cbor, tree
 from ..errors import (
     InvalidPersistence,
     InvalidValue,
@@ -70,19 +68,45 @@ from ..errors import (
     ThreadHistoryPinned,
     ThreadHistoryUncompacted,
 )
-from ..loop.events import MAX_WINDOW, Checkpoint, Event, project_messages, read_all
-from ..loop.messages import Message
+from ..thread import MAX_WINDOW, Checkpoint, Event, Message, project_messages, read_all
 from . import codec, keys
-from .failures import storage_error
+from .engine import StorageEngine, WriteBatch
 from .keys import CF_RECORD
 
-EVENT_FORMAT = "svit-thread-event@1"
+__all__ = [
+    "EVENT_FORMAT",
+    "EVENT_FIELDS",
+    "HASH_FIELD",
+    "CHECKPOINT_FORMAT",
+    "CHECKPOINT_FIELDS",
+    "CHECKPOINT_HASH",
+    "PARTITION_FORMAT",
+    "PARTITION_FIELDS",
+    "PARTITION_HASH",
+    "MAX_EVENT_BYTES",
+    "MAX_CHECKPOINT_BYTES",
+    "MAX_SESSION_BYTES",
+    "MAX_SHARE_DEPTH",
+    "encode_event",
+    "decode_event",
+    "encode_checkpoint",
+    "decode_checkpoint",
+    "Partition",
+    "encode_partition",
+    "decode_partition",
+    "HistoryStore",
+    "StoreEventLog",
+    "stage_fork_share",
+    "stage_thread_detach",
+]
+
+EVENT_FORMAT = "svit-thread-event@2"
 EVENT_FIELDS = ("event_format", "process_id", "session_id", "sequence", "type", "data")
 HASH_FIELD = "event_hash"
-CHECKPOINT_FORMAT = "svit-thread-checkpoint@1"
+CHECKPOINT_FORMAT = "svit-thread-checkpoint@2"
 CHECKPOINT_FIELDS = ("checkpoint_format", "process_id", "session_id", "through", "summary")
 CHECKPOINT_HASH = "checkpoint_hash"
-PARTITION_FORMAT = "svit-thread-partition@1"
+PARTITION_FORMAT = "svit-thread-partition@2"
 PARTITION_FIELDS = ("partition_format", "process_id", "session_id", "retained_from", "parent_process_id", "fork_point")
 PARTITION_HASH = "partition_hash"
 MAX_EVENT_BYTES = 16 * 1024 * 1024
@@ -97,22 +121,14 @@ _U64_MAX = 2**64 - 1
 
 
 def _seal(body: dict[str, Any], hash_field: str) -> bytes:
-    """Canonical CBOR of ``body`` plus ``hash_field``: BLAKE3 over the canonical body."""
-    digest = blake3.blake3(cbor2.dumps(body, canonical=True)).hexdigest()
-    return cbor2.dumps({**body, hash_field: digest}, canonical=True)
+    """The sealed record of ``body`` (:func:`svit.cbor.seal`)."""
+    return cbor.seal(body, hash_field)[0]
 
 
 def _unseal(raw: bytes, fields: tuple[str, ...], hash_field: str, what: str) -> dict[str, Any]:
-    """The verified body of a sealed record: exact fields, hash, canonical bytes."""
-    decoded = codec.loads_strict(raw, what)
-    if type(decoded) is not dict or set(decoded) != set(fields) | {hash_field}:
-        raise InvalidPersistence(f"{what}: unexpected fields")
-    body = {name: decoded[name] for name in fields}
-    if decoded[hash_field] != blake3.blake3(cbor2.dumps(body, canonical=True)).hexdigest():
-        raise InvalidPersistence(f"{what}: hash mismatch")
-    if cbor2.dumps(decoded, canonical=True) != raw:
-        raise InvalidPersistence(f"{what}: non-canonical encoding")
-    return body
+    """The verified body of a sealed record: one deterministic item, exact fields, hash."""
+    decoded = codec.decode_record(raw, fields, hash_field, what)
+    return {name: decoded[name] for name in fields}
 
 
 def encode_event(event: Event) -> bytes:
@@ -244,8 +260,21 @@ def _plain_summary(summary: Any) -> Any:
         raise InvalidValue(f"a checkpoint summary must be plain JSON-like data: {exc.detail}") from None
 
 
+class HistoryStore(Protocol):
+    """What the thread log needs of the process store (a ``ProcessStore`` provides it)."""
+
+    @property
+    def engine(self) -> StorageEngine: ...
+
+    def stored_head(self, address: str) -> dict[str, Any] | None: ...
+
+    def fork_children(self, address: str) -> list[str]: ...
+
+    def fork_parent(self, address: str) -> str | None: ...
+
+
 class StoreEventLog:
-    """An :class:`~svit.loop.events.EventLog` kept in a :class:`~svit.store.ProcessStore`,
+    """An :class:`~svit.thread.EventLog` kept in a :class:`~svit.store.ProcessStore`,
     with compaction checkpoints and thread-history retention.
 
     Stateless apart from the store: several instances over one store agree, because
@@ -253,11 +282,12 @@ class StoreEventLog:
     store's lock, and every change is one synced write batch.
     """
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: HistoryStore) -> None:
         self._store = store
+        self._engine = store.engine
 
     @property
-    def store(self) -> Any:
+    def store(self) -> HistoryStore:
         return self._store
 
     # ------------------------------------------------------------------ EventLog
@@ -271,8 +301,8 @@ class StoreEventLog:
         except (TypeError, ValueError):
             raise InvalidValue("event data is not plain JSON-like data") from None
         store = self._store
-        with store._lock:
-            store._check()
+        with store.engine.lock:
+            store.engine.check()
             self._require(process_id)
             sequence = self._last(process_id, session_id) + 1
             event = Event(sequence, process_id, session_id, type, data)
@@ -286,9 +316,9 @@ class StoreEventLog:
                 stored = decode_event(raw, process_id, session_id, sequence)
             except InvalidPersistence:
                 raise InvalidValue("event data is not plain JSON-like data") from None
-            batch = store._batch()
+            batch = store.engine.batch()
             batch.put(CF_RECORD, keys.thread_event_key(process_id, session_id, sequence), raw)
-            store._write(batch)
+            store.engine.write(batch)
             return stored
 
     def events(self, process_id: str, session_id: str, after: int = 0, limit: int = MAX_WINDOW) -> list[Event]:
@@ -297,8 +327,8 @@ class StoreEventLog:
         _check_limit(limit, "thread events")
         if type(after) is not int or not 0 <= after < _U64_MAX:
             raise InvalidValue("after must be a sequence number")
-        with self._store._lock:
-            self._store._check()
+        with self._store.engine.lock:
+            self._engine.check()
             self._last(process_id, session_id)  # the partition's records must agree
             return self._read(process_id, session_id, after, limit, process_id, 0)
 
@@ -306,8 +336,8 @@ class StoreEventLog:
         """The newest ``limit`` (1-4096, else ``ResourceLimitExceeded("recent thread events")``) retained events."""
         _check_limit(limit, "recent thread events")
         _check_partition(process_id, session_id)
-        with self._store._lock:
-            self._store._check()
+        with self._store.engine.lock:
+            self._engine.check()
             last = self._last(process_id, session_id)
             return self._read(process_id, session_id, max(last - limit, 0), limit, process_id, 0)
 
@@ -322,8 +352,8 @@ class StoreEventLog:
         _check_limit(limit, "recent thread messages")
         _check_partition(process_id, session_id)
         store = self._store
-        with store._lock:
-            store._check()
+        with store.engine.lock:
+            store.engine.check()
             state = self._state(process_id, session_id)
             floor, end = state.partition.retained_from, state.last  # end: the newest sequence not yet read
             found: list[Message] = []
@@ -346,8 +376,8 @@ class StoreEventLog:
         through = _check_boundary(through)
         plain = _plain_summary(summary)
         store = self._store
-        with store._lock:
-            store._check()
+        with store.engine.lock:
+            store.engine.check()
             self._require(process_id)
             state = self._state(process_id, session_id)
             if through > state.last:
@@ -371,16 +401,16 @@ class StoreEventLog:
                 stored = decode_checkpoint(raw, process_id, session_id, through)
             except InvalidPersistence:
                 raise InvalidValue("checkpoint summary is not plain JSON-like data") from None
-            batch = store._batch()
+            batch = store.engine.batch()
             batch.put(CF_RECORD, keys.thread_checkpoint_key(process_id, session_id, through), raw)
-            store._write(batch)
+            store.engine.write(batch)
             return stored
 
     def checkpoint(self, process_id: str, session_id: str) -> Checkpoint | None:
         """The latest (highest-boundary) checkpoint of a session, verified, or None."""
         _check_partition(process_id, session_id)
-        with self._store._lock:
-            self._store._check()
+        with self._store.engine.lock:
+            self._engine.check()
             latest = self._state(process_id, session_id).latest
             return latest[0] if latest is not None else None
 
@@ -388,17 +418,17 @@ class StoreEventLog:
         """Every stored checkpoint of a session, oldest boundary first, verified."""
         _check_partition(process_id, session_id)
         prefix = keys.thread_checkpoint_prefix(process_id, session_id)
-        with self._store._lock:
-            self._store._check()
+        with self._store.engine.lock:
+            self._engine.check()
             return [decode_checkpoint(raw, process_id, session_id, self._suffix(key, prefix, process_id))
-                    for key, raw in self._store._scan(CF_RECORD, prefix)]
+                    for key, raw in self._engine.scan(CF_RECORD, prefix)]
 
     # ------------------------------------------------------------------ retention
     def retained_from(self, process_id: str, session_id: str) -> int:
         """The first retained sequence of a session (1 when nothing was cut)."""
         _check_partition(process_id, session_id)
-        with self._store._lock:
-            self._store._check()
+        with self._store.engine.lock:
+            self._engine.check()
             return self._state(process_id, session_id).partition.retained_from
 
     def compacted_through(self, process_id: str, session_id: str) -> int:
@@ -417,8 +447,8 @@ class StoreEventLog:
         _check_partition(process_id, session_id)
         through = _check_boundary(through)
         store = self._store
-        with store._lock:
-            store._check()
+        with store.engine.lock:
+            store.engine.check()
             self._require(process_id)
             state = self._state(process_id, session_id)
             partition, last, latest = state.partition, state.last, state.latest
@@ -435,14 +465,14 @@ class StoreEventLog:
                 child, shared = pin
                 raise ThreadHistoryPinned(
                     f"fork {child} reads events {shared.retained_from}-{shared.fork_point} of session {session_id}")
-            batch = store._batch()
+            batch = store.engine.batch()
             prefix = keys.thread_session_prefix(process_id, session_id)
-            for key, _ in store._scan(CF_RECORD, prefix):
+            for key, _ in store.engine.scan(CF_RECORD, prefix):
                 if self._suffix(key, prefix, process_id) > through:
                     break
                 batch.delete(CF_RECORD, key)
             checkpoint_prefix = keys.thread_checkpoint_prefix(process_id, session_id)
-            for key, _ in store._scan(CF_RECORD, checkpoint_prefix):
+            for key, _ in store.engine.scan(CF_RECORD, checkpoint_prefix):
                 boundary = self._suffix(key, checkpoint_prefix, process_id)
                 if boundary > through:
                     break
@@ -453,7 +483,7 @@ class StoreEventLog:
                               partition.fork_point if still_shared else 0, True)
             batch.put(CF_RECORD, keys.thread_partition_key(process_id, session_id),
                       encode_partition(process_id, session_id, after))
-            store._write(batch)
+            store.engine.write(batch)
             return through + 1
 
     # ------------------------------------------------------------------ extras
@@ -463,21 +493,21 @@ class StoreEventLog:
     def last_sequence(self, process_id: str, session_id: str) -> int:
         """The newest sequence of a partition (0 when nothing was ever appended or shared)."""
         _check_partition(process_id, session_id)
-        with self._store._lock:
-            self._store._check()
+        with self._store.engine.lock:
+            self._engine.check()
             return self._last(process_id, session_id)
 
     def sessions(self, process_id: str) -> list[str]:
         """Session ids with stored events, a partition record or a checkpoint for ``process_id``."""
         found: dict[bytes, str] = {}
-        with self._store._lock:
-            self._store._check()
+        with self._store.engine.lock:
+            self._engine.check()
             for prefix in (keys.thread_events_prefix(process_id), keys.thread_checkpoints_prefix(process_id)):
-                for key, _ in self._store._scan(CF_RECORD, prefix):
+                for key, _ in self._engine.scan(CF_RECORD, prefix):
                     escaped = key[len(prefix):-(len(keys.SEP) + 8)]
                     found.setdefault(escaped, keys.unescape(escaped))
             prefix = keys.thread_partitions_prefix(process_id)
-            for key, _ in self._store._scan(CF_RECORD, prefix):
+            for key, _ in self._engine.scan(CF_RECORD, prefix):
                 escaped = key[len(prefix):]
                 found.setdefault(escaped, keys.unescape(escaped))
         return [found[escaped] for escaped in sorted(found)]
@@ -487,18 +517,15 @@ class StoreEventLog:
         it is a durable fork of that process, or it already holds (or shares) that session."""
         _check_partition(process_id, session_id)
         store = self._store
-        with store._lock:
-            store._check()
-            raw = store._get(CF_RECORD, keys.fork_key(process_id))
-            if raw is not None:
-                ref = codec.decode_record(raw, codec.FORK_FIELDS, "fork_hash", f"fork reference of {process_id}")
-                if ref["parent_address"] == thread_process_id:
-                    return True
+        with store.engine.lock:
+            store.engine.check()
+            if store.fork_parent(process_id) == thread_process_id:
+                return True
             return self._partition(process_id, session_id).stored or self._last(process_id, session_id) > 0
 
     # ------------------------------------------------------------------ internals (store lock held)
     def _require(self, process_id: str) -> None:
-        if self._store._read_head(process_id) is None:
+        if self._store.stored_head(process_id) is None:
             raise PersistenceNotFound(process_id)
 
     @staticmethod
@@ -509,21 +536,12 @@ class StoreEventLog:
         return keys.from_u64(suffix)
 
     def _partition(self, process_id: str, session_id: str) -> Partition:
-        raw = self._store._get(CF_RECORD, keys.thread_partition_key(process_id, session_id))
+        raw = self._engine.get(CF_RECORD, keys.thread_partition_key(process_id, session_id))
         return Partition() if raw is None else decode_partition(raw, process_id, session_id)
 
     def _seek_last(self, prefix: bytes) -> bytes | None:
         """The last key under ``prefix`` (fixed-width u64 suffixes), or None."""
-        try:
-            iterator = self._store._cfs[CF_RECORD].iter()
-            iterator.seek_for_prev(prefix + b"\xff" * 8)
-            key = iterator.key() if iterator.valid() else None
-            iterator.status()
-        except SvitError:
-            raise
-        except Exception as exc:
-            raise storage_error(exc, "scan failed") from None
-        return key if key is not None and key.startswith(prefix) else None
+        return self._engine.last_key(CF_RECORD, prefix)
 
     def _own_last(self, process_id: str, session_id: str) -> int:
         prefix = keys.thread_session_prefix(process_id, session_id)
@@ -554,7 +572,7 @@ class StoreEventLog:
         key = self._seek_last(prefix)
         if key is None:
             return None
-        raw = self._store._get(CF_RECORD, key)
+        raw = self._engine.get(CF_RECORD, key)
         if raw is None:  # pragma: no cover - the key was just seen under the store lock
             raise PersistenceUnavailable("checkpoint vanished during a read")
         return decode_checkpoint(raw, process_id, session_id, self._suffix(key, prefix, process_id)), raw
@@ -588,7 +606,7 @@ class StoreEventLog:
             raise InvalidPersistence(
                 f"reasoning event {self._suffix(first, prefix, process_id)} of {process_id} (session {session_id}) "
                 f"lies below its retained boundary {floor}")
-        for key, raw in self._store._scan(CF_RECORD, prefix, prefix + keys.u64(expected)):
+        for key, raw in self._engine.scan(CF_RECORD, prefix, prefix + keys.u64(expected)):
             if self._suffix(key, prefix, process_id) != expected:
                 raise InvalidPersistence(f"reasoning event {expected} of {process_id} (session {session_id}) is missing")
             event = decode_event(raw, process_id, session_id, expected)
@@ -600,14 +618,14 @@ class StoreEventLog:
         return found
 
     def _seek_first(self, prefix: bytes) -> bytes | None:
-        for key, _ in self._store._scan(CF_RECORD, prefix):
+        for key, _ in self._engine.scan(CF_RECORD, prefix):
             return key
         return None
 
     def _pin(self, process_id: str, session_id: str, through: int) -> tuple[str, Partition] | None:
         """A living fork whose shared prefix of this session a cut through ``through`` would delete."""
-        for child in self._store._children(process_id):
-            raw = self._store._get(CF_RECORD, keys.thread_partition_key(child, session_id))
+        for child in self._store.fork_children(process_id):
+            raw = self._engine.get(CF_RECORD, keys.thread_partition_key(child, session_id))
             if raw is None:
                 continue
             shared = decode_partition(raw, child, session_id)
@@ -615,64 +633,69 @@ class StoreEventLog:
                 return child, shared
         return None
 
+    # ------------------------------------------------------------------ store hooks (store lock held)
+    def stage_fork_share(self, batch: WriteBatch, parent_address: str, child_address: str, parent_thread: Any) -> int:
+        """Stage the child's share of the parent's current session (same session id).
 
-# ---------------------------------------------------------------------- store hooks
+        Called by ``ProcessStore.fork`` under the store lock with the fork's own batch, so
+        the share appears atomically with the child. Nothing is copied except the parent's
+        latest checkpoint (relabelled): the child's partition record names the parent and
+        the fork point. Returns how many events the child shares.
+        """
+        if not isinstance(parent_thread, dict):
+            return 0
+        session_id = parent_thread.get("session_id")
+        if type(session_id) is not str or not session_id:
+            return 0
+        _check_partition(child_address, session_id)
+        state = self._state(parent_address, session_id)
+        partition, last, latest = state.partition, state.last, state.latest
+        if not partition.stored and last == 0 and latest is None:
+            return 0  # the session never recorded anything: the child starts it at 1
+        shared = last - partition.retained_from + 1
+        if shared > 0:
+            # the fork point must be a readable event of the parent's view
+            tail = self._read(parent_address, session_id, last - 1, 1, child_address, 0)
+            if len(tail) != 1 or tail[0].sequence != last:
+                raise InvalidPersistence(f"reasoning event {last} of {parent_address} (session {session_id}) is missing")
+            child = Partition(partition.retained_from, parent_address, last, True)
+        else:  # everything was cut: nothing to share, but sequences continue after it
+            child = Partition(partition.retained_from, None, 0, True)
+        batch.put(CF_RECORD, keys.thread_partition_key(child_address, session_id),
+                  encode_partition(child_address, session_id, child))
+        if latest is not None:
+            copy = Checkpoint(child_address, session_id, latest[0].through, latest[0].summary)
+            batch.put(CF_RECORD, keys.thread_checkpoint_key(child_address, session_id, copy.through), encode_checkpoint(copy))
+        return max(shared, 0)
+
+    def stage_thread_detach(self, batch: WriteBatch, address: str) -> int:
+        """Stage copies of every event ``address`` reads from a parent, and drop its links.
+
+        Called (under the store lock, in the operation's own batch) before an operation
+        that deletes the address's fork reference: without the reference the parent may
+        be removed, so the child must hold what it reads. Returns the number copied.
+        """
+        prefix = keys.thread_partitions_prefix(address)
+        copied = 0
+        for key, raw in list(self._engine.scan(CF_RECORD, prefix)):
+            session_id = keys.unescape(key[len(prefix):])
+            partition = decode_partition(raw, address, session_id)
+            if partition.parent_process_id is None:
+                continue
+            count = partition.fork_point - partition.retained_from + 1
+            for event in self._read(address, session_id, partition.retained_from - 1, count, address, 0)[:count]:
+                batch.put(CF_RECORD, keys.thread_event_key(address, session_id, event.sequence), encode_event(event))
+                copied += 1
+            batch.put(CF_RECORD, key, encode_partition(address, session_id, Partition(partition.retained_from, None, 0, True)))
+        return copied
 
 
-def stage_fork_share(store: Any, batch: Any, parent_address: str, child_address: str, parent_thread: Any) -> int:
-    """Stage the child's share of the parent's current session (same session id).
-
-    Called by ``ProcessStore.fork`` under the store lock with the fork's own batch, so
-    the share appears atomically with the child. Nothing is copied except the parent's
-    latest checkpoint (relabelled): the child's partition record names the parent and
-    the fork point. Returns how many events the child shares.
-    """
-    if not isinstance(parent_thread, dict):
-        return 0
-    session_id = parent_thread.get("session_id")
-    if type(session_id) is not str or not session_id:
-        return 0
-    _check_partition(child_address, session_id)
-    log = StoreEventLog(store)
-    state = log._state(parent_address, session_id)
-    partition, last, latest = state.partition, state.last, state.latest
-    if not partition.stored and last == 0 and latest is None:
-        return 0  # the session never recorded anything: the child starts it at 1
-    shared = last - partition.retained_from + 1
-    if shared > 0:
-        # the fork point must be a readable event of the parent's view
-        tail = log._read(parent_address, session_id, last - 1, 1, child_address, 0)
-        if len(tail) != 1 or tail[0].sequence != last:
-            raise InvalidPersistence(f"reasoning event {last} of {parent_address} (session {session_id}) is missing")
-        child = Partition(partition.retained_from, parent_address, last, True)
-    else:  # everything was cut: nothing to share, but sequences continue after it
-        child = Partition(partition.retained_from, None, 0, True)
-    batch.put(CF_RECORD, keys.thread_partition_key(child_address, session_id),
-              encode_partition(child_address, session_id, child))
-    if latest is not None:
-        copy = Checkpoint(child_address, session_id, latest[0].through, latest[0].summary)
-        batch.put(CF_RECORD, keys.thread_checkpoint_key(child_address, session_id, copy.through), encode_checkpoint(copy))
-    return max(shared, 0)
+def stage_fork_share(store: HistoryStore, batch: WriteBatch, parent_address: str, child_address: str,
+                     parent_thread: Any) -> int:
+    """:meth:`StoreEventLog.stage_fork_share` over ``store``."""
+    return StoreEventLog(store).stage_fork_share(batch, parent_address, child_address, parent_thread)
 
 
-def stage_thread_detach(store: Any, batch: Any, address: str) -> int:
-    """Stage copies of every event ``address`` reads from a parent, and drop its links.
-
-    Called (under the store lock, in the operation's own batch) before an operation
-    that deletes the address's fork reference: without the reference the parent may
-    be removed, so the child must hold what it reads. Returns the number copied.
-    """
-    log = StoreEventLog(store)
-    prefix = keys.thread_partitions_prefix(address)
-    copied = 0
-    for key, raw in list(store._scan(CF_RECORD, prefix)):
-        session_id = keys.unescape(key[len(prefix):])
-        partition = decode_partition(raw, address, session_id)
-        if partition.parent_process_id is None:
-            continue
-        count = partition.fork_point - partition.retained_from + 1
-        for event in log._read(address, session_id, partition.retained_from - 1, count, address, 0)[:count]:
-            batch.put(CF_RECORD, keys.thread_event_key(address, session_id, event.sequence), encode_event(event))
-            copied += 1
-        batch.put(CF_RECORD, key, encode_partition(address, session_id, Partition(partition.retained_from, None, 0, True)))
-    return copied
+def stage_thread_detach(store: HistoryStore, batch: WriteBatch, address: str) -> int:
+    """:meth:`StoreEventLog.stage_thread_detach` over ``store``."""
+    return StoreEventLog(store).stage_thread_detach(batch, address)

@@ -28,6 +28,13 @@ import re
 
 from ..errors import PersistenceUnavailable
 
+__all__ = [
+    "DESCRIPTIONS",
+    "classify",
+    "describe",
+    "storage_error",
+]
+
 DESCRIPTIONS = {
     "in_use": "store is in use by another process or another open handle (its lock is held)",
     "read_only": "store is read-only",

@@ -1,16 +1,22 @@
 """Fault injection for the store's one synced write path (tests and drills only).
 
-The store sends every acknowledged write batch through ``store._writer``. A
-:class:`FailingWrites` replaces it for a ``with`` block and raises at a chosen call,
-either before the batch reaches RocksDB (``apply=False``: a failed write) or after it
-(``apply=True``: the data landed but the sync reported an error, as a lost fsync
-acknowledgement would). Either way the store must go terminal and the handle must not
-publish: that is what the tests assert, with a no-fault control run beside them.
+Every acknowledged write batch goes through the engine's ``writer``
+(:class:`~svit.store.engine.StorageEngine`). A :class:`FailingWrites` replaces it for a
+``with`` block and raises at a chosen call, either before the batch reaches the
+database (``apply=False``: a failed write) or after it (``apply=True``: the data landed
+but the sync reported an error, as a lost fsync acknowledgement would). Either way the
+engine must go terminal and the handle must not publish: that is what the tests assert,
+with a no-fault control run beside them. It works the same against any engine.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
+
+from .engine import StorageEngine, WriteBatch
+
+__all__ = ["InjectedWriteError", "FailingWrites"]
 
 
 class InjectedWriteError(OSError):
@@ -18,21 +24,23 @@ class InjectedWriteError(OSError):
 
 
 class FailingWrites:
-    """Make the ``fail_at``-th synced write (1-based) raise while the block is active."""
+    """Make the ``fail_at``-th synced write (1-based) raise while the block is active.
 
-    def __init__(self, store: Any, fail_at: int = 1, *, apply: bool = False) -> None:
-        self.store = store
+    ``target`` is a storage engine or anything with an ``engine`` (a ``ProcessStore``).
+    """
+
+    def __init__(self, target: Any, fail_at: int = 1, *, apply: bool = False) -> None:
+        self.engine: StorageEngine = target if isinstance(target, StorageEngine) else target.engine
         self.fail_at = fail_at
         self.apply = apply
         self.calls = 0
         self.failed = 0
-        self._original: Callable[[Any], None] | None = None
+        self._original: Callable[[WriteBatch], None] | None = None
 
     def __enter__(self) -> FailingWrites:
-        self._original = self.store._writer
-        original = self._original
+        original = self._original = self.engine.writer
 
-        def writer(batch: Any) -> None:
+        def writer(batch: WriteBatch) -> None:
             self.calls += 1
             if self.calls == self.fail_at:
                 self.failed += 1
@@ -41,8 +49,9 @@ class FailingWrites:
                 raise InjectedWriteError("injected synced write failure")
             original(batch)
 
-        self.store._writer = writer
+        self.engine.writer = writer
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.store._writer = self._original
+        if self._original is not None:
+            self.engine.writer = self._original

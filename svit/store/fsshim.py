@@ -19,6 +19,13 @@ import signal
 import threading
 from typing import Callable
 
+__all__ = [
+    "STEPS",
+    "FileSystem",
+    "InjectedFault",
+    "FaultyFileSystem",
+]
+
 STEPS = ("sweep", "open", "write", "fsync", "close", "reread", "replace", "dir_fsync", "prune")
 
 

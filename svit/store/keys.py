@@ -34,6 +34,49 @@ from dataclasses import dataclass
 
 from ..errors import InvalidPersistence
 
+__all__ = [
+    "IRREPLACEABLE",
+    "REBUILDABLE",
+    "CF_DEFAULT",
+    "CF_RECORD",
+    "CF_NODES",
+    "CF_INDEX",
+    "COLUMN_FAMILIES",
+    "SEP",
+    "KeyClass",
+    "KEY_CLASSES",
+    "BY_NAME",
+    "classify",
+    "escape",
+    "unescape",
+    "u64",
+    "from_u64",
+    "FORMAT_KEY",
+    "STORE_ID_KEY",
+    "RESTORE_MARKER_KEY",
+    "tombstone_key",
+    "base_key",
+    "head_key",
+    "transaction_prefix",
+    "transaction_key",
+    "snapshot_prefix",
+    "snapshot_key",
+    "fork_key",
+    "thread_events_prefix",
+    "thread_session_prefix",
+    "thread_event_key",
+    "thread_partitions_prefix",
+    "thread_partition_key",
+    "thread_checkpoints_prefix",
+    "thread_checkpoint_prefix",
+    "thread_checkpoint_key",
+    "node_key",
+    "path_prefix_key",
+    "path_key",
+    "children_prefix",
+    "child_key",
+]
+
 IRREPLACEABLE = "irreplaceable"
 REBUILDABLE = "rebuildable"
 
@@ -111,7 +154,8 @@ def u64(value: int) -> bytes:
 
 
 def from_u64(raw: bytes) -> int:
-    return _U64.unpack(raw)[0]
+    value: int = _U64.unpack(raw)[0]
+    return value
 
 
 FORMAT_KEY = b"m/format"

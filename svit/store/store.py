@@ -1,13 +1,13 @@
-"""The durable process store: a hash-chained transaction log per address in RocksDB.
+"""The durable process store: a hash-chained transaction log per address, over a storage engine.
 
 Contract (reference §10, with DESIGN §5.5/§5.7 and durability.md 1-3):
 
 * A process's history is a **base** (created, imported, fork or snapshot) followed by
   **transactions**; the **head** names the last one. Each transaction records the
   mutations of one committed transition and is chained to its predecessor by hash.
-* A durable handle publishes a transition only after ONE RocksDB write batch holding
+* A durable handle publishes a transition only after ONE engine write batch holding
   the transaction, the new tree nodes, the derived path-index entries and the new head
-  has returned from a ``sync=True`` write (WAL fsynced). The batch is guarded by a
+  has returned from a synced write (RocksDB: ``sync=True``, WAL fsynced). The batch is guarded by a
   compare-and-swap on the head under the store lock: a stale handle gets
   ``PersistenceConflict`` and keeps its old state.
 * A synced write that raises makes the store terminal: every later operation raises
@@ -17,168 +17,71 @@ Contract (reference §10, with DESIGN §5.5/§5.7 and durability.md 1-3):
   code, re-validates the root after each, checks every hash, the head, and the stored
   tree nodes of the head state. Any inconsistency is ``InvalidPersistence``.
 
-RocksDB options relied on (pinned in :func:`_options`): WAL on (``disable_wal`` is
-False on every write), ``sync=True`` on every write batch, WAL recovery mode
-``PointInTime`` (recover to the last consistent record; every acknowledged batch was
-fsynced before it, so it survives), ``paranoid_checks``, missing column families
-created on open. Only this process may hold the directory open (RocksDB's lock file).
-
-Key classes and column families are declared in :mod:`svit.store.keys`.
+The façade over the pieces, each in its own module: the storage engine
+(:mod:`svit.store.engine`, RocksDB in :mod:`svit.store.rocksdb`), the record formats
+(:mod:`svit.store.records`), the history and its queries (:mod:`svit.store.history`),
+the stored tree nodes (:mod:`svit.store.nodes`) and the thread log
+(:mod:`svit.store.events`). Key classes and column families are declared in
+:mod:`svit.store.keys`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import gc
 import os
-import threading
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+import time
+import uuid
+from typing import TYPE_CHECKING, Any, Iterator
 
-import rocksdict
+import blake3
 
-from .. import snapshot as snapshot_module
 from .. import tree
-from ..activation import compile_check
 from ..errors import (
     InvalidPersistence,
-    InvalidValue,
     PersistenceAlreadyExists,
     PersistenceConflict,
     PersistenceNotFound,
     PersistenceReferenced,
-    PersistenceUnavailable,
     ResourceLimitExceeded,
     SvitError,
 )
 from ..limits import Limits
 from ..mounts import Mount
-from ..namespace import validate_root
-from ..paths import parse, validate_address
+from ..paths import validate_address
 from ..process import Process, Transition
 from ..tree import Node
-from . import codec, failures, keys
-from .failures import storage_error
-from .keys import CF_DEFAULT, CF_INDEX, CF_NODES, CF_RECORD, COLUMN_FAMILIES, IRREPLACEABLE, REBUILDABLE
+from . import codec, keys, records
+from .engine import ALL_CLASSES, StorageEngine, WriteBatch
+from .events import StoreEventLog, stage_thread_detach
+from .history import MAX_FORK_DEPTH, MAX_QUERY_LIMIT, History
+from .keys import CF_DEFAULT, CF_INDEX, CF_RECORD, COLUMN_FAMILIES, IRREPLACEABLE, REBUILDABLE
+from .nodes import StoredNodes
+from .records import MAX_SOURCE_BYTES, Head, State, StoreSnapshot, Transaction
+from .rocksdb import RocksDBEngine
 
 if TYPE_CHECKING:
-    from ..loop.events import Checkpoint, Event
-    from ..loop.messages import Message
-    from .events import StoreEventLog
+    from ..thread import Checkpoint, Event, Message
 
-STORE_FORMAT = b"svit-store@1"
+__all__ = [
+    "STORE_FORMAT",
+    "MAX_TRANSACTION_BYTES",
+    "MAX_SOURCE_BYTES",
+    "MAX_FORK_DEPTH",
+    "MAX_QUERY_LIMIT",
+    "ProcessStore",
+    "DurableProcess",
+    "StoreSnapshot",
+    "Transaction",
+    "Head",
+    "apply_mutations",
+]
+
+STORE_FORMAT = b"svit-store@2"
 MAX_TRANSACTION_BYTES = 16 * 1024 * 1024
-MAX_SOURCE_BYTES = 4096
-MAX_FORK_DEPTH = 64
-MAX_QUERY_LIMIT = 4096
 U64_MAX = 2**64 - 1
-_KNOWN_NODES_MAX = 1 << 18
-
-
-def _options() -> rocksdict.Options:
-    """The RocksDB options this store's guarantees rest on (see the module docstring)."""
-    options = rocksdict.Options(raw_mode=True)
-    options.create_if_missing(True)
-    options.create_missing_column_families(True)
-    options.set_wal_recovery_mode(rocksdict.DBRecoveryMode.point_in_time())
-    options.set_paranoid_checks(True)
-    return options
-
-
-def _write_options() -> rocksdict.WriteOptions:
-    options = rocksdict.WriteOptions()
-    options.sync = True
-    options.disable_wal = False
-    return options
-
-
-@dataclass(frozen=True)
-class StoreSnapshot:
-    """A stored snapshot of one address at one head; ``bytes(s)`` is the process snapshot."""
-
-    snapshot_hash: str
-    address: str
-    covered_position: int | None
-    head_hash: str
-    process_version: int
-    root_hash: str
-    process_snapshot: bytes = field(repr=False)
-
-    def __bytes__(self) -> bytes:
-        return self.process_snapshot
-
-
-@dataclass(frozen=True)
-class Transaction:
-    """One committed transaction as a query returns it (values as plain data)."""
-
-    address: str
-    position: int
-    hash: str
-    previous_hash: str
-    process_version_before: int
-    process_version_after: int
-    mutations: list[dict[str, Any]]
-    touched_paths: list[str]
-    source: str
-    resulting_root_hash: str
-
-
-@dataclass(frozen=True)
-class Head:
-    position: int | None
-    hash: str
-
-
-@dataclass
-class _State:
-    version: int
-    root: Node
-    limits: Limits
-    head: Head
-    base_hash: str
-
-
-class _Batch:
-    """A write batch that only accepts keys of registered classes it is allowed to touch."""
-
-    def __init__(self, store: ProcessStore, allowed: tuple[str, ...] = (IRREPLACEABLE, REBUILDABLE)) -> None:
-        self._store = store
-        self._allowed = allowed
-        self.batch = rocksdict.WriteBatch(raw_mode=True)
-        self.size = 0
-
-    def _check(self, column_family: str, key: bytes) -> Any:
-        kc = keys.classify(column_family, key)
-        if kc.durability not in self._allowed:
-            raise InvalidPersistence(f"this operation may not write {kc.durability} key class {kc.name!r}")
-        return self._store._handles[column_family]
-
-    def put(self, column_family: str, key: bytes, value: bytes) -> None:
-        handle = self._check(column_family, key)
-        self.batch.put(key, value, handle)
-        self.size += len(key) + len(value)
-
-    def delete(self, column_family: str, key: bytes) -> None:
-        handle = self._check(column_family, key)
-        self.batch.delete(key, handle)
-
-
-def _readable_snapshot(process: Process) -> bytes:
-    """The process snapshot for a stored record, refused when restore could not read it back.
-
-    Raised limits allow a valid tree whose snapshot exceeds the restore byte bound; a base
-    or store snapshot of it would make the address unresumable (a cut deletes the history).
-    """
-    data = process.snapshot()
-    if len(data) > snapshot_module.MAX_SNAPSHOT_BYTES:
-        raise ResourceLimitExceeded("snapshot bytes")
-    return data
-
-
-def _compiler(limits: Limits) -> Callable[[str, Any], None]:
-    return lambda name, script: compile_check(name, script.source, limits)
+# The names the commit path and the handle operations use for the record pieces.
+_State = State
+_readable_snapshot = records.readable_snapshot
 
 
 def apply_mutations(root: Node, mutations: list[dict[str, Any]], what: str) -> Node:
@@ -217,76 +120,54 @@ def apply_mutations(root: Node, mutations: list[dict[str, Any]], what: str) -> N
 
 
 class ProcessStore:
-    """A RocksDB directory holding the durable history of many processes."""
+    """The durable history of many processes, kept in one storage engine."""
 
-    def __init__(self, path: str, db: rocksdict.Rdict) -> None:
-        self.path = path
-        self._db = db
-        self._handles = {name: db.get_column_family_handle(name) for name in COLUMN_FAMILIES}
-        self._cfs = {name: (db if name == CF_DEFAULT else db.get_column_family(name)) for name in COLUMN_FAMILIES}
-        self._write_options = _write_options()
-        self._lock = threading.RLock()
-        self._failed: str | None = None
-        self._closed = False
-        self._known_nodes: set[bytes] = set()
+    def __init__(self, engine: StorageEngine) -> None:
+        self.engine = engine
+        self._lock = engine.lock
         self._head_cache: dict[str, tuple[bytes, dict[str, Any]]] = {}
         #: Latest committed state per address seen by this store object (a cache; fork uses it).
         self._latest: dict[str, _State] = {}
         #: What restoring a stored snapshot may cost at most (compile-time work of all
         #: its scripts together, see :meth:`Process.restore`); a host may set its own.
         self.restore_limits = Limits()
-        #: The one synced write path (``faults.FailingWrites`` wraps it in tests).
-        self._writer: Callable[[Any], None] = lambda batch: self._db.write(batch, self._write_options)
+        self.nodes = StoredNodes(engine)
+        self.history = History(engine, apply_mutations, lambda: self.restore_limits)
 
     # ------------------------------------------------------------------ opening
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> ProcessStore:
-        """Open (creating if absent) a store directory; refuses foreign or unknown layouts."""
-        path = os.fspath(path)
+        """Open (creating if absent) a RocksDB store directory; refuses foreign or unknown layouts."""
+        return cls.over(RocksDBEngine.open(path))
+
+    @classmethod
+    def over(cls, engine: StorageEngine) -> ProcessStore:
+        """A store over an open engine: writes the format marker of an empty one, refuses
+        one written in another format (and then closes the engine, leaving no lock)."""
         try:
-            os.makedirs(path, exist_ok=True)
-            if not os.path.isdir(path):
-                raise NotADirectoryError(errno.ENOTDIR, "Not a directory")
-            if os.path.exists(os.path.join(path, "CURRENT")):
-                existing = rocksdict.Rdict.list_cf(path, rocksdict.Options(raw_mode=True))
-                unknown = sorted(set(existing) - set(COLUMN_FAMILIES))
-                if unknown:
-                    raise InvalidPersistence(f"store has unregistered column families: {unknown}")
-            column_families = {name: _options() for name in COLUMN_FAMILIES if name != CF_DEFAULT}
-            db = rocksdict.Rdict(path, _options(), column_families=column_families)
-        except SvitError:
-            raise
-        except Exception as exc:
-            # RocksDB's and the OS's text name host files; only the classified problem is kept.
-            raise storage_error(exc, "cannot open store") from None
-        try:
-            store = cls(path, db)
-        except Exception as exc:
-            db.close()
-            raise storage_error(exc, "cannot open store") from None
-        try:
-            marker = store._get(CF_DEFAULT, keys.FORMAT_KEY)
+            store = cls(engine)
+            marker = engine.get(CF_DEFAULT, keys.FORMAT_KEY)
             if marker is None:
-                batch = store._batch()
+                batch = engine.batch()
                 batch.put(CF_DEFAULT, keys.FORMAT_KEY, STORE_FORMAT)
-                store._write(batch)
+                engine.write(batch)
             elif marker != STORE_FORMAT:
-                raise InvalidPersistence("store format marker is not svit-store@1")
+                found = marker[:64].decode("ascii", "replace")
+                raise InvalidPersistence(
+                    f"store format {found!r} is not supported: this version reads {STORE_FORMAT.decode()} only "
+                    "(no migration exists; export with the version that wrote it)")
         except BaseException:
-            store.close()  # a refused open leaves no lock behind
+            engine.close()  # a refused open leaves no lock behind
             raise
         return store
 
+    @property
+    def path(self) -> str:
+        return self.engine.path
+
     def close(self) -> None:
-        """Close the database; the object refuses every later operation."""
-        with self._lock:
-            if not self._closed:
-                self._closed = True
-                # Column-family objects keep the database (and its LOCK file) alive.
-                self._cfs.clear()
-                self._handles.clear()
-                self._db.close()
-                gc.collect()
+        """Close the engine; the object refuses every later operation."""
+        self.engine.close()
 
     def __enter__(self) -> ProcessStore:
         return self
@@ -297,11 +178,16 @@ class ProcessStore:
     @property
     def terminal(self) -> bool:
         """True after a synced write failed (reopen to recover)."""
-        return self._failed is not None
+        return self.engine.terminal
+
+    @property
+    def closed(self) -> bool:
+        return self.engine.closed
 
     def statement(self) -> dict[str, Any]:
         """Where the history lives, how it is protected, and what is derived (durability 2, 14)."""
         real = os.path.realpath(self.path)
+        engine = self.engine.describe()
         return {
             "path": real,
             "column_families": {
@@ -312,60 +198,32 @@ class ProcessStore:
                 {"name": kc.name, "column_family": kc.column_family, "prefix": kc.prefix.decode(), "class": kc.durability}
                 for kc in keys.KEY_CLASSES
             ],
-            "write": "one synced WriteBatch per acknowledged commit (WAL on, sync=True)",
-            "wal_recovery_mode": "point_in_time",
-            # One RocksDB instance: the derived index shares the record's device.
-            "shares_device": True,
+            "write": engine["write"],
+            "wal_recovery_mode": engine["wal_recovery_mode"],
+            "shares_device": engine["shares_device"],
             "terminal": self.terminal,
         }
 
-    # ------------------------------------------------------------------ low-level
+    # ------------------------------------------------------------------ engine (the commit path's names)
     def _check(self) -> None:
-        if self._closed:
-            raise PersistenceUnavailable("store is closed", reason="closed")
-        if self._failed is not None:
-            raise PersistenceUnavailable(f"a synced write failed ({self._failed}); reopen the store", reason="terminal")
+        self.engine.check()
 
-    def _batch(self, allowed: tuple[str, ...] = (IRREPLACEABLE, REBUILDABLE)) -> _Batch:
-        return _Batch(self, allowed)
+    def _batch(self, allowed: tuple[str, ...] = ALL_CLASSES) -> WriteBatch:
+        return self.engine.batch(allowed)
 
-    def _write(self, batch: _Batch) -> None:
+    def _write(self, batch: WriteBatch) -> None:
         """The only durable write: synced; any failure makes the store terminal."""
-        self._check()
-        try:
-            self._writer(batch.batch)
-        except BaseException as exc:
-            reason, description = failures.classify(exc)
-            self._failed = description
-            raise PersistenceUnavailable(
-                f"synced write failed ({description}); the store is terminal until reopened", reason=reason
-            ) from None
+        self.engine.write(batch)
 
     def _get(self, column_family: str, key: bytes) -> bytes | None:
-        try:
-            return self._cfs[column_family].get(key)
-        except Exception as exc:
-            raise storage_error(exc, "read failed") from None
+        return self.engine.get(column_family, key)
 
     def _scan(self, column_family: str, prefix: bytes, start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
-        """Keys/values under ``prefix`` in key order; read errors raise, never end early."""
-        try:
-            iterator = self._cfs[column_family].iter()
-            iterator.seek(start if start is not None else prefix)
-            while iterator.valid():
-                key = iterator.key()
-                if not key.startswith(prefix):
-                    break
-                yield key, iterator.value()
-                iterator.next()
-            iterator.status()
-        except SvitError:
-            raise
-        except Exception as exc:
-            raise storage_error(exc, "scan failed") from None
+        return self.engine.scan(column_family, prefix, start)
 
     # ------------------------------------------------------------------ records
-    def _read_head(self, address: str) -> dict[str, Any] | None:
+    def stored_head(self, address: str) -> dict[str, Any] | None:
+        """The verified head record of ``address`` (a fresh dict), or None when absent."""
         raw = self._get(CF_RECORD, keys.head_key(address))
         if raw is None:
             return None
@@ -373,46 +231,14 @@ class ProcessStore:
         if cached is not None and cached[0] == raw:
             # Byte-identical to a head this store verified or wrote itself.
             return dict(cached[1])
-        head = codec.decode_record(raw, codec.HEAD_FIELDS, "head_check", f"head of {address}")
-        if head["head_format"] != codec.HEAD_FORMAT or head["address"] != address:
-            raise InvalidPersistence(f"head of {address}: wrong format or address")
-        if not (
-            (head["position"] is None or codec.is_u64(head["position"]))
-            and codec.is_hex_hash(head["hash"])
-            and codec.is_hex_hash(head["base_hash"])
-            and codec.is_u64(head["process_version"])
-            and codec.is_hex_hash(head["root_hash"])
-        ):
-            raise InvalidPersistence(f"head of {address}: malformed fields")
+        head = records.decode_head(raw, address)
         self._head_cache[address] = (raw, dict(head))
         return head
 
-    @staticmethod
-    def _head_record(address: str, base_hash: str, head: Head, version: int, root_hash: str) -> bytes:
-        values = {
-            "head_format": codec.HEAD_FORMAT,
-            "address": address,
-            "base_hash": base_hash,
-            "position": head.position,
-            "hash": head.hash,
-            "process_version": version,
-            "root_hash": root_hash,
-        }
-        return codec.hashed_record(codec.HEAD_FIELDS, values, "head_check")[0]
+    _read_head = stored_head
 
-    @staticmethod
-    def _base_record(address: str, covered: int | None, anchor: str | None, version: int, root_hash: str,
-                     origin: dict[str, Any]) -> tuple[bytes, str]:
-        values = {
-            "base_format": codec.BASE_FORMAT,
-            "address": address,
-            "covered_position": covered,
-            "anchor_event_hash": anchor,
-            "process_version": version,
-            "root_hash": root_hash,
-            "origin": origin,
-        }
-        return codec.hashed_record(codec.BASE_FIELDS, values, "base_hash")
+    _head_record = staticmethod(records.head_record)
+    _base_record = staticmethod(records.base_record)
 
     def _exists(self, address: str) -> bool:
         return (
@@ -420,91 +246,26 @@ class ProcessStore:
             or self._get(CF_RECORD, keys.base_key(address)) is not None
         )
 
-    def _children(self, address: str) -> list[str]:
-        """Fork children of ``address``: the child index, and the (irreplaceable) fork references.
+    def fork_children(self, address: str) -> list[str]:
+        """Fork children of ``address`` (the child index and the fork references)."""
+        return self.history.children(address)
 
-        The index is derived and may be lost before ``reset_index`` runs; the refusal to
-        remove, cut or replace a referenced address must not depend on it alone.
-        """
-        prefix = keys.children_prefix(address)
-        found = {keys.unescape(key[len(prefix):]) for key, _ in self._scan(CF_INDEX, prefix)}
-        for key, raw in self._scan(CF_RECORD, b"f/"):
-            child = keys.unescape(key[2:])
-            ref = codec.decode_record(raw, codec.FORK_FIELDS, "fork_hash", f"fork reference of {child}")
-            if ref["parent_address"] == address:
-                found.add(child)
-        return sorted(found)
+    _children = fork_children
+
+    def fork_parent(self, address: str) -> str | None:
+        """The address ``address`` was forked from, by its (verified) fork reference."""
+        raw = self._get(CF_RECORD, keys.fork_key(address))
+        return None if raw is None else records.decode_fork_reference(raw, address)["parent_address"]
 
     # ------------------------------------------------------------------ nodes
-    def _node_present(self, digest: bytes, pending: set[bytes]) -> bool:
-        if digest in pending or digest in self._known_nodes:
-            return True
-        return self._get(CF_NODES, keys.node_key(digest)) is not None
-
-    def _stage_subtree(self, batch: _Batch, node: Node, pending: set[bytes]) -> None:
-        """Stage every container of ``node``'s subtree that is not stored yet."""
-        stack = [node]
-        while stack:
-            current = stack.pop()
-            if not current.is_container or self._node_present(current.digest, pending):
-                continue
-            batch.put(CF_NODES, keys.node_key(current.digest), codec.encode_node(current))
-            pending.add(current.digest)
-            stack.extend(codec.container_children(current))
-
-    def _stage_nodes(self, batch: _Batch, root: Node, mutations: list[dict[str, Any]] | None) -> set[bytes]:
-        """Stage the containers ``root`` introduces.
-
-        With ``mutations``, only nodes at or above a mutation path can be new (the
-        previous root is fully stored): whole subtrees at mutation paths first, then the
-        ancestors on each path (whose other children are unchanged, hence stored).
-        """
-        pending: set[bytes] = set()
-        if mutations is None:
-            self._stage_subtree(batch, root, pending)
-            return pending
-        chains: list[Node] = []
-        for mutation in mutations:
-            segments = parse(mutation["path"])
-            current: Node | None = root
-            for depth in range(len(segments) + 1):
-                if current is None or not current.is_container:
-                    break
-                if depth == len(segments):
-                    self._stage_subtree(batch, current, pending)
-                    break
-                chains.append(current)
-                try:
-                    current = tree.get(current, (segments[depth],))
-                except SvitError:
-                    current = None
-        for node in chains:
-            # Ancestors of a change are new in all but rare cases; writing a node that
-            # exists rewrites identical bytes (content addressed), cheaper than a lookup.
-            if node.digest not in pending:
-                batch.put(CF_NODES, keys.node_key(node.digest), codec.encode_node(node))
-                pending.add(node.digest)
-        return pending
+    def _stage_nodes(self, batch: WriteBatch, root: Node, mutations: list[dict[str, Any]] | None) -> set[bytes]:
+        return self.nodes.stage(batch, root, mutations)
 
     def _remember_nodes(self, digests: set[bytes]) -> None:
-        if len(self._known_nodes) + len(digests) > _KNOWN_NODES_MAX:
-            self._known_nodes.clear()
-        self._known_nodes |= digests
+        self.nodes.remember(digests)
 
     def _verify_nodes(self, address: str, root_hash: str) -> None:
-        """Walk the stored tree of a head and check every node against its digest."""
-        seen: set[bytes] = set()
-        stack = [bytes.fromhex(root_hash)]
-        while stack:
-            digest = stack.pop()
-            if digest in seen:
-                continue
-            seen.add(digest)
-            raw = self._get(CF_NODES, keys.node_key(digest))
-            if raw is None:
-                raise InvalidPersistence(f"{address}: tree node {digest.hex()[:16]} is missing")
-            stack.extend(codec.verify_node(digest, raw))
-        self._remember_nodes(seen)
+        self.nodes.verify(address, root_hash)
 
     # ------------------------------------------------------------------ lifecycle
     def addresses(self) -> list[str]:
@@ -631,16 +392,7 @@ class ProcessStore:
             return DurableProcess(self, child, child_head)
 
     def _fork_depth(self, address: str) -> int:
-        depth = 0
-        current = address
-        while depth <= MAX_FORK_DEPTH:
-            raw = self._get(CF_RECORD, keys.fork_key(current))
-            if raw is None:
-                return depth
-            ref = codec.decode_record(raw, codec.FORK_FIELDS, "fork_hash", f"fork reference of {current}")
-            current = ref["parent_address"]
-            depth += 1
-        return depth
+        return self.history.fork_depth(address)
 
     def remove(self, address: str) -> None:
         """Drop an address, its history, snapshots, reasoning history and fork reference (the only destructive gesture).
@@ -671,24 +423,17 @@ class ProcessStore:
             self._write(batch)
             self._latest.pop(address, None)
 
-    def _stage_tombstone(self, batch: _Batch, address: str) -> None:
+    def _stage_tombstone(self, batch: WriteBatch, address: str) -> None:
         """Record that ``address`` was removed on purpose (the archive's shrink guard reads it)."""
         head = self._read_head(address)
         if head is None:
             return
-        import time
-
-        import cbor2
-
-        record = {"address": address, "process_version": head["process_version"], "root_hash": head["root_hash"],
-                  "removed_at": int(time.time())}
-        batch.put(CF_DEFAULT, keys.tombstone_key(address), cbor2.dumps(record, canonical=True))
+        record = records.tombstone_record(address, head["process_version"], head["root_hash"], int(time.time()))
+        batch.put(CF_DEFAULT, keys.tombstone_key(address), record)
 
     # ------------------------------------------------------------------ memory archive support
     def store_id(self) -> str:
         """A random id minted once per store directory (archive generations name it)."""
-        import uuid
-
         with self._lock:
             self._check()
             raw = self._get(CF_DEFAULT, keys.STORE_ID_KEY)
@@ -711,10 +456,7 @@ class ProcessStore:
 
         with self._lock:
             self._check()
-            try:
-                sequence = int(self._db.latest_sequence_number())
-            except Exception as exc:
-                raise storage_error(exc, "read failed") from None
+            sequence = self.engine.sequence()
             processes = []
             for key, _ in self._scan(CF_RECORD, b"h/"):
                 address = keys.unescape(key[2:])
@@ -731,18 +473,14 @@ class ProcessStore:
 
     def archive_tombstones(self) -> list[dict[str, Any]]:
         """Every address removed from this store: ``{address, version, root_hash, removed_at}``."""
-        import cbor2
-
         with self._lock:
             self._check()
             tombstones = []
             for key, raw in self._scan(CF_DEFAULT, b"d/"):
-                try:
-                    record = cbor2.loads(raw)
-                    tombstones.append({"address": keys.unescape(key[2:]), "version": int(record["process_version"]),
-                                       "root_hash": str(record["root_hash"]), "removed_at": int(record["removed_at"])})
-                except Exception:
-                    raise InvalidPersistence(f"tombstone of {keys.unescape(key[2:])} does not decode") from None
+                address = keys.unescape(key[2:])
+                record = records.decode_tombstone(raw, address)
+                tombstones.append({"address": address, "version": record["process_version"],
+                                   "root_hash": record["root_hash"], "removed_at": record["removed_at"]})
             return tombstones
 
     def archive_heads(self) -> dict[str, tuple[int, str]]:
@@ -786,8 +524,6 @@ class ProcessStore:
             if self._exists(address):
                 if self._children(address):
                     raise PersistenceReferenced(f"{address} is referenced by fork {self._children(address)[0]}")
-                from .events import stage_thread_detach
-
                 stage_thread_detach(self, batch, address)
                 self._stage_detach(batch, address)
                 for prefix, cf in ((keys.transaction_prefix(address), CF_RECORD),
@@ -807,14 +543,13 @@ class ProcessStore:
             self._head_cache.pop(address, None)
             self._latest[address] = _State(version, root, process.limits, head, base_hash)
 
-    def _stage_detach(self, batch: _Batch, address: str) -> None:
+    def _stage_detach(self, batch: WriteBatch, address: str) -> None:
         """Delete this address's own fork reference and its parent's child-index entry."""
-        raw = self._get(CF_RECORD, keys.fork_key(address))
-        if raw is None:
+        parent = self.fork_parent(address)
+        if parent is None:
             return
-        ref = codec.decode_record(raw, codec.FORK_FIELDS, "fork_hash", f"fork reference of {address}")
         batch.delete(CF_RECORD, keys.fork_key(address))
-        batch.delete(CF_INDEX, keys.child_key(ref["parent_address"], address))
+        batch.delete(CF_INDEX, keys.child_key(parent, address))
 
     # ------------------------------------------------------------------ derived state
     def reset_index(self) -> dict[str, int]:
@@ -844,44 +579,26 @@ class ProcessStore:
                         paths += 1
             for key, raw in self._scan(CF_RECORD, b"f/"):
                 child = keys.unescape(key[2:])
-                ref = codec.decode_record(raw, codec.FORK_FIELDS, "fork_hash", f"fork reference of {child}")
+                ref = records.decode_fork_reference(raw, child)
                 batch.put(CF_INDEX, keys.child_key(ref["parent_address"], child), b"")
                 children += 1
             self._write(batch)
-            self._known_nodes.clear()
+            self.nodes.forget()
             return {"removed": len(stale), "path_entries": paths, "child_entries": children}
 
     def sweep_nodes(self) -> int:
         """Delete tree nodes no stored head reaches (after removes and cuts); returns the count."""
         with self._lock:
             self._check()
-            live: set[bytes] = set()
+            roots = []
             for key, _ in self._scan(CF_RECORD, b"h/"):
                 head = self._read_head(keys.unescape(key[2:]))
-                stack = [bytes.fromhex(head["root_hash"])]
-                while stack:
-                    digest = stack.pop()
-                    if digest in live:
-                        continue
-                    live.add(digest)
-                    raw = self._get(CF_NODES, keys.node_key(digest))
-                    if raw is not None:
-                        stack.extend(codec.verify_node(digest, raw))
-            batch = self._batch()
-            dead = 0
-            for key, _ in self._scan(CF_NODES, b"n/"):
-                if key[2:] not in live:
-                    batch.delete(CF_NODES, key)
-                    dead += 1
-            if dead:
-                self._write(batch)
-            self._known_nodes.clear()
-            return dead
+                if head is not None:
+                    roots.append(head["root_hash"])
+            return self.nodes.sweep(roots)
 
     def record_digests(self) -> dict[str, str]:
         """BLAKE3 of every irreplaceable record, keyed by column family and hex key (for audits)."""
-        import blake3
-
         out: dict[str, str] = {}
         with self._lock:
             self._check()
@@ -894,151 +611,15 @@ class ProcessStore:
     # ------------------------------------------------------------------ history
     def _transactions(self, address: str, after: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
         """(position, verified envelope) in position order, starting after ``after``."""
-        prefix = keys.transaction_prefix(address)
-        start = prefix + keys.u64(after + 1) if after is not None else None
-        for key, raw in self._scan(CF_RECORD, prefix, start):
-            suffix = key[len(prefix):]
-            if len(suffix) != 8:
-                raise InvalidPersistence(f"{address}: malformed transaction key")
-            position = keys.from_u64(suffix)
-            yield position, self._decode_transaction(address, position, raw)
-
-    def _decode_transaction(self, address: str, position: int, raw: bytes) -> dict[str, Any]:
-        what = f"transaction {position} of {address}"
-        record = codec.decode_record(raw, codec.TRANSACTION_FIELDS, "event_hash", what)
-        if record["event_format"] != codec.TRANSACTION_FORMAT:
-            raise InvalidPersistence(f"{what}: unknown format")
-        if record["address"] != address or record["position"] != position:
-            raise InvalidPersistence(f"{what}: address or position does not match its key")
-        if not (codec.is_hex_hash(record["previous_hash"]) and codec.is_hex_hash(record["resulting_root_hash"])
-                and codec.is_u64(record["process_version_before"]) and codec.is_u64(record["process_version_after"])):
-            raise InvalidPersistence(f"{what}: malformed fields")
-        if record["process_version_after"] != record["process_version_before"] + 1:
-            raise InvalidPersistence(f"{what}: version does not advance by one")
-        source = record["source"]
-        if type(source) is not str or not 1 <= len(source.encode("utf-8")) <= MAX_SOURCE_BYTES:
-            raise InvalidPersistence(f"{what}: malformed source")
-        if type(record["mutations"]) is not list:
-            raise InvalidPersistence(f"{what}: malformed mutations")
-        record["mutations"] = [codec.decode_mutation(m, what) for m in record["mutations"]]
-        if record["touched_paths"] != codec.touched_paths(record["mutations"]):
-            raise InvalidPersistence(f"{what}: touched paths do not match its mutations")
-        return record
+        return self.history.transactions(address, after)
 
     def _rebuild(self, address: str, stop: Head | None, depth: int) -> _State:
         """The state at the head (or at ``stop``), validated record by record."""
-        raw = self._get(CF_RECORD, keys.base_key(address))
-        if raw is None:
-            if depth:
-                raise InvalidPersistence(f"fork parent {address} is missing")
-            raise PersistenceNotFound(address)
-        what = f"base of {address}"
-        base = codec.decode_record(raw, codec.BASE_FIELDS, "base_hash", what)
-        if base["base_format"] != codec.BASE_FORMAT or base["address"] != address:
-            raise InvalidPersistence(f"{what}: wrong format or address")
-        covered, anchor, origin = base["covered_position"], base["anchor_event_hash"], base["origin"]
-        if not (codec.is_u64(base["process_version"]) and codec.is_hex_hash(base["root_hash"])
-                and (covered is None or codec.is_u64(covered)) and (anchor is None or codec.is_hex_hash(anchor))):
-            raise InvalidPersistence(f"{what}: malformed fields")
-        kind = origin.get("origin") if type(origin) is dict else None
-        if kind in ("created", "imported"):
-            if list(origin) != ["origin", "process_snapshot"] or covered is not None or anchor is not None:
-                raise InvalidPersistence(f"{what}: malformed {kind} origin")
-            process = self._restore(origin["process_snapshot"], what)
-            if kind == "created" and process.version != 0:
-                raise InvalidPersistence(f"{what}: a created base must be at version 0")
-        elif kind == "snapshot":
-            if list(origin) != ["origin", "snapshot_hash"] or not codec.is_hex_hash(origin["snapshot_hash"]):
-                raise InvalidPersistence(f"{what}: malformed snapshot origin")
-            snapshot = self._load_snapshot(address, origin["snapshot_hash"])
-            if snapshot["covered_position"] != covered or snapshot["head_hash"] != anchor:
-                raise InvalidPersistence(f"{what}: snapshot does not cover the base boundary")
-            process = self._restore(snapshot["process_snapshot"], what)
-        elif kind == "fork":
-            expected = ["origin", "parent_address", "parent_position", "parent_head_hash", "parent_process_version",
-                        "parent_root_hash"]
-            if list(origin) != expected or covered is not None or anchor is not None:
-                raise InvalidPersistence(f"{what}: malformed fork origin")
-            if depth >= MAX_FORK_DEPTH:
-                raise InvalidPersistence(f"{what}: fork chain is deeper than {MAX_FORK_DEPTH}")
-            self._check_fork_ref(address, origin)
-            parent_address = origin["parent_address"]
-            try:
-                validate_address(parent_address)
-            except SvitError:
-                raise InvalidPersistence(f"{what}: malformed parent address") from None
-            parent = self._rebuild(parent_address, Head(origin["parent_position"], origin["parent_head_hash"]), depth + 1)
-            if parent.version != origin["parent_process_version"] or parent.root.hash != origin["parent_root_hash"]:
-                raise InvalidPersistence(f"{what}: parent state at the boundary does not match")
-            try:
-                process = Process(parent_address, parent.root, parent.version, parent.limits).fork(address)
-            except SvitError as exc:
-                raise InvalidPersistence(f"{what}: fork does not rebuild: {exc.message}") from None
-        else:
-            raise InvalidPersistence(f"{what}: unknown origin")
-        if process.address != address or process.version != base["process_version"] or process.root_hash != base["root_hash"]:
-            raise InvalidPersistence(f"{what}: rebuilt state does not match the base")
-        version, root, limits = process.version, process.root, process.limits
-        head = Head(covered, base["base_hash"])
-        compile_script = _compiler(limits)
-        if stop is None or stop.position is not None:
-            for position, record in self._transactions(address, covered):
-                expected_position = 0 if head.position is None else head.position + 1
-                if position != expected_position:
-                    raise InvalidPersistence(f"{address}: transaction {position} does not follow position {head.position}")
-                if stop is not None and position > stop.position:
-                    break
-                what = f"transaction {position} of {address}"
-                if record["previous_hash"] != head.hash:
-                    raise InvalidPersistence(f"{what}: previous hash does not match the chain")
-                if record["process_version_before"] != version:
-                    raise InvalidPersistence(f"{what}: version does not follow the process version")
-                candidate = apply_mutations(root, record["mutations"], what)
-                try:
-                    validate_root(candidate, address, limits, compile_script, previous=root, error=InvalidPersistence)
-                except InvalidPersistence:
-                    raise
-                except SvitError as exc:
-                    raise InvalidPersistence(f"{what}: resulting root is invalid: {exc.message}") from None
-                if candidate.hash != record["resulting_root_hash"]:
-                    raise InvalidPersistence(f"{what}: resulting root hash does not match")
-                root, version = candidate, record["process_version_after"]
-                head = Head(position, record["event_hash"])
-        if stop is not None and head != stop:
-            raise InvalidPersistence(f"{address}: fork boundary {stop.position} is not in the retained history")
-        return _State(version, root, limits, head, base["base_hash"])
+        return self.history.rebuild(address, stop, depth)
 
     def _restore(self, data: Any, what: str) -> Process:
-        if type(data) is not bytes:
-            raise InvalidPersistence(f"{what}: process snapshot is not bytes")
-        try:
-            return Process.restore(data, restore_limits=self.restore_limits)
-        except SvitError as exc:
-            raise InvalidPersistence(f"{what}: process snapshot does not restore: {exc.message}") from None
-
-    def _load_snapshot(self, address: str, snapshot_hash: str) -> dict[str, Any]:
-        raw = self._get(CF_RECORD, keys.snapshot_key(address, snapshot_hash))
-        what = f"store snapshot {snapshot_hash[:16]} of {address}"
-        if raw is None:
-            raise InvalidPersistence(f"{what} is missing")
-        record = codec.decode_record(raw, codec.SNAPSHOT_FIELDS, "snapshot_hash", what)
-        if record["snapshot_format"] != codec.SNAPSHOT_FORMAT or record["address"] != address:
-            raise InvalidPersistence(f"{what}: wrong format or address")
-        if record["snapshot_hash"] != snapshot_hash:
-            raise InvalidPersistence(f"{what}: hash does not match its key")
-        return record
-
-    def _check_fork_ref(self, address: str, origin: dict[str, Any]) -> None:
-        raw = self._get(CF_RECORD, keys.fork_key(address))
-        what = f"fork reference of {address}"
-        if raw is None:
-            raise InvalidPersistence(f"{what} is missing")
-        ref = codec.decode_record(raw, codec.FORK_FIELDS, "fork_hash", what)
-        fields = ("parent_address", "parent_position", "parent_head_hash", "parent_process_version", "parent_root_hash")
-        if ref["fork_format"] != codec.FORK_FORMAT or ref["child_address"] != address or any(
-            ref[name] != origin[name] for name in fields
-        ):
-            raise InvalidPersistence(f"{what} does not match the fork base")
+        """A stored process snapshot restored under :attr:`restore_limits`."""
+        return self.history.restore(data, what)
 
     # ------------------------------------------------------------------ commit
     def _current_head(self, handle: DurableProcess, version: int) -> dict[str, Any]:
@@ -1046,7 +627,7 @@ class ProcessStore:
         head = self._read_head(handle.address)
         if head is None:
             raise PersistenceNotFound(handle.address)
-        if head["position"] != handle._head.position or head["hash"] != handle._head.hash or head["process_version"] != version:
+        if head["position"] != handle.head.position or head["hash"] != handle.head.hash or head["process_version"] != version:
             raise PersistenceConflict()
         return head
 
@@ -1125,38 +706,27 @@ class ProcessStore:
         head = self._read_head(handle.address)
         if head is None:
             raise PersistenceNotFound(handle.address)
-        if head["position"] != handle._head.position or head["hash"] != handle._head.hash:
+        if head["position"] != handle.head.position or head["hash"] != handle.head.hash:
             raise PersistenceConflict()
         return head
 
     def _snapshot(self, handle: DurableProcess) -> StoreSnapshot:
-        process = handle._process
+        process = handle.process
         with process._lock, self._lock:
             self._check()
             self._check_head(handle)
-            record, snapshot_hash = self._snapshot_record(handle.address, handle._head, process)
+            record, snapshot_hash = self._snapshot_record(handle.address, handle.head, process)
             batch = self._batch()
             batch.put(CF_RECORD, keys.snapshot_key(handle.address, snapshot_hash), record[0])
             self._write(batch)
             return record[1]
 
     def _snapshot_record(self, address: str, head: Head, process: Process) -> tuple[tuple[bytes, StoreSnapshot], str]:
-        data = _readable_snapshot(process)
-        values = {
-            "snapshot_format": codec.SNAPSHOT_FORMAT,
-            "address": address,
-            "covered_position": head.position,
-            "head_hash": head.hash,
-            "process_version": process.version,
-            "root_hash": process.root_hash,
-            "process_snapshot": data,
-        }
-        encoded, snapshot_hash = codec.hashed_record(codec.SNAPSHOT_FIELDS, values, "snapshot_hash")
-        snapshot = StoreSnapshot(snapshot_hash, address, head.position, head.hash, process.version, process.root_hash, data)
-        return (encoded, snapshot), snapshot_hash
+        encoded, snapshot = records.snapshot_record(address, head, process)
+        return (encoded, snapshot), snapshot.snapshot_hash
 
     def _cut(self, handle: DurableProcess) -> StoreSnapshot:
-        process = handle._process
+        process = handle.process
         address = handle.address
         with process._lock, self._lock:
             self._check()
@@ -1164,7 +734,7 @@ class ProcessStore:
             children = self._children(address)
             if children:
                 raise PersistenceReferenced(f"{address} is referenced by fork {children[0]}")
-            head = handle._head
+            head = handle.head
             (record, snapshot), snapshot_hash = self._snapshot_record(address, head, process)
             origin = {"origin": "snapshot", "snapshot_hash": snapshot_hash}
             base_bytes, base_hash = self._base_record(address, head.position, head.hash, process.version,
@@ -1176,8 +746,6 @@ class ProcessStore:
             for key, _ in self._scan(CF_INDEX, keys.path_prefix_key(address)):
                 batch.delete(CF_INDEX, key)
             # Losing the fork reference unpins the parent: first hold what the thread reads from it.
-            from .events import stage_thread_detach
-
             stage_thread_detach(self, batch, address)
             self._stage_detach(batch, address)
             batch.put(CF_RECORD, keys.snapshot_key(address, snapshot_hash), record)
@@ -1192,69 +760,8 @@ class ProcessStore:
     def _query(self, handle: DurableProcess, after_position: int | None, through_position: int | None,
                path_prefix: str | None, source: str | None, version_from: int | None, version_through: int | None,
                transaction_hash: str | None, limit: int) -> list[Transaction]:
-        if type(limit) is not int or not 1 <= limit <= MAX_QUERY_LIMIT:
-            raise ResourceLimitExceeded("persistence query transactions")
-        for name, value in (("after_position", after_position), ("through_position", through_position),
-                            ("version_from", version_from), ("version_through", version_through)):
-            if value is not None and not codec.is_u64(value):
-                raise InvalidValue(f"{name} must be an unsigned 64-bit integer")
-        prefix_segments = parse(path_prefix) if path_prefix is not None else ()
-        address = handle.address
-        with self._lock:
-            self._check()
-            if self._read_head(address) is None:
-                raise PersistenceNotFound(address)
-            if prefix_segments:
-                positions = self._indexed_positions(address, prefix_segments, after_position)
-                records: Iterator[tuple[int, dict[str, Any]]] = (
-                    (p, self._load_transaction(address, p)) for p in positions
-                )
-            else:
-                records = self._transactions(address, after_position)
-            out: list[Transaction] = []
-            for position, record in records:
-                if through_position is not None and position > through_position:
-                    break
-                if source is not None and record["source"] != source:
-                    continue
-                produced = record["process_version_after"]
-                if version_from is not None and produced < version_from:
-                    continue
-                if version_through is not None and produced > version_through:
-                    continue
-                if transaction_hash is not None and record["event_hash"] != transaction_hash:
-                    continue
-                if prefix_segments and not any(
-                    parse(p)[: len(prefix_segments)] == prefix_segments for p in record["touched_paths"]
-                ):
-                    raise InvalidPersistence(f"path index of {address} names transaction {position} wrongly; reset_index")
-                out.append(Transaction(
-                    address, position, record["event_hash"], record["previous_hash"], record["process_version_before"],
-                    produced, [codec.plain_mutation(m) for m in record["mutations"]], list(record["touched_paths"]),
-                    record["source"], record["resulting_root_hash"]))
-                if len(out) >= limit:
-                    break
-            return out
-
-    def _indexed_positions(self, address: str, segments: tuple[str, ...], after: int | None) -> list[int]:
-        base = keys.path_prefix_key(address)
-        text = "/" + "/".join(segments)
-        positions: set[int] = set()
-        for key, _ in self._scan(CF_INDEX, base + keys.escape(text)):
-            rest = key[len(base):]
-            path = keys.unescape(rest[:-10])
-            if rest[-10:-8] != keys.SEP or not (path == text or path.startswith(text + "/")):
-                continue
-            position = keys.from_u64(rest[-8:])
-            if after is None or position > after:
-                positions.add(position)
-        return sorted(positions)
-
-    def _load_transaction(self, address: str, position: int) -> dict[str, Any]:
-        raw = self._get(CF_RECORD, keys.transaction_key(address, position))
-        if raw is None:
-            raise InvalidPersistence(f"path index of {address} names missing transaction {position}; reset_index")
-        return self._decode_transaction(address, position, raw)
+        return self.history.query(handle.address, after_position, through_position, path_prefix, source,
+                                  version_from, version_through, transaction_hash, limit)
 
 
 class DurableProcess:

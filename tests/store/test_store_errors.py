@@ -16,6 +16,7 @@ import pytest
 from svit import Process
 from svit.errors import PersistenceUnavailable
 from svit.store import ProcessStore
+from svit.store import rocksdb as rocksdb_engine
 from svit.store import store as store_module
 from svit.store.archive import MemoryArchive
 from svit.store.fsshim import FileSystem
@@ -123,7 +124,7 @@ def test_rocksdb_open_failures_are_classified(tmp_path: Path, monkeypatch: pytes
     def failing(*args: Any, **kwargs: Any) -> Any:
         raise type(raised)(message)
 
-    monkeypatch.setattr(store_module.rocksdict, "Rdict", failing)
+    monkeypatch.setattr(rocksdb_engine.rocksdict, "Rdict", failing)
     error = _open_refused(path)
     assert error.reason == reason and text in error.message
 
@@ -157,8 +158,9 @@ def test_read_and_scan_failures_after_open_name_the_problem(tmp_path: Path) -> N
     store = ProcessStore.open(path)
     try:
         durable = store.create(_counter())
-        for name in list(store._cfs):
-            store._cfs[name] = _DamagedReads(store._cfs[name], path)
+        column_families = store.engine._column_families
+        for name in list(column_families):
+            column_families[name] = _DamagedReads(column_families[name], path)
         with unchanged(durable.process):
             with pytest.raises(PersistenceUnavailable) as read:
                 store.resume(ADDR)
@@ -181,7 +183,7 @@ def test_a_failed_synced_write_names_the_problem(tmp_path: Path) -> None:
         def full(batch: Any) -> None:
             raise Exception(f"IO error: No space left on device: While appending to file: {path}/000012.log")
 
-        store._writer = full
+        store.engine.writer = full
         with unchanged(durable.process):
             with pytest.raises(PersistenceUnavailable) as caught:
                 durable.exec("/lib/count")

@@ -7,6 +7,7 @@ import cbor2
 import pytest
 
 from svit import Message, Svit
+from svit import thread as thread_model
 from svit.errors import (
     InvalidPersistence,
     InvalidValue,
@@ -308,7 +309,7 @@ def test_windows_page_across_a_cut_and_past_one_window(store, monkeypatch):
         for _ in range(3):
             log.append(ADDR, s, TOOL_STARTED, {"tool_call": {"id": "c", "name": "read", "arguments": {}}, "turn_id": "t"})
     monkeypatch.setattr(store_events, "MAX_WINDOW", 3)
-    monkeypatch.setattr(loop_events, "MAX_WINDOW", 3)
+    monkeypatch.setattr(thread_model, "MAX_WINDOW", 3)
     assert [m.text for m in log.recent_thread_messages(ADDR, s, 3)] == ["u1", "u2", "u3"]
     log.record_checkpoint(ADDR, s, 5, "u0, u1")
     log.cut_thread_events(ADDR, s, 5)

@@ -1,0 +1,162 @@
+"""The storage engine interface: what the process store needs from the database under it.
+
+An engine holds named **key spaces** (RocksDB calls them column families: ``default``,
+``record``, ``nodes``, ``index``, see :mod:`svit.store.keys`) of byte keys and byte
+values, ordered by key. It offers point reads, prefix scans in key order (and the last
+key under a prefix), and **one write primitive**: a :class:`WriteBatch` applied
+atomically and durably (synced) before :meth:`StorageEngine.write` returns. Everything
+else (records, history, indexes, the thread log, the archive) is built on that, so a
+second engine (a PostgreSQL table per key space, a batch as one transaction) plugs in
+by implementing the abstract methods below.
+
+The fail-stop rule lives here, once for every engine: a write that raises makes the
+engine **terminal**; every later operation raises ``PersistenceUnavailable`` (reason
+``terminal``) until the store is reopened, and the failed write is never retried or
+reported as successful. A closed engine refuses everything (reason ``closed``).
+
+Batches check every key against the declared key classes when it is staged (a key of
+no class, or of a class the operation may not touch, raises before anything is
+written), so an engine never sees a key the layout does not declare.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ..errors import InvalidPersistence, PersistenceUnavailable
+from . import failures, keys
+from .keys import IRREPLACEABLE, REBUILDABLE
+
+__all__ = ["ALL_CLASSES", "WriteBatch", "StorageEngine"]
+
+#: Both durability classes: what an ordinary operation's batch may touch.
+ALL_CLASSES = (IRREPLACEABLE, REBUILDABLE)
+
+
+class WriteBatch:
+    """Puts and deletes for one atomic synced write, each checked against the key classes.
+
+    ``allowed`` names the durability classes this batch may touch (a reset of derived
+    state passes ``(REBUILDABLE,)`` so it cannot change a byte of the history).
+    """
+
+    __slots__ = ("allowed", "operations", "size")
+
+    def __init__(self, allowed: tuple[str, ...] = ALL_CLASSES) -> None:
+        self.allowed = allowed
+        #: ``(key space, key, value or None for a delete)`` in staging order.
+        self.operations: list[tuple[str, bytes, bytes | None]] = []
+        #: Bytes of keys and values put so far.
+        self.size = 0
+
+    def _check(self, space: str, key: bytes) -> None:
+        kc = keys.classify(space, key)
+        if kc.durability not in self.allowed:
+            raise InvalidPersistence(f"this operation may not write {kc.durability} key class {kc.name!r}")
+
+    def put(self, space: str, key: bytes, value: bytes) -> None:
+        self._check(space, key)
+        self.operations.append((space, key, value))
+        self.size += len(key) + len(value)
+
+    def delete(self, space: str, key: bytes) -> None:
+        self._check(space, key)
+        self.operations.append((space, key, None))
+
+    def __len__(self) -> int:
+        return len(self.operations)
+
+
+class StorageEngine(ABC):
+    """Ordered key spaces with one atomic synced write, fail-stop on a failed write.
+
+    ``lock`` is the store lock: every durable operation holds it from its first read to
+    its write, so a compare-and-swap on a head and a consistent cut are plain reads
+    under it. ``writer`` is the one synced write path (it is :meth:`apply` unless fault
+    injection replaced it, see :mod:`svit.store.faults`).
+    """
+
+    #: Where the engine keeps its data (a directory; a server engine names its database).
+    path: str
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.lock = threading.RLock()
+        self.writer: Callable[[WriteBatch], None] = self.apply
+        self._failure: str | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------------ state
+    @property
+    def terminal(self) -> bool:
+        """True after a synced write failed (reopen to recover)."""
+        return self._failure is not None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def check(self) -> None:
+        """Raise ``PersistenceUnavailable`` when the engine is closed or terminal."""
+        if self._closed:
+            raise PersistenceUnavailable("store is closed", reason="closed")
+        if self._failure is not None:
+            raise PersistenceUnavailable(f"a synced write failed ({self._failure}); reopen the store", reason="terminal")
+
+    # ------------------------------------------------------------------ writing
+    def batch(self, allowed: tuple[str, ...] = ALL_CLASSES) -> WriteBatch:
+        """An empty batch that may touch ``allowed`` durability classes."""
+        return WriteBatch(allowed)
+
+    def write(self, batch: WriteBatch) -> None:
+        """The only durable write: atomic and synced; any failure makes the engine terminal."""
+        with self.lock:
+            self.check()
+            try:
+                self.writer(batch)
+            except BaseException as exc:
+                reason, description = failures.classify(exc)
+                self._failure = description
+                raise PersistenceUnavailable(
+                    f"synced write failed ({description}); the store is terminal until reopened", reason=reason
+                ) from None
+
+    def close(self) -> None:
+        """Release the database; the engine refuses every later operation."""
+        with self.lock:
+            if not self._closed:
+                self._closed = True
+                self._release()
+
+    # ------------------------------------------------------------------ what an engine provides
+    @abstractmethod
+    def apply(self, batch: WriteBatch) -> None:
+        """Apply every operation of ``batch`` atomically; return only once it is durable."""
+
+    @abstractmethod
+    def get(self, space: str, key: bytes) -> bytes | None:
+        """The value under ``key`` in ``space``, or None; a read error raises, never None."""
+
+    @abstractmethod
+    def scan(self, space: str, prefix: bytes, start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        """``(key, value)`` under ``prefix`` in key order, from ``start`` (a key under the
+        prefix) when given; a read error raises, it never ends the scan early."""
+
+    @abstractmethod
+    def last_key(self, space: str, prefix: bytes) -> bytes | None:
+        """The greatest key under ``prefix``, or None."""
+
+    @abstractmethod
+    def sequence(self) -> int:
+        """A number that grows with every applied write (stamps a point-in-time cut)."""
+
+    @abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """How writes are made durable and what shares a device (the store's statement)."""
+
+    @abstractmethod
+    def _release(self) -> None:
+        """Close the underlying database (called once, under the lock)."""

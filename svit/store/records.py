@@ -1,0 +1,265 @@
+"""The store's history records: what each one holds, how it is sealed, how it is checked.
+
+Every record of the history (base, head, transaction, store snapshot, fork reference,
+tombstone) is a sealed map (:func:`svit.cbor.seal`: the one deterministic encoding, with
+a BLAKE3 hash field over the other fields) whose first declared field names its format.
+A decoded record is checked field by field; any defect is ``InvalidPersistence`` naming
+the record, and a record of another format is refused naming the format it claims.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import snapshot as snapshot_module
+from ..errors import InvalidPersistence, ResourceLimitExceeded
+from ..limits import Limits
+from ..process import Process
+from ..tree import Node
+from . import codec
+
+__all__ = [
+    "MAX_SOURCE_BYTES",
+    "StoreSnapshot",
+    "Transaction",
+    "Head",
+    "State",
+    "readable_snapshot",
+    "head_record",
+    "decode_head",
+    "base_record",
+    "decode_base",
+    "fork_reference",
+    "decode_fork_reference",
+    "snapshot_record",
+    "decode_snapshot_record",
+    "tombstone_record",
+    "decode_tombstone",
+    "decode_transaction",
+]
+
+MAX_SOURCE_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class StoreSnapshot:
+    """A stored snapshot of one address at one head; ``bytes(s)`` is the process snapshot."""
+
+    snapshot_hash: str
+    address: str
+    covered_position: int | None
+    head_hash: str
+    process_version: int
+    root_hash: str
+    process_snapshot: bytes = field(repr=False)
+
+    def __bytes__(self) -> bytes:
+        return self.process_snapshot
+
+
+@dataclass(frozen=True)
+class Transaction:
+    """One committed transaction as a query returns it (values as plain data)."""
+
+    address: str
+    position: int
+    hash: str
+    previous_hash: str
+    process_version_before: int
+    process_version_after: int
+    mutations: list[dict[str, Any]]
+    touched_paths: list[str]
+    source: str
+    resulting_root_hash: str
+
+
+@dataclass(frozen=True)
+class Head:
+    """The last record of an address's history: a transaction position (None: the base) and its hash."""
+
+    position: int | None
+    hash: str
+
+
+@dataclass
+class State:
+    """A verified committed state of one address and where its history stands."""
+
+    version: int
+    root: Node
+    limits: Limits
+    head: Head
+    base_hash: str
+
+
+def readable_snapshot(process: Process) -> bytes:
+    """The process snapshot for a stored record, refused when restore could not read it back.
+
+    Raised limits allow a valid tree whose snapshot exceeds the restore byte bound; a base
+    or store snapshot of it would make the address unresumable (a cut deletes the history).
+    """
+    data = process.snapshot()
+    if len(data) > snapshot_module.MAX_SNAPSHOT_BYTES:
+        raise ResourceLimitExceeded("snapshot bytes")
+    return data
+
+
+# ---------------------------------------------------------------------- head
+
+
+def head_record(address: str, base_hash: str, head: Head, version: int, root_hash: str) -> bytes:
+    values = {
+        "head_format": codec.HEAD_FORMAT,
+        "address": address,
+        "base_hash": base_hash,
+        "position": head.position,
+        "hash": head.hash,
+        "process_version": version,
+        "root_hash": root_hash,
+    }
+    return codec.hashed_record(codec.HEAD_FIELDS, values, "head_check")[0]
+
+
+def decode_head(raw: bytes, address: str) -> dict[str, Any]:
+    what = f"head of {address}"
+    head = codec.decode_record(raw, codec.HEAD_FIELDS, "head_check", what, format=codec.HEAD_FORMAT)
+    if head["head_format"] != codec.HEAD_FORMAT or head["address"] != address:
+        raise InvalidPersistence(f"{what}: wrong format or address")
+    if not (
+        (head["position"] is None or codec.is_u64(head["position"]))
+        and codec.is_hex_hash(head["hash"])
+        and codec.is_hex_hash(head["base_hash"])
+        and codec.is_u64(head["process_version"])
+        and codec.is_hex_hash(head["root_hash"])
+    ):
+        raise InvalidPersistence(f"{what}: malformed fields")
+    return head
+
+
+# ---------------------------------------------------------------------- base
+
+
+def base_record(address: str, covered: int | None, anchor: str | None, version: int, root_hash: str,
+                origin: dict[str, Any]) -> tuple[bytes, str]:
+    values = {
+        "base_format": codec.BASE_FORMAT,
+        "address": address,
+        "covered_position": covered,
+        "anchor_event_hash": anchor,
+        "process_version": version,
+        "root_hash": root_hash,
+        "origin": origin,
+    }
+    return codec.hashed_record(codec.BASE_FIELDS, values, "base_hash")
+
+
+def decode_base(raw: bytes, address: str) -> dict[str, Any]:
+    what = f"base of {address}"
+    base = codec.decode_record(raw, codec.BASE_FIELDS, "base_hash", what, format=codec.BASE_FORMAT)
+    if base["base_format"] != codec.BASE_FORMAT or base["address"] != address:
+        raise InvalidPersistence(f"{what}: wrong format or address")
+    covered, anchor = base["covered_position"], base["anchor_event_hash"]
+    if not (codec.is_u64(base["process_version"]) and codec.is_hex_hash(base["root_hash"])
+            and (covered is None or codec.is_u64(covered)) and (anchor is None or codec.is_hex_hash(anchor))):
+        raise InvalidPersistence(f"{what}: malformed fields")
+    return base
+
+
+# ---------------------------------------------------------------------- fork reference
+
+
+def fork_reference(child_address: str, parent_address: str, parent: State) -> bytes:
+    """The child-to-parent reference of a fork at ``parent``'s head."""
+    values = {
+        "fork_format": codec.FORK_FORMAT,
+        "child_address": child_address,
+        "parent_address": parent_address,
+        "parent_position": parent.head.position,
+        "parent_head_hash": parent.head.hash,
+        "parent_process_version": parent.version,
+        "parent_root_hash": parent.root.hash,
+    }
+    return codec.hashed_record(codec.FORK_FIELDS, values, "fork_hash")[0]
+
+
+def decode_fork_reference(raw: bytes, child_address: str) -> dict[str, Any]:
+    what = f"fork reference of {child_address}"
+    return codec.decode_record(raw, codec.FORK_FIELDS, "fork_hash", what, format=codec.FORK_FORMAT)
+
+
+# ---------------------------------------------------------------------- store snapshot
+
+
+def snapshot_record(address: str, head: Head, process: Process) -> tuple[bytes, StoreSnapshot]:
+    data = readable_snapshot(process)
+    values = {
+        "snapshot_format": codec.SNAPSHOT_FORMAT,
+        "address": address,
+        "covered_position": head.position,
+        "head_hash": head.hash,
+        "process_version": process.version,
+        "root_hash": process.root_hash,
+        "process_snapshot": data,
+    }
+    encoded, snapshot_hash = codec.hashed_record(codec.SNAPSHOT_FIELDS, values, "snapshot_hash")
+    snapshot = StoreSnapshot(snapshot_hash, address, head.position, head.hash, process.version, process.root_hash, data)
+    return encoded, snapshot
+
+
+def decode_snapshot_record(raw: bytes, address: str, snapshot_hash: str) -> dict[str, Any]:
+    what = f"store snapshot {snapshot_hash[:16]} of {address}"
+    record = codec.decode_record(raw, codec.SNAPSHOT_FIELDS, "snapshot_hash", what, format=codec.SNAPSHOT_FORMAT)
+    if record["snapshot_format"] != codec.SNAPSHOT_FORMAT or record["address"] != address:
+        raise InvalidPersistence(f"{what}: wrong format or address")
+    if record["snapshot_hash"] != snapshot_hash:
+        raise InvalidPersistence(f"{what}: hash does not match its key")
+    return record
+
+
+# ---------------------------------------------------------------------- tombstone
+
+
+def tombstone_record(address: str, version: int, root_hash: str, removed_at: int) -> bytes:
+    """That ``address`` was removed on purpose (the archive's shrink guard reads it)."""
+    values = {"tombstone_format": codec.TOMBSTONE_FORMAT, "address": address, "process_version": version,
+              "root_hash": root_hash, "removed_at": removed_at}
+    return codec.hashed_record(codec.TOMBSTONE_FIELDS, values, "tombstone_hash")[0]
+
+
+def decode_tombstone(raw: bytes, address: str) -> dict[str, Any]:
+    what = f"tombstone of {address}"
+    record = codec.decode_record(raw, codec.TOMBSTONE_FIELDS, "tombstone_hash", what, format=codec.TOMBSTONE_FORMAT)
+    if record["tombstone_format"] != codec.TOMBSTONE_FORMAT or record["address"] != address or not (
+        codec.is_u64(record["process_version"]) and codec.is_hex_hash(record["root_hash"])
+        and codec.is_u64(record["removed_at"])
+    ):
+        raise InvalidPersistence(f"{what}: wrong format, address or fields")
+    return record
+
+
+# ---------------------------------------------------------------------- transaction
+
+
+def decode_transaction(address: str, position: int, raw: bytes) -> dict[str, Any]:
+    """A verified transaction envelope with its mutations decoded (values as tree nodes)."""
+    what = f"transaction {position} of {address}"
+    record = codec.decode_record(raw, codec.TRANSACTION_FIELDS, "event_hash", what, format=codec.TRANSACTION_FORMAT)
+    if record["event_format"] != codec.TRANSACTION_FORMAT:
+        raise InvalidPersistence(f"{what}: unknown format")
+    if record["address"] != address or record["position"] != position:
+        raise InvalidPersistence(f"{what}: address or position does not match its key")
+    if not (codec.is_hex_hash(record["previous_hash"]) and codec.is_hex_hash(record["resulting_root_hash"])
+            and codec.is_u64(record["process_version_before"]) and codec.is_u64(record["process_version_after"])):
+        raise InvalidPersistence(f"{what}: malformed fields")
+    if record["process_version_after"] != record["process_version_before"] + 1:
+        raise InvalidPersistence(f"{what}: version does not advance by one")
+    source = record["source"]
+    if type(source) is not str or not 1 <= len(source.encode("utf-8")) <= MAX_SOURCE_BYTES:
+        raise InvalidPersistence(f"{what}: malformed source")
+    if type(record["mutations"]) is not list:
+        raise InvalidPersistence(f"{what}: malformed mutations")
+    record["mutations"] = [codec.decode_mutation(m, what) for m in record["mutations"]]
+    if record["touched_paths"] != codec.touched_paths(record["mutations"]):
+        raise InvalidPersistence(f"{what}: touched paths do not match its mutations")
+    return record
