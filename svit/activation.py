@@ -3,8 +3,9 @@
 A :class:`WorkingState` holds everything an activation may change: the working
 ``/memory`` (path-copied, so read-your-writes is free), staged ``/lib`` edits, logs,
 message intents and buffered mount writes. Nested ``exec`` runs share it and the
-step budget. Nothing reaches the process until :meth:`Process._commit_activation`
-validates the candidate root and publishes it in one assignment.
+step budget. Every change is a typed mutation (:mod:`svit.mutation`) applied once to a
+working root; the process's one commit path validates that candidate root and publishes
+it in one assignment, or nothing.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from .errors import (
     SvitError,
 )
 from .guest import NULL_VALUE, Measure, SvitValue, charge_copy, plain_to_lisp, to_lisp, to_node, to_plain
-from .namespace import compile_error_to_svit, section
+from .mutation import Mutation, Remove, Set
+from .namespace import compile_error_to_svit, section, stat_record
 from .paths import format_path, lib_name, parse, validate_address
 from .redact import redact
 from .tree import Node
@@ -146,23 +148,24 @@ def _text(value: Any, what: str) -> str:
 class WorkingState(GuestHelpers):
     """The private, transactional state of one activation and its nested execs."""
 
-    def __init__(self, process: Process) -> None:
+    def __init__(self, process: Process, *, dry_run: bool = False) -> None:
         self.process = process
         self.limits = process.limits
-        self.root = process.root
-        self.committed_memory: Node = section(self.root, "memory")
-        self.memory: Node = self.committed_memory
-        self.committed_lib: Node = section(self.root, "lib")
+        #: The committed root the activation started from.
+        self.base: Node = process.root
+        #: ``base`` with every mutation below applied, once each, in order: the candidate
+        #: root's memory and library (the commit adds the outbox).
+        self.working: Node = self.base
+        self.memory: Node = section(self.base, "memory")
         self.staged: list[tuple[str, Script | None]] = []
-        self.staged_latest: dict[str, Script | None] = {}
-        self.mutations: list[dict[str, Any]] = []
+        self.mutations: list[Mutation] = []
         self.changed: dict[str, None] = {}  # an ordered set: a checkpoint is its length
         self.logs: list[dict[str, Any]] = []
         self.messages: list[dict[str, Any]] = []
         self.mount_writes: list[tuple[str, str, Any]] = []  # (op, path, value)
         self.port_calls = 0
         self.exec_depth = 0
-        self.dry_run = False
+        self.dry_run = dry_run
         self.budget = Budget(self.limits.max_steps, self.limits.max_execution_millis)
         self.lisp_limits = lisp_limits(self.limits)
         self._lib_view: Node | None = None
@@ -171,18 +174,18 @@ class WorkingState(GuestHelpers):
     def checkpoint(self) -> tuple[Any, ...]:
         """What a captured failure restores, in O(1): the buffers only grow, so lengths suffice."""
         return (
-            self.memory, len(self.staged), len(self.mutations), len(self.changed),
+            self.working, len(self.staged), len(self.mutations), len(self.changed),
             len(self.logs), len(self.messages), len(self.mount_writes),
         )
 
     def restore(self, saved: tuple[Any, ...]) -> None:
         """Undo everything staged since ``checkpoint`` (port calls made stay counted: they happened)."""
-        memory, staged, mutations, changed, logs, messages, mount_writes = saved
-        self.memory = memory
-        if len(self.staged) != staged:
-            del self.staged[staged:]
-            self.staged_latest = dict(self.staged)
+        working, staged, mutations, changed, logs, messages, mount_writes = saved
+        if working is not self.working:
+            self.working = working
+            self.memory = section(working, "memory")
             self._lib_view = None
+        del self.staged[staged:]
         del self.mutations[mutations:]
         while len(self.changed) > changed:
             self.changed.popitem()
@@ -190,17 +193,21 @@ class WorkingState(GuestHelpers):
         del self.messages[messages:]
         del self.mount_writes[mount_writes:]
 
+    def _stage(self, change: Mutation) -> Node:
+        """Apply one mutation to the working root (the only place it is applied) and record it."""
+        working = change.apply(self.working)
+        self.working = working
+        self.mutations.append(change)
+        self.changed[change.path] = None
+        return working
+
     # ------------------------------------------------------------------ scripts
     def find_script(self, name: str) -> Script:
-        if name in self.staged_latest:
-            found = self.staged_latest[name]
-            if found is None:
-                raise ScriptNotFound(name)
-            return found
-        node = tree.get(self.committed_lib, (name,))
+        node = tree.get(self.staged_lib(), (name,))
         if node is None or node.kind != "script":
             raise ScriptNotFound(name)
-        return node.to_value()
+        found: Script = node.to_value()
+        return found
 
     def run(self, name: str, source: str, input_node: Node) -> Node:
         """Run ``main(input)`` of one script in a fresh interpreter; returns the output node."""
@@ -272,13 +279,12 @@ class WorkingState(GuestHelpers):
     def view_lib(self) -> Node:
         """``/lib`` as the guest sees it: committed plus staged, scripts shown as maps."""
         if self._lib_view is None:
-            entries = {name: node for name, node in ((n, tree.get(self.committed_lib, (n,))) for n in self.committed_lib.child_names())}
-            scripts: dict[str, Script] = {name: node.to_value() for name, node in entries.items() if node is not None}
-            for name, script in self.staged:
-                if script is None:
-                    scripts.pop(name, None)
-                else:
-                    scripts[name] = script
+            lib = self.staged_lib()
+            scripts: dict[str, Script] = {}
+            for name in lib.child_names():
+                entry = tree.get(lib, (name,))
+                if entry is not None:
+                    scripts[name] = entry.to_value()
             self._lib_view = tree.from_value(
                 {name: {"documentation": s.documentation, "source": s.source} for name, s in scripts.items()},
                 scripts_allowed=False,
@@ -287,25 +293,24 @@ class WorkingState(GuestHelpers):
 
     def view_get(self, segments: tuple[str, ...]) -> Node | None:
         if not segments:
-            root = tree.set_at(self.root, ("memory",), self.memory)
-            return tree.set_at(root, ("lib",), self.view_lib())
+            return tree.set_at(self.working, ("lib",), self.view_lib())
         head = segments[0]
         if head == "memory":
             return tree.get(self.memory, segments[1:])
         if head == "lib":
             return tree.get(self.view_lib(), segments[1:])
-        return tree.get(self.root, segments)
+        return tree.get(self.working, segments)
 
     def fn_read(self, path: Any) -> Any:
         segments = parse(_text(path, "read path"))
         if len(segments) >= 2 and segments[0] == "mounts":
-            return plain_to_lisp(self.process._mount_read(segments))
+            return plain_to_lisp(self.process.mount_read(segments))
         return to_lisp(self.view_get(segments))
 
     def fn_discover(self, path: Any) -> Any:
         segments = parse(_text(path, "discover path"))
         if len(segments) >= 2 and segments[0] == "mounts":
-            names = self.process._mount_discover(segments)
+            names = self.process.mount_discover(segments)
         else:
             node = self.view_get(segments)
             if node is None or not node.is_container:
@@ -317,7 +322,7 @@ class WorkingState(GuestHelpers):
         text = _text(path, "stat path")
         segments = parse(text)
         if len(segments) >= 2 and segments[0] == "mounts":
-            return plain_to_lisp(self.process._mount_stat(segments))
+            return plain_to_lisp(self.process.mount_stat(segments))
         if segments and segments[0] == "lib" and len(segments) <= 2:
             # Scripts as the host stats them (leaf, svit-script, the script's hash), not
             # as the {documentation, source} records read shows.
@@ -326,45 +331,39 @@ class WorkingState(GuestHelpers):
             node = self.view_get(segments)
         if node is None:
             return NULL_VALUE
-        return plain_to_lisp(self.process._facts(text, segments, node))
+        return plain_to_lisp(stat_record(text, segments, node))
 
     def staged_lib(self) -> Node:
         """``/lib`` as it would commit: the committed scripts with the staged edits applied."""
-        lib = self.committed_lib
-        for name, script in self.staged:
-            if script is None:
-                if tree.get(lib, (name,)) is not None:
-                    lib = tree.remove_at(lib, (name,))
-            else:
-                lib = tree.set_at(lib, (name,), tree.from_value(script, scripts_allowed=True))
-        return lib
+        return section(self.working, "lib")
 
     def _stage_script(self, name: str, script: Script | None) -> None:
         if len(self.staged) >= self.limits.max_staged_scripts:
             raise ResourceLimitExceeded("staged scripts")
         self.staged.append((name, script))
-        self.staged_latest[name] = script
         self._lib_view = None
 
     def fn_write(self, path: Any, value: Any) -> Any:
         text = _text(path, "write path")
         segments = parse(text)
         if segments and segments[0] == "memory":
-            node = to_node(value, self.limits)
-            self.memory = node if len(segments) == 1 else tree.set_at(self.memory, segments[1:], node)
-            tree.validate_value(self.memory, self.limits, scripts_allowed=False)
-            self.mutations.append({"operation": "set", "path": format_path(segments), "value": node})
-            self.changed[format_path(segments)] = None
+            change = Set(format_path(segments), to_node(value, self.limits))
+            working = change.apply(self.working)
+            memory = section(working, "memory")
+            tree.validate_value(memory, self.limits, scripts_allowed=False)
+            self.working, self.memory = working, memory
+            self.mutations.append(change)
+            self.changed[change.path] = None
             return None
         name = lib_name(segments)
         if name is not None:
             script = library_record(to_plain(value, self.limits) if type(value) is not Script else value)
+            node = tree.from_value(script, scripts_allowed=True)
             self._stage_script(name, script)
-            self.mutations.append({"operation": "set", "path": format_path(segments), "value": script})
-            self.changed[format_path(segments)] = None
+            self._stage(Set(format_path(segments), node))
             return None
         if len(segments) >= 2 and segments[0] == "mounts":
-            self.process._mount_check_write(segments)
+            self.process.check_mount_write(segments)
             if len(self.mount_writes) >= self.limits.max_mount_writes:
                 raise ResourceLimitExceeded("mount writes")
             self.mount_writes.append(("write", format_path(segments), to_plain(value, self.limits)))
@@ -377,20 +376,17 @@ class WorkingState(GuestHelpers):
         if segments and segments[0] == "memory":
             if len(segments) == 1:
                 raise InvalidPath("cannot remove a namespace root")
-            self.memory = tree.remove_at(self.memory, segments[1:])
-            self.mutations.append({"operation": "remove", "path": format_path(segments)})
-            self.changed[format_path(segments)] = None
+            self.memory = section(self._stage(Remove(format_path(segments))), "memory")
             return None
         name = lib_name(segments)
         if name is not None:
-            if tree.get(self.view_lib(), (name,)) is None:
+            if tree.get(self.staged_lib(), (name,)) is None:
                 raise InvalidPath(f"path does not exist: {text}")
             self._stage_script(name, None)
-            self.mutations.append({"operation": "remove", "path": format_path(segments)})
-            self.changed[format_path(segments)] = None
+            self._stage(Remove(format_path(segments)))
             return None
         if len(segments) >= 2 and segments[0] == "mounts":
-            self.process._mount_check_write(segments)
+            self.process.check_mount_write(segments)
             if len(self.mount_writes) >= self.limits.max_mount_writes:
                 raise ResourceLimitExceeded("mount writes")
             self.mount_writes.append(("remove", format_path(segments), None))
@@ -437,7 +433,7 @@ class WorkingState(GuestHelpers):
         port = ports.get(name)
         if port is None:
             raise PortFailed(f"port /ports/{name} failed: port not found")
-        context = self.process._port_context()
+        context = self.process.port_context()
         started = time.monotonic()
         try:
             result = port.execute(context, plain)
@@ -488,7 +484,7 @@ class WorkingState(GuestHelpers):
         except InvalidPath:
             raise ScriptFailed("invalid search path") from None
         if len(segments) >= 2 and segments[0] == "mounts":
-            result = self.process._mount_search(segments, pattern)
+            result = self.process.mount_search(segments, pattern)
         else:
             node = self.view_get(segments)
             if node is None:

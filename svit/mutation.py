@@ -25,7 +25,9 @@ __all__ = [
     "Set",
     "apply",
     "apply_all",
+    "apply_each",
     "check_path",
+    "from_node_record",
     "from_record",
     "touched_paths",
 ]
@@ -133,6 +135,13 @@ def apply(root: Node, mutation: Mutation) -> Node:
     return mutation.apply(root)
 
 
+def apply_each(root: Node, mutations: Iterable[Mutation]) -> Node:
+    """``root`` with ``mutations`` applied in order: how every commit builds its new root."""
+    for mutation in mutations:
+        root = mutation.apply(root)
+    return root
+
+
 def apply_all(root: Node, mutations: Iterable[Mutation], what: str) -> Node:
     """Replay ``mutations`` on ``root`` (no guest code runs); any failure is InvalidPersistence."""
     for index, mutation in enumerate(mutations):
@@ -182,6 +191,23 @@ def from_record(item: Any, what: str) -> Mutation:
     if not _hex_hash(item["expected_value_hash"]):
         raise InvalidPersistence(f"{what}: malformed expected_value_hash")
     return RemoveFront(path, item["expected_value_hash"])
+
+
+def from_node_record(item: Mutation | dict[str, Any]) -> Mutation:
+    """A mutation from a record whose values are already tree nodes (what the store's
+    record decoder returns); a typed mutation is returned as it is."""
+    if isinstance(item, (Set, Remove, Append, RemoveFront)):
+        return item
+    operation = item["operation"]
+    if operation == "set":
+        return Set(item["path"], item["value"])
+    if operation == "remove":
+        return Remove(item["path"])
+    if operation == "append":
+        return Append(item["path"], tuple(item["values"]))
+    if operation == "remove_front":
+        return RemoveFront(item["path"], item["expected_value_hash"])
+    raise InvalidPersistence(f"unknown mutation operation {str(operation)[:64]!r}")
 
 
 def touched_paths(mutations: Iterable[Mutation]) -> list[str]:

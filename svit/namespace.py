@@ -86,6 +86,33 @@ def expected_system(address: str, limits: Limits) -> dict[str, bytes]:
     return found
 
 
+def stat_record(path: str, segments: tuple[str, ...], node: Node) -> dict[str, Any]:
+    """What ``stat`` reports for a committed (or working) node at ``path``."""
+    kind = node.kind
+    if kind == "map":
+        facts: dict[str, Any] = {"content": "object", "entries": node.size}
+    elif kind == "array":
+        facts = {"content": "array", "entries": node.size}
+    elif kind == "string":
+        facts = {"bytes": node.size, "content": "text/plain"}
+    elif kind == "script":
+        facts = {"bytes": node.size, "content": "svit-script"}
+    else:
+        facts = {"content": "scalar"}
+    writable = bool(segments) and (segments[0] == "memory" or (segments[0] == "lib" and len(segments) >= 2))
+    return {
+        "access": "read-write" if writable else "read",
+        "attached": True,
+        "facts": facts,
+        "hash": node.hash,
+        "kind": "directory" if node.is_container else "leaf",
+        "locality": "cache",
+        "mount": None,
+        "path": path,
+        "source": "process",
+    }
+
+
 def section(root: Node, key: str) -> Node:
     found = tree.get(root, (key,))
     assert found is not None
