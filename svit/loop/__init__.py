@@ -29,7 +29,10 @@ from .events import (
 )
 from .messages import Message, Reply, ToolCall
 from .observers import Observer
-from .svit import Inbox, Svit, SvitBuilder, SvitPortContext, SvitResumeBuilder, compose_system_prompt
+from .builders import SvitBuilder, SvitResumeBuilder
+from .hosting import SvitPortContext
+from .prompt import compose_system_prompt
+from .svit import Inbox, Svit
 from .tools import TOOL_SPECS, ToolSpec
 
 __all__ = [
