@@ -25,6 +25,7 @@ from . import stdlib, tree
 from ._ports import failure_text, log_port_failure
 from .builtins import GUEST_FUNCTIONS, GuestHelpers, PortFailed, bind_implementations
 from .errors import (
+    InternalError,
     InvalidPath,
     InvalidValue,
     ResourceLimitExceeded,
@@ -231,7 +232,7 @@ class WorkingState(GuestHelpers):
         # compile_check installs the same names (a test keeps the two equal).
         interp.define_value("input", to_lisp(input_node))
         interp.define_value("*svit-version*", SVIT_VERSION)
-        interp.define_functions(GUEST_FUNCTIONS, owner=self)
+        interp.define_functions(GUEST_FUNCTIONS, owner=GuardedFunctions(self))
 
     def fn_value_get(self, value: Any, path: Any) -> Any:
         segments = parse(_text(path, "value-get path"))
@@ -511,13 +512,48 @@ class WorkingState(GuestHelpers):
         return None
 
 
+class GuardedFunctions:
+    """What the interpreter looks guest functions up on: the working state's methods, each
+    guarded so that a failure of the host's own code (a Python exception that is neither a
+    Svit nor a Lisp error) is an :class:`~svit.errors.InternalError` chained to it, never
+    reported as the script's type error."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self, state: WorkingState) -> None:
+        self._state = state
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        return guarded(getattr(self._state, name), _GUEST_NAMES.get(name, name))
+
+
+#: The guest name of each implementing method (``fn_log_info`` -> ``log-info!``).
+_GUEST_NAMES: dict[str, str] = {entry[1]: entry[0] for entry in GUEST_FUNCTIONS.values() if type(entry[1]) is str}
+
+
+def guarded(method: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """``method`` with its own Python failures turned into internal errors (see above)."""
+
+    def call(*args: Any) -> Any:
+        try:
+            return method(*args)
+        except (SvitError, LispError, RecursionError, MemoryError):
+            raise
+        except Exception as exc:
+            raise InternalError(f"guest function {name} failed in the host ({type(exc).__name__})") from exc
+
+    call.arity_text = getattr(method, "arity_text", None)  # type: ignore[attr-defined]
+    call.takes_depth = getattr(method, "takes_depth", False)  # type: ignore[attr-defined]
+    return call
+
+
 def located(exc: ScriptFailed, name: str) -> ScriptFailed:
     """Prefix a script failure with the script's virtual path, once (nested execs keep theirs)."""
     if getattr(exc, "located", False):
         return exc
     prefix = script_filename(name) + ": "
     # The same class: a port failure stays hard however many execs it crosses.
-    fresh = type(exc)(exc.detail if exc.detail.startswith(prefix) else prefix + exc.detail)
+    fresh = type(exc)(exc.detail if exc.detail.startswith(prefix) else prefix + exc.detail, stack=exc.stack, kind=exc.kind)
     fresh.located = True  # type: ignore[attr-defined]
     if hasattr(exc, "port_error"):
         fresh.port_error = exc.port_error  # type: ignore[attr-defined]

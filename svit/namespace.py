@@ -293,5 +293,5 @@ def compile_error_to_svit(exc: BaseException) -> SvitError:
     if isinstance(exc, BudgetExhausted):
         return ExecutionLimitExceeded(exc.what)
     if isinstance(exc, LispError):
-        return ScriptFailed(exc.message)
-    return ScriptFailed("Lisp interpreter failed")
+        return ScriptFailed(exc.message, stack=exc.stack, kind=exc.kind)
+    return ScriptFailed("Lisp interpreter failed", kind="internal error")

@@ -608,7 +608,7 @@ class Process:
                 self._after(ActivationEvent(self.address, request.script, version_before, "failed", error=exc.message))
                 raise
             except LispError as exc:  # defensive: every Lisp error is mapped inside the run
-                error = ScriptFailed(exc.message)
+                error = ScriptFailed(exc.message, stack=exc.stack, kind=exc.kind)
                 self._after(ActivationEvent(self.address, request.script, version_before, "failed", error=error.message))
                 raise error from None
             self._after(ActivationEvent(self.address, request.script, version_before, "committed", version=activation.version))

@@ -67,7 +67,7 @@ from .keys import CF_DEFAULT, CF_INDEX, CF_NODES, CF_RECORD, COLUMN_FAMILIES, IR
 if TYPE_CHECKING:
     from .._ports import Ports
     from ..activation import Activation
-    from ..loop.events import Checkpoint, Event
+    from ..loop.events import Checkpoint, Event, EventLog
     from ..process import Change
     from ..loop.messages import Message
     from .events import StoreEventLog
@@ -1412,19 +1412,22 @@ class DurableProcess:
         return cast(Self, child)
 
     # --------------------------------------------------------------- reasoning history (reference §10.8)
-    def thread_log(self) -> StoreEventLog:
+    def thread_log(self) -> EventLog | None:
         """The store's reasoning event log, where this process's conversation is kept."""
-        from .events import StoreEventLog
+        return self._event_log()
+
+    def _event_log(self) -> StoreEventLog:
+        from .events import StoreEventLog  # the event log reads records through this module
 
         return StoreEventLog(self._store)
 
     def retained_from(self, session: str) -> int:
         """First retained sequence of ``session`` (1 when nothing was cut)."""
-        return self.thread_log().retained_from(self.address, session)
+        return self._event_log().retained_from(self.address, session)
 
     def compacted_through(self, session: str) -> int:
         """Highest compaction-checkpoint boundary of ``session`` (0 when none)."""
-        return self.thread_log().compacted_through(self.address, session)
+        return self._event_log().compacted_through(self.address, session)
 
     def cut_thread_events(self, session: str, through: int) -> int:
         """Delete events ``1..through`` of ``session`` in one synced batch; returns ``retained_from``.
@@ -1432,23 +1435,23 @@ class DurableProcess:
         Refuses with ``ThreadHistoryBoundary``, ``ThreadHistoryUncompacted`` or
         ``ThreadHistoryPinned`` and then changes nothing; an already cut boundary is a no-op.
         """
-        return self.thread_log().cut_thread_events(self.address, session, through)
+        return self._event_log().cut_thread_events(self.address, session, through)
 
     def record_checkpoint(self, session: str, through: int, summary: Any) -> Checkpoint:
         """Record a compaction checkpoint: events ``1..through`` are summarised by ``summary``."""
-        return self.thread_log().record_checkpoint(self.address, session, through, summary)
+        return self._event_log().record_checkpoint(self.address, session, through, summary)
 
     def latest_checkpoint(self, session: str) -> Checkpoint | None:
         """The latest compaction checkpoint of ``session`` (verified), or None."""
-        return self.thread_log().checkpoint(self.address, session)
+        return self._event_log().checkpoint(self.address, session)
 
     def recent_thread_events(self, session: str, limit: int) -> list[Event]:
         """The newest ``limit`` (1-4096) retained events of ``session``."""
-        return self.thread_log().recent_thread_events(self.address, session, limit)
+        return self._event_log().recent_thread_events(self.address, session, limit)
 
     def recent_thread_messages(self, session: str, limit: int) -> list[Message]:
         """The newest ``limit`` (1-4096) messages projected from retained events of ``session``."""
-        return self.thread_log().recent_thread_messages(self.address, session, limit)
+        return self._event_log().recent_thread_messages(self.address, session, limit)
 
     def query(
         self,
