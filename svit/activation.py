@@ -238,8 +238,8 @@ class WorkingState(GuestHelpers):
         segments = parse(_text(path, "value-get path"))
         if type(value) is SvitValue:
             # Validated on entry: an over-size port response is reduced with jq, not walked here.
-            node = value.node
-            tree.validate_value(node, self.limits, scripts_allowed=False)
+            node: Node | None = value.node
+            tree.validate_value(value.node, self.limits, scripts_allowed=False)
         else:
             node = to_node(value, self.limits) if type(value) is tuple else None
         if node is None:
@@ -580,3 +580,21 @@ def library_record(value: Any) -> Script:
     if type(documentation) is not str:
         raise InvalidValue("library documentation must be text")
     return Script(source, documentation)
+
+
+__all__ = [
+    "Activation",
+    "GuardedFunctions",
+    "INLINE_NAME",
+    "PORT_INPUT_LIMIT",
+    "SVIT_VERSION",
+    "WorkingState",
+    "compile_check",
+    "guarded",
+    "held",
+    "library_record",
+    "lisp_limits",
+    "located",
+    "script_compiler",
+    "script_filename",
+]

@@ -10,8 +10,18 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
+from svit.lisp.errors import BudgetExhausted, LimitError, LispError
+
 from . import tree
-from .errors import InvalidMount, InvalidSnapshot, InvalidValue, ResourceLimitExceeded, ScriptFailed, SvitError
+from .errors import (
+    ExecutionLimitExceeded,
+    InvalidMount,
+    InvalidSnapshot,
+    InvalidValue,
+    ResourceLimitExceeded,
+    ScriptFailed,
+    SvitError,
+)
 from .limits import Limits
 from .paths import validate_address, validate_mount_name, validate_script_name
 from .tree import Node
@@ -282,10 +292,6 @@ def validate_system(node: Node, address: str, limits: Limits, error: type[SvitEr
 
 def compile_error_to_svit(exc: BaseException) -> SvitError:
     """Map a Lisp failure to the host error the reference uses (§4.9)."""
-    from svit.lisp.errors import BudgetExhausted, LimitError, LispError
-
-    from .errors import ExecutionLimitExceeded
-
     if isinstance(exc, SvitError):
         return exc
     if isinstance(exc, LimitError):
@@ -295,3 +301,28 @@ def compile_error_to_svit(exc: BaseException) -> SvitError:
     if isinstance(exc, LispError):
         return ScriptFailed(exc.message, stack=exc.stack, kind=exc.kind)
     return ScriptFailed("Lisp interpreter failed", kind="internal error")
+
+
+__all__ = [
+    "API_OPERATIONS",
+    "DESCRIPTOR_KEYS",
+    "INTENT_KEYS",
+    "LANGUAGE",
+    "MAX_THREAD_BYTES",
+    "MAX_THREAD_RECORDS",
+    "ROOT_INDEX",
+    "ROOT_KEYS",
+    "ROOT_KEY_SET",
+    "SNAPSHOT_FORMAT",
+    "SYSTEM_KEYS",
+    "check_descriptor",
+    "compile_error_to_svit",
+    "expected_system",
+    "initial_root",
+    "section",
+    "stat_record",
+    "system_metadata",
+    "validate_root",
+    "validate_system",
+    "validate_thread",
+]

@@ -298,7 +298,8 @@ class Process:
     def stat(self, path: str) -> dict[str, Any] | None:
         segments = parse(path)
         if len(segments) >= 2 and segments[0] == "mounts":
-            return self.mount_stat(segments)
+            facts: dict[str, Any] | None = self.mount_stat(segments)
+            return facts
         node = tree.get(self.root, segments)
         return None if node is None else stat_record(path, segments, node)
 
@@ -320,7 +321,8 @@ class Process:
 
     def inbox_front(self) -> Any:
         items = section(self.root, "inbox")
-        return None if items.size == 0 else tree.get(items, ("0",)).to_value()
+        head = tree.get(items, ("0",)) if items.size else None
+        return None if head is None else head.to_value()
 
     # ------------------------------------------------------------------ commit machinery
     def _commit(
@@ -758,3 +760,19 @@ def restore_compiler(snapshot: Limits, host: Limits) -> Callable[[str, Script], 
 def mount_change_path(segments: tuple[str, ...]) -> str:
     text = format_path(segments)
     return text.rstrip("/") or "/"
+
+
+__all__ = [
+    "ActivationEvent",
+    "ActivationHook",
+    "ActivationRequest",
+    "Cancel",
+    "Change",
+    "CommitSink",
+    "Process",
+    "ProcessBuilder",
+    "Transition",
+    "U64_MAX",
+    "mount_change_path",
+    "restore_compiler",
+]

@@ -133,3 +133,11 @@ class Message:
             except ValueError:
                 pass
         return self.text
+
+
+__all__ = [
+    "Message",
+    "ROLES",
+    "Reply",
+    "ToolCall",
+]

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import uuid
 import warnings
-from typing import Any, Self
+from typing import Any, Protocol, Self, runtime_checkable
 
 from .._ports import Ports
 from ..activation import Activation
@@ -72,6 +72,15 @@ __all__ = ["SYSTEM_PROMPT", "THREAD_FORMAT", "Inbox", "Svit", "SvitBuilder", "Sv
            "compose_system_prompt"]
 
 THREAD_FORMAT = "svit-thread@8"
+
+
+@runtime_checkable
+class SpawningPort(Protocol):
+    """A port that keeps the child processes it started (the spawn port)."""
+
+    def child_ids(self) -> list[str]: ...
+
+    def child_snapshot(self, child_id: str) -> bytes: ...
 
 
 class Inbox:
@@ -286,19 +295,24 @@ class Svit:
     def child_ids(self) -> list[str]:
         """Children retained by this Svit's spawn-style ports."""
         ids: set[str] = set()
-        for name in self._ports.names():
-            port = self._ports.get(name)
-            if callable(getattr(port, "child_ids", None)):
-                ids.update(port.child_ids())
+        for port in self._spawners():
+            ids.update(port.child_ids())
         return sorted(ids)
 
     def child_snapshot(self, child_id: str) -> bytes:
+        for port in self._spawners():
+            if child_id in port.child_ids():
+                return port.child_snapshot(child_id)
+        raise ChildUnavailable(child_id)
+
+    def _spawners(self) -> list[SpawningPort]:
+        """The attached ports that keep child processes (the spawn port)."""
+        found: list[SpawningPort] = []
         for name in self._ports.names():
             port = self._ports.get(name)
-            if callable(getattr(port, "child_ids", None)) and child_id in port.child_ids():
-                found: bytes = port.child_snapshot(child_id)
-                return found
-        raise ChildUnavailable(child_id)
+            if isinstance(port, SpawningPort):
+                found.append(port)
+        return found
 
     # ------------------------------------------------------------------ history
     def _session_events(self) -> list[Event]:
@@ -317,7 +331,8 @@ class Svit:
         _recent_window(n, "recent thread messages")
         window = getattr(self._log, "recent_thread_messages", None)
         if callable(window):
-            return window(self.address, self._session_id, n)
+            recent: list[Message] = window(self.address, self._session_id, n)
+            return recent
         return self.messages()[-n:]
 
     def checkpoint(self) -> Checkpoint | None:
@@ -355,7 +370,8 @@ class Svit:
             newest = self._log.recent(self.address, self._session_id, 1)
             through = newest[0].sequence if newest else 0
         checkpoint_messages(Checkpoint(self.address, self._session_id, 0, payload))
-        return record(self.address, self._session_id, through, payload)
+        recorded: Checkpoint = record(self.address, self._session_id, through, payload)
+        return recorded
 
     def cut_history(self, through: int | None = None) -> int:
         """Drop events ``1..through`` of the current session (default: through the latest
@@ -368,7 +384,8 @@ class Svit:
             if checkpoint is None:
                 raise ThreadHistoryUncompacted(f"no checkpoint covers any event of session {self._session_id}")
             through = checkpoint.through
-        return cut(self.address, self._session_id, through)
+        retained: int = cut(self.address, self._session_id, through)
+        return retained
 
     # ------------------------------------------------------------------ observers
     def inbox(self) -> Inbox:

@@ -61,6 +61,7 @@ from ..paths import parse, validate_address
 from ..process import Process, Transition
 from ..tree import Node
 from . import codec, failures, keys
+from .events import StoreEventLog, stage_fork_share
 from .failures import storage_error
 from .keys import CF_DEFAULT, CF_INDEX, CF_NODES, CF_RECORD, COLUMN_FAMILIES, IRREPLACEABLE, REBUILDABLE
 
@@ -68,9 +69,8 @@ if TYPE_CHECKING:
     from .._ports import Ports
     from ..activation import Activation
     from ..loop.events import Checkpoint, Event, EventLog
-    from ..process import Change
     from ..loop.messages import Message
-    from .events import StoreEventLog
+    from ..process import Change
 
 STORE_FORMAT = b"svit-store@1"
 MAX_TRANSACTION_BYTES = 16 * 1024 * 1024
@@ -602,8 +602,6 @@ class ProcessStore:
             batch.put(CF_INDEX, keys.child_key(parent_address, child_address), b"")
             pending = self._stage_nodes(batch, child.root, [{"path": "/system"}])
             # The child keeps the parent's reasoning session: shared, in this same batch.
-            from .events import stage_fork_share
-
             stage_fork_share(self, batch, parent_address, child_address, parent.read("/thread"))
             self._write(batch)
             self._remember_nodes(pending)
@@ -1417,8 +1415,6 @@ class DurableProcess:
         return self._event_log()
 
     def _event_log(self) -> StoreEventLog:
-        from .events import StoreEventLog  # the event log reads records through this module
-
         return StoreEventLog(self._store)
 
     def retained_from(self, session: str) -> int:
