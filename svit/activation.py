@@ -154,10 +154,10 @@ class WorkingState(GuestHelpers):
         self.limits = process.limits
         #: The committed root the activation started from.
         self.base: Node = process.root
-        #: ``base`` with every mutation below applied, once each, in order: the candidate
-        #: root's memory and library (the commit adds the outbox).
-        self.working: Node = self.base
+        #: The working ``/memory`` and ``/lib``: the base's, with every mutation below
+        #: applied once each, in order (``apply_below``); :meth:`working_root` splices them in.
         self.memory: Node = section(self.base, "memory")
+        self.lib: Node = section(self.base, "lib")
         self.staged: list[tuple[str, Script | None]] = []
         self.mutations: list[Mutation] = []
         self.changed: dict[str, None] = {}  # an ordered set: a checkpoint is its length
@@ -175,16 +175,16 @@ class WorkingState(GuestHelpers):
     def checkpoint(self) -> tuple[Any, ...]:
         """What a captured failure restores, in O(1): the buffers only grow, so lengths suffice."""
         return (
-            self.working, len(self.staged), len(self.mutations), len(self.changed),
+            self.memory, self.lib, len(self.staged), len(self.mutations), len(self.changed),
             len(self.logs), len(self.messages), len(self.mount_writes),
         )
 
     def restore(self, saved: tuple[Any, ...]) -> None:
         """Undo everything staged since ``checkpoint`` (port calls made stay counted: they happened)."""
-        working, staged, mutations, changed, logs, messages, mount_writes = saved
-        if working is not self.working:
-            self.working = working
-            self.memory = section(working, "memory")
+        memory, lib, staged, mutations, changed, logs, messages, mount_writes = saved
+        self.memory = memory
+        if lib is not self.lib:
+            self.lib = lib
             self._lib_view = None
         del self.staged[staged:]
         del self.mutations[mutations:]
@@ -194,13 +194,19 @@ class WorkingState(GuestHelpers):
         del self.messages[messages:]
         del self.mount_writes[mount_writes:]
 
-    def _stage(self, change: Mutation) -> Node:
-        """Apply one mutation to the working root (the only place it is applied) and record it."""
-        working = change.apply(self.working)
-        self.working = working
+    def _record(self, change: Mutation) -> None:
         self.mutations.append(change)
         self.changed[change.path] = None
-        return working
+
+    def working_root(self) -> Node:
+        """The base root with the working ``/memory`` and ``/lib`` in place: every mutation
+        of this activation applied, once each (the commit adds the outbox)."""
+        root = self.base
+        if self.memory is not section(root, "memory"):
+            root = tree.set_at(root, ("memory",), self.memory)
+        if self.lib is not section(root, "lib"):
+            root = tree.set_at(root, ("lib",), self.lib)
+        return root
 
     # ------------------------------------------------------------------ scripts
     def find_script(self, name: str) -> Script:
@@ -294,13 +300,13 @@ class WorkingState(GuestHelpers):
 
     def view_get(self, segments: tuple[str, ...]) -> Node | None:
         if not segments:
-            return tree.set_at(self.working, ("lib",), self.view_lib())
+            return tree.set_at(tree.set_at(self.base, ("memory",), self.memory), ("lib",), self.view_lib())
         head = segments[0]
         if head == "memory":
             return tree.get(self.memory, segments[1:])
         if head == "lib":
             return tree.get(self.view_lib(), segments[1:])
-        return tree.get(self.working, segments)
+        return tree.get(self.base, segments)
 
     def fn_read(self, path: Any) -> Any:
         segments = parse(_text(path, "read path"))
@@ -336,7 +342,7 @@ class WorkingState(GuestHelpers):
 
     def staged_lib(self) -> Node:
         """``/lib`` as it would commit: the committed scripts with the staged edits applied."""
-        return section(self.working, "lib")
+        return self.lib
 
     def _stage_script(self, name: str, script: Script | None) -> None:
         if len(self.staged) >= self.limits.max_staged_scripts:
@@ -349,19 +355,20 @@ class WorkingState(GuestHelpers):
         segments = parse(text)
         if segments and segments[0] == "memory":
             change = Set(format_path(segments), to_node(value, self.limits))
-            working = change.apply(self.working)
-            memory = section(working, "memory")
+            memory = change.apply_below(self.memory, 1)
             tree.validate_value(memory, self.limits, scripts_allowed=False)
-            self.working, self.memory = working, memory
-            self.mutations.append(change)
-            self.changed[change.path] = None
+            self.memory = memory
+            self._record(change)
             return None
         name = lib_name(segments)
         if name is not None:
             script = library_record(to_plain(value, self.limits) if type(value) is not Script else value)
             node = tree.from_value(script, scripts_allowed=True)
+            change = Set(format_path(segments), node)
+            lib = change.apply_below(self.lib, 1)
             self._stage_script(name, script)
-            self._stage(Set(format_path(segments), node))
+            self.lib = lib
+            self._record(change)
             return None
         if len(segments) >= 2 and segments[0] == "mounts":
             self.process.check_mount_write(segments)
@@ -377,14 +384,19 @@ class WorkingState(GuestHelpers):
         if segments and segments[0] == "memory":
             if len(segments) == 1:
                 raise InvalidPath("cannot remove a namespace root")
-            self.memory = section(self._stage(Remove(format_path(segments))), "memory")
+            change = Remove(format_path(segments))
+            self.memory = change.apply_below(self.memory, 1)
+            self._record(change)
             return None
         name = lib_name(segments)
         if name is not None:
             if tree.get(self.staged_lib(), (name,)) is None:
                 raise InvalidPath(f"path does not exist: {text}")
+            change = Remove(format_path(segments))
+            lib = change.apply_below(self.lib, 1)
             self._stage_script(name, None)
-            self._stage(Remove(format_path(segments)))
+            self.lib = lib
+            self._record(change)
             return None
         if len(segments) >= 2 and segments[0] == "mounts":
             self.process.check_mount_write(segments)

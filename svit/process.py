@@ -659,7 +659,7 @@ class Process:
         ]
         mutations: list[Mutation] = list(ws.mutations)
         changed = set(ws.changed)
-        candidate = ws.working
+        candidate = ws.working_root()
         if intents:
             append = Append("/system/outbox", tuple(tree.from_value(i, scripts_allowed=False) for i in intents))
             candidate = append.apply(candidate)
