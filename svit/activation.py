@@ -156,8 +156,10 @@ class WorkingState(GuestHelpers):
         self.base: Node = process.root
         #: The working ``/memory`` and ``/lib``: the base's, with every mutation below
         #: applied once each, in order (``apply_below``); :meth:`working_root` splices them in.
-        self.memory: Node = section(self.base, "memory")
-        self.lib: Node = section(self.base, "lib")
+        self._base_memory: Node = section(self.base, "memory")
+        self._base_lib: Node = section(self.base, "lib")
+        self.memory: Node = self._base_memory
+        self.lib: Node = self._base_lib
         self.staged: list[tuple[str, Script | None]] = []
         self.mutations: list[Mutation] = []
         self.changed: dict[str, None] = {}  # an ordered set: a checkpoint is its length
@@ -202,9 +204,9 @@ class WorkingState(GuestHelpers):
         """The base root with the working ``/memory`` and ``/lib`` in place: every mutation
         of this activation applied, once each (the commit adds the outbox)."""
         root = self.base
-        if self.memory is not section(root, "memory"):
+        if self.memory is not self._base_memory:
             root = tree.set_at(root, ("memory",), self.memory)
-        if self.lib is not section(root, "lib"):
+        if self.lib is not self._base_lib:
             root = tree.set_at(root, ("lib",), self.lib)
         return root
 
