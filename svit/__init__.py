@@ -10,7 +10,8 @@ from .activation import Activation
 from .errors import SvitError
 from .limits import Limits
 from .mounts import Mount
-from .process import ActivationEvent, ActivationRequest, Cancel, Change, Process, ProcessBuilder
+from .process import ActivationEvent, ActivationRequest, Cancel, Change, CommitSink, Process, ProcessBuilder, Transition
+from .protocol import HostedProcess, ProcessLike
 from .values import Script
 
 __all__ = [
@@ -20,6 +21,8 @@ __all__ = [
     "AsyncSvit",
     "Cancel",
     "Change",
+    "CommitSink",
+    "HostedProcess",
     "Limits",
     "Message",
     "Mount",
@@ -29,9 +32,11 @@ __all__ = [
     "Ports",
     "Process",
     "ProcessBuilder",
+    "ProcessLike",
     "Script",
     "Svit",
     "SvitError",
+    "Transition",
     "__version__",
     "failure_text",
 ]

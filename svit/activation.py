@@ -3,8 +3,9 @@
 A :class:`WorkingState` holds everything an activation may change: the working
 ``/memory`` (path-copied, so read-your-writes is free), staged ``/lib`` edits, logs,
 message intents and buffered mount writes. Nested ``exec`` runs share it and the
-step budget. Nothing reaches the process until :meth:`Process._commit_activation`
-validates the candidate root and publishes it in one assignment.
+step budget. Every change is a typed mutation (:mod:`svit.mutation`) applied once to a
+working root; the process's one commit path validates that candidate root and publishes
+it in one assignment, or nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from . import stdlib, tree
 from ._ports import failure_text, log_port_failure
 from .builtins import GUEST_FUNCTIONS, GuestHelpers, PortFailed, bind_implementations
 from .errors import (
+    InternalError,
     InvalidPath,
     InvalidValue,
     ResourceLimitExceeded,
@@ -32,7 +34,8 @@ from .errors import (
     SvitError,
 )
 from .guest import NULL_VALUE, Measure, SvitValue, charge_copy, plain_to_lisp, to_lisp, to_node, to_plain
-from .namespace import compile_error_to_svit, section
+from .mutation import Mutation, Remove, Set
+from .namespace import compile_error_to_svit, section, stat_record
 from .paths import format_path, lib_name, parse, validate_address
 from .redact import redact
 from .tree import Node
@@ -146,23 +149,26 @@ def _text(value: Any, what: str) -> str:
 class WorkingState(GuestHelpers):
     """The private, transactional state of one activation and its nested execs."""
 
-    def __init__(self, process: Process) -> None:
+    def __init__(self, process: Process, *, dry_run: bool = False) -> None:
         self.process = process
         self.limits = process.limits
-        self.root = process.root
-        self.committed_memory: Node = section(self.root, "memory")
-        self.memory: Node = self.committed_memory
-        self.committed_lib: Node = section(self.root, "lib")
+        #: The committed root the activation started from.
+        self.base: Node = process.root
+        #: The working ``/memory`` and ``/lib``: the base's, with every mutation below
+        #: applied once each, in order (``apply_below``); :meth:`working_root` splices them in.
+        self._base_memory: Node = section(self.base, "memory")
+        self._base_lib: Node = section(self.base, "lib")
+        self.memory: Node = self._base_memory
+        self.lib: Node = self._base_lib
         self.staged: list[tuple[str, Script | None]] = []
-        self.staged_latest: dict[str, Script | None] = {}
-        self.mutations: list[dict[str, Any]] = []
+        self.mutations: list[Mutation] = []
         self.changed: dict[str, None] = {}  # an ordered set: a checkpoint is its length
         self.logs: list[dict[str, Any]] = []
         self.messages: list[dict[str, Any]] = []
         self.mount_writes: list[tuple[str, str, Any]] = []  # (op, path, value)
         self.port_calls = 0
         self.exec_depth = 0
-        self.dry_run = False
+        self.dry_run = dry_run
         self.budget = Budget(self.limits.max_steps, self.limits.max_execution_millis)
         self.lisp_limits = lisp_limits(self.limits)
         self._lib_view: Node | None = None
@@ -171,18 +177,18 @@ class WorkingState(GuestHelpers):
     def checkpoint(self) -> tuple[Any, ...]:
         """What a captured failure restores, in O(1): the buffers only grow, so lengths suffice."""
         return (
-            self.memory, len(self.staged), len(self.mutations), len(self.changed),
+            self.memory, self.lib, len(self.staged), len(self.mutations), len(self.changed),
             len(self.logs), len(self.messages), len(self.mount_writes),
         )
 
     def restore(self, saved: tuple[Any, ...]) -> None:
         """Undo everything staged since ``checkpoint`` (port calls made stay counted: they happened)."""
-        memory, staged, mutations, changed, logs, messages, mount_writes = saved
+        memory, lib, staged, mutations, changed, logs, messages, mount_writes = saved
         self.memory = memory
-        if len(self.staged) != staged:
-            del self.staged[staged:]
-            self.staged_latest = dict(self.staged)
+        if lib is not self.lib:
+            self.lib = lib
             self._lib_view = None
+        del self.staged[staged:]
         del self.mutations[mutations:]
         while len(self.changed) > changed:
             self.changed.popitem()
@@ -190,17 +196,27 @@ class WorkingState(GuestHelpers):
         del self.messages[messages:]
         del self.mount_writes[mount_writes:]
 
+    def _record(self, change: Mutation) -> None:
+        self.mutations.append(change)
+        self.changed[change.path] = None
+
+    def working_root(self) -> Node:
+        """The base root with the working ``/memory`` and ``/lib`` in place: every mutation
+        of this activation applied, once each (the commit adds the outbox)."""
+        root = self.base
+        if self.memory is not self._base_memory:
+            root = tree.set_at(root, ("memory",), self.memory)
+        if self.lib is not self._base_lib:
+            root = tree.set_at(root, ("lib",), self.lib)
+        return root
+
     # ------------------------------------------------------------------ scripts
     def find_script(self, name: str) -> Script:
-        if name in self.staged_latest:
-            found = self.staged_latest[name]
-            if found is None:
-                raise ScriptNotFound(name)
-            return found
-        node = tree.get(self.committed_lib, (name,))
+        node = tree.get(self.staged_lib(), (name,))
         if node is None or node.kind != "script":
             raise ScriptNotFound(name)
-        return node.to_value()
+        found: Script = node.to_value()
+        return found
 
     def run(self, name: str, source: str, input_node: Node) -> Node:
         """Run ``main(input)`` of one script in a fresh interpreter; returns the output node."""
@@ -224,14 +240,14 @@ class WorkingState(GuestHelpers):
         # compile_check installs the same names (a test keeps the two equal).
         interp.define_value("input", to_lisp(input_node))
         interp.define_value("*svit-version*", SVIT_VERSION)
-        interp.define_functions(GUEST_FUNCTIONS, owner=self)
+        interp.define_functions(GUEST_FUNCTIONS, owner=GuardedFunctions(self))
 
     def fn_value_get(self, value: Any, path: Any) -> Any:
         segments = parse(_text(path, "value-get path"))
         if type(value) is SvitValue:
             # Validated on entry: an over-size port response is reduced with jq, not walked here.
-            node = value.node
-            tree.validate_value(node, self.limits, scripts_allowed=False)
+            node: Node | None = value.node
+            tree.validate_value(value.node, self.limits, scripts_allowed=False)
         else:
             node = to_node(value, self.limits) if type(value) is tuple else None
         if node is None:
@@ -272,13 +288,12 @@ class WorkingState(GuestHelpers):
     def view_lib(self) -> Node:
         """``/lib`` as the guest sees it: committed plus staged, scripts shown as maps."""
         if self._lib_view is None:
-            entries = {name: node for name, node in ((n, tree.get(self.committed_lib, (n,))) for n in self.committed_lib.child_names())}
-            scripts: dict[str, Script] = {name: node.to_value() for name, node in entries.items() if node is not None}
-            for name, script in self.staged:
-                if script is None:
-                    scripts.pop(name, None)
-                else:
-                    scripts[name] = script
+            lib = self.staged_lib()
+            scripts: dict[str, Script] = {}
+            for name in lib.child_names():
+                entry = tree.get(lib, (name,))
+                if entry is not None:
+                    scripts[name] = entry.to_value()
             self._lib_view = tree.from_value(
                 {name: {"documentation": s.documentation, "source": s.source} for name, s in scripts.items()},
                 scripts_allowed=False,
@@ -287,25 +302,24 @@ class WorkingState(GuestHelpers):
 
     def view_get(self, segments: tuple[str, ...]) -> Node | None:
         if not segments:
-            root = tree.set_at(self.root, ("memory",), self.memory)
-            return tree.set_at(root, ("lib",), self.view_lib())
+            return tree.set_at(tree.set_at(self.base, ("memory",), self.memory), ("lib",), self.view_lib())
         head = segments[0]
         if head == "memory":
             return tree.get(self.memory, segments[1:])
         if head == "lib":
             return tree.get(self.view_lib(), segments[1:])
-        return tree.get(self.root, segments)
+        return tree.get(self.base, segments)
 
     def fn_read(self, path: Any) -> Any:
         segments = parse(_text(path, "read path"))
         if len(segments) >= 2 and segments[0] == "mounts":
-            return plain_to_lisp(self.process._mount_read(segments))
+            return plain_to_lisp(self.process.mount_read(segments))
         return to_lisp(self.view_get(segments))
 
     def fn_discover(self, path: Any) -> Any:
         segments = parse(_text(path, "discover path"))
         if len(segments) >= 2 and segments[0] == "mounts":
-            names = self.process._mount_discover(segments)
+            names = self.process.mount_discover(segments)
         else:
             node = self.view_get(segments)
             if node is None or not node.is_container:
@@ -317,7 +331,7 @@ class WorkingState(GuestHelpers):
         text = _text(path, "stat path")
         segments = parse(text)
         if len(segments) >= 2 and segments[0] == "mounts":
-            return plain_to_lisp(self.process._mount_stat(segments))
+            return plain_to_lisp(self.process.mount_stat(segments))
         if segments and segments[0] == "lib" and len(segments) <= 2:
             # Scripts as the host stats them (leaf, svit-script, the script's hash), not
             # as the {documentation, source} records read shows.
@@ -326,45 +340,40 @@ class WorkingState(GuestHelpers):
             node = self.view_get(segments)
         if node is None:
             return NULL_VALUE
-        return plain_to_lisp(self.process._facts(text, segments, node))
+        return plain_to_lisp(stat_record(text, segments, node))
 
     def staged_lib(self) -> Node:
         """``/lib`` as it would commit: the committed scripts with the staged edits applied."""
-        lib = self.committed_lib
-        for name, script in self.staged:
-            if script is None:
-                if tree.get(lib, (name,)) is not None:
-                    lib = tree.remove_at(lib, (name,))
-            else:
-                lib = tree.set_at(lib, (name,), tree.from_value(script, scripts_allowed=True))
-        return lib
+        return self.lib
 
     def _stage_script(self, name: str, script: Script | None) -> None:
         if len(self.staged) >= self.limits.max_staged_scripts:
             raise ResourceLimitExceeded("staged scripts")
         self.staged.append((name, script))
-        self.staged_latest[name] = script
         self._lib_view = None
 
     def fn_write(self, path: Any, value: Any) -> Any:
         text = _text(path, "write path")
         segments = parse(text)
         if segments and segments[0] == "memory":
-            node = to_node(value, self.limits)
-            self.memory = node if len(segments) == 1 else tree.set_at(self.memory, segments[1:], node)
-            tree.validate_value(self.memory, self.limits, scripts_allowed=False)
-            self.mutations.append({"operation": "set", "path": format_path(segments), "value": node})
-            self.changed[format_path(segments)] = None
+            change = Set(format_path(segments), to_node(value, self.limits))
+            memory = change.apply_below(self.memory, 1)
+            tree.validate_value(memory, self.limits, scripts_allowed=False)
+            self.memory = memory
+            self._record(change)
             return None
         name = lib_name(segments)
         if name is not None:
             script = library_record(to_plain(value, self.limits) if type(value) is not Script else value)
+            node = tree.from_value(script, scripts_allowed=True)
+            change = Set(format_path(segments), node)
+            lib = change.apply_below(self.lib, 1)
             self._stage_script(name, script)
-            self.mutations.append({"operation": "set", "path": format_path(segments), "value": script})
-            self.changed[format_path(segments)] = None
+            self.lib = lib
+            self._record(change)
             return None
         if len(segments) >= 2 and segments[0] == "mounts":
-            self.process._mount_check_write(segments)
+            self.process.check_mount_write(segments)
             if len(self.mount_writes) >= self.limits.max_mount_writes:
                 raise ResourceLimitExceeded("mount writes")
             self.mount_writes.append(("write", format_path(segments), to_plain(value, self.limits)))
@@ -377,20 +386,22 @@ class WorkingState(GuestHelpers):
         if segments and segments[0] == "memory":
             if len(segments) == 1:
                 raise InvalidPath("cannot remove a namespace root")
-            self.memory = tree.remove_at(self.memory, segments[1:])
-            self.mutations.append({"operation": "remove", "path": format_path(segments)})
-            self.changed[format_path(segments)] = None
+            change = Remove(format_path(segments))
+            self.memory = change.apply_below(self.memory, 1)
+            self._record(change)
             return None
         name = lib_name(segments)
         if name is not None:
-            if tree.get(self.view_lib(), (name,)) is None:
+            if tree.get(self.staged_lib(), (name,)) is None:
                 raise InvalidPath(f"path does not exist: {text}")
+            change = Remove(format_path(segments))
+            lib = change.apply_below(self.lib, 1)
             self._stage_script(name, None)
-            self.mutations.append({"operation": "remove", "path": format_path(segments)})
-            self.changed[format_path(segments)] = None
+            self.lib = lib
+            self._record(change)
             return None
         if len(segments) >= 2 and segments[0] == "mounts":
-            self.process._mount_check_write(segments)
+            self.process.check_mount_write(segments)
             if len(self.mount_writes) >= self.limits.max_mount_writes:
                 raise ResourceLimitExceeded("mount writes")
             self.mount_writes.append(("remove", format_path(segments), None))
@@ -437,7 +448,7 @@ class WorkingState(GuestHelpers):
         port = ports.get(name)
         if port is None:
             raise PortFailed(f"port /ports/{name} failed: port not found")
-        context = self.process._port_context()
+        context = self.process.port_context()
         started = time.monotonic()
         try:
             result = port.execute(context, plain)
@@ -488,7 +499,7 @@ class WorkingState(GuestHelpers):
         except InvalidPath:
             raise ScriptFailed("invalid search path") from None
         if len(segments) >= 2 and segments[0] == "mounts":
-            result = self.process._mount_search(segments, pattern)
+            result = self.process.mount_search(segments, pattern)
         else:
             node = self.view_get(segments)
             if node is None:
@@ -515,13 +526,48 @@ class WorkingState(GuestHelpers):
         return None
 
 
+class GuardedFunctions:
+    """What the interpreter looks guest functions up on: the working state's methods, each
+    guarded so that a failure of the host's own code (a Python exception that is neither a
+    Svit nor a Lisp error) is an :class:`~svit.errors.InternalError` chained to it, never
+    reported as the script's type error."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self, state: WorkingState) -> None:
+        self._state = state
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        return guarded(getattr(self._state, name), _GUEST_NAMES.get(name, name))
+
+
+#: The guest name of each implementing method (``fn_log_info`` -> ``log-info!``).
+_GUEST_NAMES: dict[str, str] = {entry[1]: entry[0] for entry in GUEST_FUNCTIONS.values() if type(entry[1]) is str}
+
+
+def guarded(method: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """``method`` with its own Python failures turned into internal errors (see above)."""
+
+    def call(*args: Any) -> Any:
+        try:
+            return method(*args)
+        except (SvitError, LispError, RecursionError, MemoryError):
+            raise
+        except Exception as exc:
+            raise InternalError(f"guest function {name} failed in the host ({type(exc).__name__})") from exc
+
+    call.arity_text = getattr(method, "arity_text", None)  # type: ignore[attr-defined]
+    call.takes_depth = getattr(method, "takes_depth", False)  # type: ignore[attr-defined]
+    return call
+
+
 def located(exc: ScriptFailed, name: str) -> ScriptFailed:
     """Prefix a script failure with the script's virtual path, once (nested execs keep theirs)."""
     if getattr(exc, "located", False):
         return exc
     prefix = script_filename(name) + ": "
     # The same class: a port failure stays hard however many execs it crosses.
-    fresh = type(exc)(exc.detail if exc.detail.startswith(prefix) else prefix + exc.detail)
+    fresh = type(exc)(exc.detail if exc.detail.startswith(prefix) else prefix + exc.detail, stack=exc.stack, kind=exc.kind)
     fresh.located = True  # type: ignore[attr-defined]
     if hasattr(exc, "port_error"):
         fresh.port_error = exc.port_error  # type: ignore[attr-defined]
@@ -548,3 +594,21 @@ def library_record(value: Any) -> Script:
     if type(documentation) is not str:
         raise InvalidValue("library documentation must be text")
     return Script(source, documentation)
+
+
+__all__ = [
+    "Activation",
+    "GuardedFunctions",
+    "INLINE_NAME",
+    "PORT_INPUT_LIMIT",
+    "SVIT_VERSION",
+    "WorkingState",
+    "compile_check",
+    "guarded",
+    "held",
+    "library_record",
+    "lisp_limits",
+    "located",
+    "script_compiler",
+    "script_filename",
+]

@@ -37,6 +37,7 @@ from svit.lisp.values import Foreign, is_function, type_name
 
 from . import tree
 from .errors import ExecutionLimitExceeded, ResourceLimitExceeded, ScriptFailed, SvitError, sanitize
+from .errors import InternalError as HostInternalError
 from .guest import SvitValue, to_lisp, to_node
 from .tree import Node
 
@@ -53,6 +54,7 @@ HARD_FAILURES: tuple[type[BaseException], ...] = (
     LimitError,
     BudgetExhausted,
     InternalError,
+    HostInternalError,
     ResourceLimitExceeded,
     ExecutionLimitExceeded,
     PortFailed,
@@ -648,7 +650,14 @@ def _call(depth: int, function: Any, args: tuple[Any, ...]) -> Any:
     """Call a guest function one frame deeper than the helper that received it."""
     if not is_function(function):
         raise EvalError(f"type error: expected function, found {type_name(function)}")
-    return function(depth + 1, *args)
+    try:
+        return function(depth + 1, *args)
+    except (LispError, SvitError, RecursionError, MemoryError):
+        raise
+    except Exception as exc:
+        # A failure inside guest code is the guest's: named in Lisp terms here, so it is
+        # never taken for a failure of the helper that called it.
+        raise as_lisp_error(exc).with_traceback(exc.__traceback__) from None
 
 
 def catalogue_names() -> list[str]:

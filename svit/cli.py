@@ -248,7 +248,7 @@ def cmd_remove(args: argparse.Namespace) -> int:
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
     handle = open_store(args).resume(args.address)
-    blob = bytes(handle.snapshot())
+    blob = bytes(handle.store_snapshot())
     try:
         Path(args.file).write_bytes(blob)
     except OSError as exc:

@@ -159,8 +159,7 @@ class Repl:
                 if not args:
                     self.say("usage: :snapshot FILE")
                 else:
-                    blob = self.process.snapshot()
-                    self.write_file(args[0], blob if isinstance(blob, bytes) else blob[0])
+                    self.write_file(args[0], self.process.snapshot())
                     self.say(f"; wrote {args[0]} (version {self.process.version})")
             else:
                 self.say(f"unknown command {word}; try :help")

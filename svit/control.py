@@ -430,7 +430,7 @@ class ProcessController:
 
     def snapshot(self) -> bytes:
         with self._lock:
-            return bytes(self.process.snapshot())
+            return self.process.snapshot()
 
     def receipts(self) -> int:
         """How many receipts are held (for tests and monitoring)."""

@@ -8,6 +8,11 @@ or a Python traceback.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Iterable
+
+if TYPE_CHECKING:
+    from svit.lisp.errors import Frame
+
 __all__ = [
     "ALL_ERRORS",
     "DIAGNOSTIC_CAP",
@@ -16,6 +21,7 @@ __all__ = [
     "ExecutionLimitExceeded",
     "HookCancelled",
     "InboxConflict",
+    "InternalError",
     "InvalidControlConfiguration",
     "InvalidControlId",
     "InvalidLimits",
@@ -135,7 +141,23 @@ class HookCancelled(SvitError):
 
 
 class ScriptFailed(SvitError):
+    """A script failed. When the failure came from Svit Lisp, ``stack`` is its call stack
+    (outermost call first; each frame has ``function`` and ``line``) and ``kind`` the Lisp
+    error's kind (``"runtime error"``, ``"compile error"``, ``"syntax error"``, ...)."""
+
     code, prefix = "script_failed", "script failed"
+
+    def __init__(self, detail: str = "", *, stack: Iterable[Frame] = (), kind: str = "error") -> None:
+        super().__init__(detail)
+        self.stack: list[Frame] = list(stack)
+        self.kind = kind
+
+
+class InternalError(SvitError):
+    """The host's own code failed (a bug in a function Svit installs for scripts); the
+    exception it raised is ``__cause__``. Never reported as the script's error."""
+
+    code, prefix = "internal_error", "internal error"
 
 
 class InvalidSnapshot(SvitError):

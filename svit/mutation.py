@@ -25,7 +25,9 @@ __all__ = [
     "Set",
     "apply",
     "apply_all",
+    "apply_each",
     "check_path",
+    "from_node_record",
     "from_record",
     "touched_paths",
 ]
@@ -44,7 +46,10 @@ class Set:
     operation: ClassVar[str] = "set"
 
     def apply(self, root: Node) -> Node:
-        return tree.set_at(root, parse(self.path), self.value)
+        return self.apply_below(root, 0)
+
+    def apply_below(self, node: Node, depth: int) -> Node:
+        return tree.set_at(node, parse(self.path)[depth:], self.value)
 
     def record(self) -> dict[str, Any]:
         return {"operation": "set", "path": self.path, "value": Encoded(self.value)}
@@ -61,7 +66,10 @@ class Remove:
     operation: ClassVar[str] = "remove"
 
     def apply(self, root: Node) -> Node:
-        return tree.remove_at(root, parse(self.path))
+        return self.apply_below(root, 0)
+
+    def apply_below(self, node: Node, depth: int) -> Node:
+        return tree.remove_at(node, parse(self.path)[depth:])
 
     def record(self) -> dict[str, Any]:
         return {"operation": "remove", "path": self.path}
@@ -79,12 +87,15 @@ class Append:
     operation: ClassVar[str] = "append"
 
     def apply(self, root: Node) -> Node:
-        segments = parse(self.path)
-        target = tree.get(root, segments)
+        return self.apply_below(root, 0)
+
+    def apply_below(self, node: Node, depth: int) -> Node:
+        segments = parse(self.path)[depth:]
+        target = tree.get(node, segments)
         if target is None or target.kind != "array":
             raise InvalidValue(f"append target {self.path} is not an array")
         values = target.to_value() + [v.to_value() for v in self.values]
-        return tree.set_at(root, segments, tree.from_value(values, scripts_allowed=False))
+        return tree.set_at(node, segments, tree.from_value(values, scripts_allowed=False))
 
     def record(self) -> dict[str, Any]:
         return {"operation": "append", "path": self.path, "values": [Encoded(v) for v in self.values]}
@@ -102,14 +113,17 @@ class RemoveFront:
     operation: ClassVar[str] = "remove_front"
 
     def apply(self, root: Node) -> Node:
-        segments = parse(self.path)
-        target = tree.get(root, segments)
+        return self.apply_below(root, 0)
+
+    def apply_below(self, node: Node, depth: int) -> Node:
+        segments = parse(self.path)[depth:]
+        target = tree.get(node, segments)
         if target is None or target.kind != "array" or target.size == 0:
             raise InvalidValue(f"remove_front target {self.path} is not a non-empty array")
         front = tree.get(target, ("0",))
         if front is None or front.hash != self.expected_value_hash:
             raise InvalidValue("remove_front expected value hash does not match")
-        return tree.set_at(root, segments, tree.remove_at(target, ("0",)))
+        return tree.set_at(node, segments, tree.remove_at(target, ("0",)))
 
     def record(self) -> dict[str, Any]:
         return {"operation": "remove_front", "path": self.path, "expected_value_hash": self.expected_value_hash}
@@ -129,8 +143,20 @@ _FIELDS: dict[str, list[str]] = {
 
 
 def apply(root: Node, mutation: Mutation) -> Node:
-    """``root`` with ``mutation`` applied; a mutation that does not fit raises a SvitError."""
+    """``root`` with ``mutation`` applied; a mutation that does not fit raises a SvitError.
+
+    Each class also has ``apply_below(node, depth)``: the same edit made to ``node``, the
+    subtree at the first ``depth`` segments of the mutation's path (an activation keeps
+    its working ``/memory`` that way; splicing the subtree back gives the same root).
+    """
     return mutation.apply(root)
+
+
+def apply_each(root: Node, mutations: Iterable[Mutation]) -> Node:
+    """``root`` with ``mutations`` applied in order: how every commit builds its new root."""
+    for mutation in mutations:
+        root = mutation.apply(root)
+    return root
 
 
 def apply_all(root: Node, mutations: Iterable[Mutation], what: str) -> Node:
@@ -182,6 +208,23 @@ def from_record(item: Any, what: str) -> Mutation:
     if not _hex_hash(item["expected_value_hash"]):
         raise InvalidPersistence(f"{what}: malformed expected_value_hash")
     return RemoveFront(path, item["expected_value_hash"])
+
+
+def from_node_record(item: Mutation | dict[str, Any]) -> Mutation:
+    """A mutation from a record whose values are already tree nodes (what the store's
+    record decoder returns); a typed mutation is returned as it is."""
+    if isinstance(item, (Set, Remove, Append, RemoveFront)):
+        return item
+    operation = item["operation"]
+    if operation == "set":
+        return Set(item["path"], item["value"])
+    if operation == "remove":
+        return Remove(item["path"])
+    if operation == "append":
+        return Append(item["path"], tuple(item["values"]))
+    if operation == "remove_front":
+        return RemoveFront(item["path"], item["expected_value_hash"])
+    raise InvalidPersistence(f"unknown mutation operation {str(operation)[:64]!r}")
 
 
 def touched_paths(mutations: Iterable[Mutation]) -> list[str]:

@@ -10,8 +10,18 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
+from svit.lisp.errors import BudgetExhausted, LimitError, LispError
+
 from . import tree
-from .errors import InvalidMount, InvalidSnapshot, InvalidValue, ResourceLimitExceeded, ScriptFailed, SvitError
+from .errors import (
+    ExecutionLimitExceeded,
+    InvalidMount,
+    InvalidSnapshot,
+    InvalidValue,
+    ResourceLimitExceeded,
+    ScriptFailed,
+    SvitError,
+)
 from .limits import Limits
 from .paths import validate_address, validate_mount_name, validate_script_name
 from .tree import Node
@@ -84,6 +94,33 @@ def expected_system(address: str, limits: Limits) -> dict[str, bytes]:
             _expected_cache.clear()
         found = _expected_cache[key] = _expected_digests(address, limits)
     return found
+
+
+def stat_record(path: str, segments: tuple[str, ...], node: Node) -> dict[str, Any]:
+    """What ``stat`` reports for a committed (or working) node at ``path``."""
+    kind = node.kind
+    if kind == "map":
+        facts: dict[str, Any] = {"content": "object", "entries": node.size}
+    elif kind == "array":
+        facts = {"content": "array", "entries": node.size}
+    elif kind == "string":
+        facts = {"bytes": node.size, "content": "text/plain"}
+    elif kind == "script":
+        facts = {"bytes": node.size, "content": "svit-script"}
+    else:
+        facts = {"content": "scalar"}
+    writable = bool(segments) and (segments[0] == "memory" or (segments[0] == "lib" and len(segments) >= 2))
+    return {
+        "access": "read-write" if writable else "read",
+        "attached": True,
+        "facts": facts,
+        "hash": node.hash,
+        "kind": "directory" if node.is_container else "leaf",
+        "locality": "cache",
+        "mount": None,
+        "path": path,
+        "source": "process",
+    }
 
 
 def section(root: Node, key: str) -> Node:
@@ -255,10 +292,6 @@ def validate_system(node: Node, address: str, limits: Limits, error: type[SvitEr
 
 def compile_error_to_svit(exc: BaseException) -> SvitError:
     """Map a Lisp failure to the host error the reference uses (§4.9)."""
-    from svit.lisp.errors import BudgetExhausted, LimitError, LispError
-
-    from .errors import ExecutionLimitExceeded
-
     if isinstance(exc, SvitError):
         return exc
     if isinstance(exc, LimitError):
@@ -266,5 +299,30 @@ def compile_error_to_svit(exc: BaseException) -> SvitError:
     if isinstance(exc, BudgetExhausted):
         return ExecutionLimitExceeded(exc.what)
     if isinstance(exc, LispError):
-        return ScriptFailed(exc.message)
-    return ScriptFailed("Lisp interpreter failed")
+        return ScriptFailed(exc.message, stack=exc.stack, kind=exc.kind)
+    return ScriptFailed("Lisp interpreter failed", kind="internal error")
+
+
+__all__ = [
+    "API_OPERATIONS",
+    "DESCRIPTOR_KEYS",
+    "INTENT_KEYS",
+    "LANGUAGE",
+    "MAX_THREAD_BYTES",
+    "MAX_THREAD_RECORDS",
+    "ROOT_INDEX",
+    "ROOT_KEYS",
+    "ROOT_KEY_SET",
+    "SNAPSHOT_FORMAT",
+    "SYSTEM_KEYS",
+    "check_descriptor",
+    "compile_error_to_svit",
+    "expected_system",
+    "initial_root",
+    "section",
+    "stat_record",
+    "system_metadata",
+    "validate_root",
+    "validate_system",
+    "validate_thread",
+]

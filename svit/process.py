@@ -12,7 +12,7 @@ import dataclasses
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, ContextManager, Iterable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Protocol, Self, Sequence
 
 from svit.lisp.errors import LispError
 
@@ -43,12 +43,16 @@ from .errors import (
 )
 from .limits import Limits
 from .mounts import Mount, MountPath
-from .namespace import initial_root, section, system_metadata, validate_root, validate_thread
+from .mutation import Append, Mutation, Remove, RemoveFront, Set, apply_each
+from .namespace import initial_root, section, stat_record, system_metadata, validate_root, validate_thread
 from .paths import format_path, lib_name, parse, validate_address, validate_mount_name, validate_script_name
 from .redact import redact
 from .snapshot import check_root_hash, decode_snapshot_unverified, encode_snapshot
 from .tree import Node
 from .values import Script
+
+if TYPE_CHECKING:
+    from .loop.events import EventLog
 
 U64_MAX = 2**64 - 1
 _log = logging.getLogger("svit")
@@ -61,7 +65,7 @@ class Change:
     version: int
     paths: list[str]
     hashes: dict[str, str | None] = field(default_factory=dict)
-    mutations: list[dict[str, Any]] = field(default_factory=list, repr=False, compare=False)
+    mutations: list[Mutation] = field(default_factory=list, repr=False, compare=False)
 
     def touches(self, path: str) -> bool:
         """True when ``path`` equals, lies below, or lies above a changed path."""
@@ -111,17 +115,34 @@ class ActivationHook(Protocol):
     def after_activation(self, event: ActivationEvent) -> None: ...
 
 
-@dataclass
+@dataclass(frozen=True)
 class Transition:
-    """A validated candidate, handed to a durable store before it is published."""
+    """A validated candidate: ``root_after`` is ``mutations`` applied to ``root_before``.
+
+    Handed to the process's :class:`CommitSink` (a durable store) before it is published.
+    """
 
     address: str
     version_before: int
     version_after: int
     root_before: Node
     root_after: Node
-    mutations: list[dict[str, Any]]
+    mutations: tuple[Mutation, ...]
     source: str
+
+
+class CommitSink(Protocol):
+    """Where a process's transitions go before they are published (a durable store).
+
+    ``commit`` records one validated transition or raises, and then nothing is
+    published. ``effects_guard`` is entered before an activation's external mount
+    writes and held until the transition is published, so a sink can refuse a stale
+    commit before any external effect happens.
+    """
+
+    def commit(self, transition: Transition) -> None: ...
+
+    def effects_guard(self) -> ContextManager[object]: ...
 
 
 class ProcessBuilder:
@@ -188,9 +209,10 @@ class Process:
         hooks: Iterable[Any] = (),
         mounts: dict[str, Mount] | None = None,
         ports: Ports | None = None,
+        sink: CommitSink | None = None,
     ) -> None:
-        self.address = address
-        self.limits = limits
+        self._address = address
+        self._limits = limits
         self._state = (version, root)
         self.hooks = list(hooks)
         self.mounts: dict[str, Mount] = dict(mounts or {})
@@ -205,17 +227,31 @@ class Process:
             raise
         self.ports = ports
         self._lock = threading.RLock()
-        #: Called with each validated Transition before it is published (durable stores).
-        self.before_publish: Callable[[Transition], None] | None = None
-        #: Entered before an activation's external mount writes and held until it is
-        #: published (durable stores check their head there).
-        self.effects_guard: Callable[[], ContextManager[Any]] | None = None
+        self._sink = sink
 
     @staticmethod
     def builder(address: str) -> ProcessBuilder:
         return ProcessBuilder(address)
 
     # ------------------------------------------------------------------ observation
+    @property
+    def sink(self) -> CommitSink | None:
+        """Where this process's transitions are recorded before they are published (None: nowhere)."""
+        return self._sink
+
+    @property
+    def lock(self) -> threading.RLock:
+        """Held by every transition; a store holds it to read a consistent version and root."""
+        return self._lock
+
+    @property
+    def address(self) -> str:
+        return self._address
+
+    @property
+    def limits(self) -> Limits:
+        return self._limits
+
     @property
     def version(self) -> int:
         return self._state[0]
@@ -246,14 +282,14 @@ class Process:
     def _read(self, path: str, root: Node) -> Any:
         segments = parse(path)
         if len(segments) >= 2 and segments[0] == "mounts":
-            return self._mount_read(segments)
+            return self.mount_read(segments)
         node = tree.get(root, segments)
         return None if node is None else node.to_value()
 
     def discover(self, path: str) -> list[str]:
         segments = parse(path)
         if len(segments) >= 2 and segments[0] == "mounts":
-            return self._mount_discover(segments)
+            return self.mount_discover(segments)
         node = tree.get(self.root, segments)
         if node is None or not node.is_container:
             raise InvalidPath(f"cannot discover {format_path(segments)}")
@@ -262,59 +298,81 @@ class Process:
     def stat(self, path: str) -> dict[str, Any] | None:
         segments = parse(path)
         if len(segments) >= 2 and segments[0] == "mounts":
-            return self._mount_stat(segments)
+            facts: dict[str, Any] | None = self.mount_stat(segments)
+            return facts
         node = tree.get(self.root, segments)
-        return None if node is None else self._facts(path, segments, node)
+        return None if node is None else stat_record(path, segments, node)
 
-    @staticmethod
-    def _facts(path: str, segments: tuple[str, ...], node: Node) -> dict[str, Any]:
-        kind = node.kind
-        if kind == "map":
-            facts: dict[str, Any] = {"content": "object", "entries": node.size}
-        elif kind == "array":
-            facts = {"content": "array", "entries": node.size}
-        elif kind == "string":
-            facts = {"bytes": node.size, "content": "text/plain"}
-        elif kind == "script":
-            facts = {"bytes": node.size, "content": "svit-script"}
-        else:
-            facts = {"content": "scalar"}
-        writable = bool(segments) and (segments[0] == "memory" or (segments[0] == "lib" and len(segments) >= 2))
-        return {
-            "access": "read-write" if writable else "read",
-            "attached": True,
-            "facts": facts,
-            "hash": node.hash,
-            "kind": "directory" if node.is_container else "leaf",
-            "locality": "cache",
-            "mount": None,
-            "path": path,
-            "source": "process",
-        }
+    def message_intents(self) -> list[dict[str, Any]]:
+        """The committed message intents at ``/system/outbox``."""
+        intents: list[dict[str, Any]] = self.read("/system/outbox")
+        return intents
 
     def outbox(self) -> list[dict[str, Any]]:
-        """The committed message intents at ``/system/outbox``."""
-        return self.read("/system/outbox")
+        """The committed message intents (the same as :meth:`message_intents`)."""
+        return self.message_intents()
+
+    def thread_log(self) -> EventLog | None:
+        """An in-memory process keeps no reasoning events of its own."""
+        return None
+
+    def in_memory(self) -> Process:
+        return self
 
     def inbox_front(self) -> Any:
         items = section(self.root, "inbox")
-        return None if items.size == 0 else tree.get(items, ("0",)).to_value()
+        head = tree.get(items, ("0",)) if items.size else None
+        return None if head is None else head.to_value()
 
     # ------------------------------------------------------------------ commit machinery
-    def _publish(self, root: Node, mutations: list[dict[str, Any]], paths: Iterable[str], source: str) -> Change:
-        """Validate ``root`` against the committed one and publish it as the next version."""
-        version, previous = self._state
+    def _commit(
+        self,
+        mutations: Sequence[Mutation],
+        source: str,
+        *,
+        applied: tuple[Node, Node] | None = None,
+        effects: Callable[[], None] | None = None,
+        dry_run: bool = False,
+    ) -> Transition:
+        """The one commit path of every transition: host writes, inbox and thread changes,
+        activations.
+
+        The candidate root is ``mutations`` applied to the committed root, once, with the
+        same :func:`~svit.mutation.apply` a durable store replays on resume. ``applied``
+        is ``(base, candidate)`` when the caller has already applied them (an activation's
+        working copy): used as is while ``base`` is still the committed root. The candidate
+        is validated; then, under the sink's effects guard when there are ``effects``
+        (external mount writes), the effects run, the sink records the transition, and the
+        new version is published in one assignment. A dry run stops after validation.
+        """
+        version, root = self._state
         if version >= U64_MAX:
             raise ResourceLimitExceeded("process version")
-        validate_root(root, self.address, self.limits, script_compiler(self.limits), previous=previous, error=InvalidValue)
-        transition = Transition(self.address, version, version + 1, previous, root, mutations, source)
-        if self.before_publish is not None:
-            self.before_publish(transition)
-        self._state = (version + 1, root)
-        return self._change(version + 1, root, paths, mutations)
+        if applied is not None and applied[0] is root:
+            candidate = applied[1]
+        else:
+            candidate = apply_each(root, mutations)
+        validate_root(candidate, self.address, self.limits, script_compiler(self.limits), previous=root, error=InvalidValue)
+        transition = Transition(self.address, version, version + 1, root, candidate, tuple(mutations), source)
+        if dry_run:
+            return transition
+        sink = self._sink
+        guard = sink.effects_guard() if sink is not None and effects is not None else contextlib.nullcontext()
+        with guard:
+            if effects is not None:
+                effects()
+            if sink is not None:
+                sink.commit(transition)
+            self._state = (version + 1, candidate)
+        return transition
+
+    def _commit_change(self, mutations: Sequence[Mutation], source: str) -> Change:
+        """Commit host-side ``mutations`` and report them as a :class:`Change`."""
+        transition = self._commit(mutations, source)
+        return self._change(transition.version_after, transition.root_after, [m.path for m in mutations], list(mutations))
 
     @staticmethod
-    def _change(version: int, root: Node, paths: Iterable[str], mutations: list[dict[str, Any]]) -> Change:
+    def _change(version: int, root: Node, paths: Iterable[str], mutations: list[Mutation]) -> Change:
         ordered = sorted(set(paths))
         hashes: dict[str, str | None] = {}
         for path in ordered:
@@ -331,24 +389,22 @@ class Process:
 
     # ------------------------------------------------------------------ host writes
     def write(self, path: str, value: Any) -> Change:
+        """Write a committed value below ``/memory`` or a script at ``/lib/<name>`` (one version)."""
         with self._lock:
             segments = parse(path)
             if len(segments) >= 2 and segments[0] == "mounts":
                 return self._host_mount_op("write", segments, value)
-            root = self.root
             if segments and segments[0] == "memory":
                 node = tree.from_value(value, scripts_allowed=False)
                 tree.validate_value(node, self.limits, scripts_allowed=False)
-                candidate = tree.set_at(root, segments, node)
             elif lib_name(segments) is not None:
                 node = tree.from_value(library_record(value), scripts_allowed=True)
-                candidate = tree.set_at(root, segments, node)
             else:
                 raise InvalidPath(f"path is not writable: {path}")
-            canonical = format_path(segments)
-            return self._publish(candidate, [{"operation": "set", "path": canonical, "value": node}], [canonical], "host.write")
+            return self._commit_change([Set(format_path(segments), node)], "host.write")
 
     def remove(self, path: str) -> Change:
+        """Remove a committed value below ``/memory`` or a script at ``/lib/<name>`` (one version)."""
         with self._lock:
             segments = parse(path)
             if len(segments) >= 2 and segments[0] == "mounts":
@@ -357,16 +413,12 @@ class Process:
                 raise InvalidPath("cannot remove a namespace root")
             if not ((segments and segments[0] == "memory") or lib_name(segments) is not None):
                 raise InvalidPath(f"path is not removable: {path}")
-            candidate = tree.remove_at(self.root, segments)
-            canonical = format_path(segments)
-            return self._publish(candidate, [{"operation": "remove", "path": canonical}], [canonical], "host.remove")
+            return self._commit_change([Remove(format_path(segments))], "host.remove")
 
     def enqueue_inbox(self, value: Any) -> Change:
         with self._lock:
             node = tree.from_value(value, scripts_allowed=False)
-            inbox = section(self.root, "inbox")
-            candidate = tree.set_at(self.root, ("inbox",), tree.from_value(inbox.to_value() + [value], scripts_allowed=False))
-            return self._publish(candidate, [{"operation": "append", "path": "/inbox", "values": [node]}], ["/inbox"], "inbox.enqueue")
+            return self._commit_change([Append("/inbox", (node,))], "inbox.enqueue")
 
     def acknowledge_inbox(self, expected: Any) -> Change:
         """Remove the inbox head only if it equals ``expected``."""
@@ -376,16 +428,13 @@ class Process:
             expected_node = tree.from_value(expected, scripts_allowed=False)
             if head is None or head.digest != expected_node.digest:
                 raise InboxConflict()
-            candidate = tree.set_at(self.root, ("inbox",), tree.remove_at(inbox, ("0",)))
-            mutation = {"operation": "remove_front", "path": "/inbox", "expected_value_hash": head.hash}
-            return self._publish(candidate, [mutation], ["/inbox"], "inbox.acknowledge")
+            return self._commit_change([RemoveFront("/inbox", head.hash)], "inbox.acknowledge")
 
     def replace_thread_state(self, value: Any) -> Change:
         with self._lock:
             node = tree.from_value(value, scripts_allowed=False)
             validate_thread(node, self.limits)
-            candidate = tree.set_at(self.root, ("thread",), node)
-            return self._publish(candidate, [{"operation": "set", "path": "/thread", "value": node}], ["/thread"], "thread.replace")
+            return self._commit_change([Set("/thread", node)], "thread.replace")
 
     def initialize_thread_state(self, value: Any) -> Change:
         with self._lock:
@@ -400,8 +449,7 @@ class Process:
             if section(self.root, "ports").digest == catalog.digest:
                 self.ports = ports
                 return None
-            candidate = tree.set_at(self.root, ("ports",), catalog)
-            change = self._publish(candidate, [{"operation": "set", "path": "/ports", "value": catalog}], ["/ports"], "ports.refresh")
+            change = self._commit_change([Set("/ports", catalog)], "ports.refresh")
             # Attached only once the catalog describing it is committed (a failure changes nothing).
             self.ports = ports
             return change
@@ -416,9 +464,7 @@ class Process:
             mount.acquire()
             try:
                 if current is None or current.digest != descriptor.digest:
-                    path = f"/mounts/{name}"
-                    candidate = tree.set_at(self.root, ("mounts", name), descriptor)
-                    change = self._publish(candidate, [{"operation": "set", "path": path, "value": descriptor}], [path], "mounts.attach")
+                    change = self._commit_change([Set(f"/mounts/{name}", descriptor)], "mounts.attach")
             except BaseException:
                 mount.release()
                 raise
@@ -461,7 +507,7 @@ class Process:
         mount_path = MountPath.parse("/" + "/".join(segments[2:]))
         return name, descriptor.to_value(), self.mounts.get(name), mount_path
 
-    def _mount_read(self, segments: tuple[str, ...]) -> Any:
+    def mount_read(self, segments: tuple[str, ...]) -> Any:
         name, descriptor, provider, mount_path = self._mount_target(segments)
         if provider is None:
             if mount_path.is_root:
@@ -469,7 +515,7 @@ class Process:
             raise MountUnavailable(f"/mounts/{name}")
         return mountlib.mount_read(name, provider, mount_path, self.limits)
 
-    def _mount_stat(self, segments: tuple[str, ...]) -> Any:
+    def mount_stat(self, segments: tuple[str, ...]) -> Any:
         name, descriptor, provider, mount_path = self._mount_target(segments)
         if provider is None:
             if mount_path.is_root:
@@ -477,20 +523,20 @@ class Process:
             raise MountUnavailable(f"/mounts/{name}")
         return mountlib.mount_stat(name, provider, mount_path, self.limits)
 
-    def _mount_discover(self, segments: tuple[str, ...]) -> list[str]:
+    def mount_discover(self, segments: tuple[str, ...]) -> list[str]:
         name, _descriptor, provider, mount_path = self._mount_target(segments)
         if provider is None:
             raise MountUnavailable(f"/mounts/{name}")
         return mountlib.mount_discover(name, provider, mount_path, self.limits)
 
-    def _mount_search(self, segments: tuple[str, ...], pattern: str) -> Any:
+    def mount_search(self, segments: tuple[str, ...], pattern: str) -> Any:
         name, _descriptor, provider, mount_path = self._mount_target(segments)
         if provider is None:
             raise MountUnavailable(f"/mounts/{name}")
         mountlib.require_read(name, provider.descriptor())
         return stdlib.search_mount(provider, format_path(segments), mount_path, pattern, self.limits)
 
-    def _mount_check_write(self, segments: tuple[str, ...]) -> None:
+    def check_mount_write(self, segments: tuple[str, ...]) -> None:
         name, descriptor, provider, mount_path = self._mount_target(segments)
         mountlib.require_write(name, descriptor)
         if provider is None:
@@ -507,11 +553,11 @@ class Process:
             mountlib.mount_remove(name, provider, mount_path, self.limits)
 
     def _host_mount_op(self, op: str, segments: tuple[str, ...], value: Any) -> Change:
-        self._mount_check_write(segments)
+        self.check_mount_write(segments)
         self._mount_apply(op, segments, value)
         return Change(self.version, [mount_change_path(segments)], {}, [])
 
-    def _port_context(self) -> PortContext:
+    def port_context(self) -> PortContext:
         return PortContext(self.read, self.stat, self.discover, self.address)
 
     # ------------------------------------------------------------------ activations
@@ -564,7 +610,7 @@ class Process:
                 self._after(ActivationEvent(self.address, request.script, version_before, "failed", error=exc.message))
                 raise
             except LispError as exc:  # defensive: every Lisp error is mapped inside the run
-                error = ScriptFailed(exc.message)
+                error = ScriptFailed(exc.message, stack=exc.stack, kind=exc.kind)
                 self._after(ActivationEvent(self.address, request.script, version_before, "failed", error=error.message))
                 raise error from None
             self._after(ActivationEvent(self.address, request.script, version_before, "committed", version=activation.version))
@@ -584,8 +630,7 @@ class Process:
     def _run_activation(self, name: str, inline_source: str | None, input: Any, *, dry_run: bool = False) -> Activation:
         input_node = tree.from_value(input, scripts_allowed=False)
         tree.validate_value(input_node, self.limits, scripts_allowed=False)
-        ws = WorkingState(self)
-        ws.dry_run = dry_run
+        ws = WorkingState(self, dry_run=dry_run)
         if inline_source is None:
             if name != INLINE_NAME:
                 validate_script_name(name)
@@ -612,30 +657,30 @@ class Process:
             {"body": message["body"], "message_id": f"{self.address}:{next_version}:{index}", "to": message["to"]}
             for index, message in enumerate(ws.messages)
         ]
-        candidate = root
-        if ws.memory.digest != ws.committed_memory.digest:
-            candidate = tree.set_at(candidate, ("memory",), ws.memory)
-        if ws.staged:
-            lib = ws.committed_lib
-            for staged_name, script in ws.staged:
-                if script is None:
-                    if tree.get(lib, (staged_name,)) is not None:
-                        lib = tree.remove_at(lib, (staged_name,))
-                else:
-                    lib = tree.set_at(lib, (staged_name,), tree.from_value(script, scripts_allowed=True))
-            candidate = tree.set_at(candidate, ("lib",), lib)
-        mutations = list(ws.mutations)
+        mutations: list[Mutation] = list(ws.mutations)
         changed = set(ws.changed)
+        candidate = ws.working_root()
         if intents:
-            outbox = tree.get(root, ("system", "outbox"))
-            new_outbox = tree.from_value(outbox.to_value() + intents, scripts_allowed=False)
-            candidate = tree.set_at(candidate, ("system", "outbox"), new_outbox)
-            mutations.append({"operation": "append", "path": "/system/outbox", "values": [tree.from_value(i, scripts_allowed=False) for i in intents]})
+            append = Append("/system/outbox", tuple(tree.from_value(i, scripts_allowed=False) for i in intents))
+            candidate = append.apply(candidate)
+            mutations.append(append)
             changed.add("/system/outbox")
-        validate_root(candidate, self.address, self.limits, script_compiler(self.limits), previous=root, error=InvalidValue)
         messages = [{"message_id": i["message_id"], "to": i["to"], "body": i["body"]} for i in intents]
+        mount_writes = ws.mount_writes
+
+        def apply_mount_writes() -> None:
+            # External mount effects happen only once the candidate is known to be valid.
+            for op, path, value in mount_writes:
+                segments = parse(path)
+                self._mount_apply(op, segments, value)
+                changed.add(mount_change_path(segments))
+
+        transition = self._commit(
+            mutations, "activation", applied=(ws.base, candidate),
+            effects=apply_mount_writes if mount_writes else None, dry_run=dry_run,
+        )
         if dry_run:
-            changed.update(mount_change_path(parse(path)) for _op, path, _value in ws.mount_writes)
+            changed.update(mount_change_path(parse(path)) for _op, path, _value in mount_writes)
             return Activation(
                 output=output.to_value(),
                 logs=ws.logs,
@@ -645,23 +690,12 @@ class Process:
                 changed=sorted(changed),
                 committed=False,
             )
-        transition = Transition(self.address, version, next_version, root, candidate, mutations, "activation")
-        guard = self.effects_guard if ws.mount_writes and self.effects_guard is not None else contextlib.nullcontext
-        with guard():
-            # External mount effects happen only once the candidate is known to be valid.
-            for op, path, value in ws.mount_writes:
-                segments = parse(path)
-                self._mount_apply(op, segments, value)
-                changed.add(mount_change_path(segments))
-            if self.before_publish is not None:
-                self.before_publish(transition)
-            self._state = (next_version, candidate)
         return Activation(
             output=output.to_value(),
             logs=ws.logs,
             messages=messages,
-            version=next_version,
-            root_hash=candidate.hash,
+            version=transition.version_after,
+            root_hash=transition.root_after.hash,
             changed=sorted(changed),
         )
 
@@ -699,14 +733,15 @@ class Process:
         check_root_hash(root, claimed)
         return process
 
-    def fork(self, child_address: str) -> Process:
-        """A new process at ``child_address`` sharing this committed tree (outbox cleared)."""
+    def fork(self, child_address: str) -> Self:
+        """A new process at ``child_address`` sharing this committed tree (outbox cleared);
+        hooks, mount providers and ports are shared, the commit sink is not."""
         validate_address(child_address)
         version, root = self._state
         system_value = system_metadata(child_address, self.limits, self.address, [])
         system_node = tree.from_value(system_value, scripts_allowed=False)
         candidate = tree.set_at(root, ("system",), system_node)
-        child = Process(child_address, candidate, version, self.limits, hooks=self.hooks, mounts=self.mounts, ports=self.ports)
+        child = type(self)(child_address, candidate, version, self.limits, hooks=self.hooks, mounts=self.mounts, ports=self.ports)
         validate_root(candidate, child_address, self.limits, script_compiler(self.limits), previous=root, error=InvalidValue)
         return child
 
@@ -725,3 +760,19 @@ def restore_compiler(snapshot: Limits, host: Limits) -> Callable[[str, Script], 
 def mount_change_path(segments: tuple[str, ...]) -> str:
     text = format_path(segments)
     return text.rstrip("/") or "/"
+
+
+__all__ = [
+    "ActivationEvent",
+    "ActivationHook",
+    "ActivationRequest",
+    "Cancel",
+    "Change",
+    "CommitSink",
+    "Process",
+    "ProcessBuilder",
+    "Transition",
+    "U64_MAX",
+    "mount_change_path",
+    "restore_compiler",
+]

@@ -2,6 +2,7 @@
 bounded observers, the canonical event log, and ``AsyncSvit`` (its asyncio surface)."""
 
 from .aio import AsyncObserver, AsyncSvit
+from .builders import SvitBuilder, SvitResumeBuilder
 from .errors import (
     Closed,
     Empty,
@@ -27,9 +28,11 @@ from .events import (
     SvitEvent,
     ThreadHistoryRetention,
 )
+from .hosting import SvitPortContext
 from .messages import Message, Reply, ToolCall
 from .observers import Observer
-from .svit import Inbox, Svit, SvitBuilder, SvitPortContext, SvitResumeBuilder, compose_system_prompt
+from .prompt import compose_system_prompt
+from .svit import Inbox, Svit
 from .tools import TOOL_SPECS, ToolSpec
 
 __all__ = [

@@ -179,11 +179,7 @@ class AsyncSvit:
 
     def __init__(self, svit: Svit) -> None:
         loop = asyncio.get_running_loop()  # RuntimeError outside a running loop
-        with svit._watch_lock:
-            current = svit._host_loop
-            if current is not None and current is not loop and not current.is_closed():
-                raise RuntimeError("this Svit is already served by another open event loop")
-            svit._host_loop = loop
+        svit.worker.bind_host_loop(loop)
         self._svit = svit
         self._loop = loop
 
@@ -228,7 +224,7 @@ class AsyncSvit:
     def _begin(self, seal: bool) -> None:
         """Off the event loop: sealing or a first start waits while a send commits."""
         if seal:
-            self._svit._seal()
+            self._svit.worker.seal()
         self._svit.start()
 
     async def _wait(self, states: tuple[str, ...], timeout: float | None, late: str, *, seal: bool) -> None:
@@ -242,20 +238,20 @@ class AsyncSvit:
             except RuntimeError:
                 pass
 
-        self._svit._watch(wake)
+        self._svit.worker.watch(wake)
         try:
             async with asyncio.timeout(timeout):
-                if seal or not self._svit._started:
+                if seal or not self._svit.worker.started:
                     await _in_thread(self._loop, self._begin, seal)
                 while True:
                     ready.clear()
-                    if self._svit._state in states:
+                    if self._svit.worker.state in states:
                         break
                     await ready.wait()
         except TimeoutError:
             raise TimeoutError(late) from None
         finally:
-            self._svit._unwatch(wake)
+            self._svit.worker.unwatch(wake)
         if self._svit.failure is not None:
             raise TurnFailed(self._svit.failure)
 

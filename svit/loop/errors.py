@@ -59,3 +59,18 @@ class Lagged(ObserveError):
     def __init__(self, missed: int) -> None:
         self.missed = missed
         super().__init__(f"{missed} items were dropped")
+
+
+__all__ = [
+    "Closed",
+    "Empty",
+    "InboxClosed",
+    "InvalidThread",
+    "Lagged",
+    "MissingOutboxMessage",
+    "MissingReasoner",
+    "ObserveError",
+    "ReasonerFailed",
+    "ReasonerUnavailable",
+    "TurnFailed",
+]

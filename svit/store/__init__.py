@@ -4,7 +4,7 @@
     store = ProcessStore.open("/path/to/store")
     h = store.create(process)            # or import_, resume, fork
     h.exec("/lib/counter", {"by": 1})    # acknowledged only after a synced write
-    h.query(path_prefix="/memory"); h.snapshot(); h.cut()
+    h.query(path_prefix="/memory"); h.store_snapshot(); h.cut()
 
 See :mod:`svit.store.store` for the contract, :mod:`svit.store.keys` for the layout and
 :mod:`svit.store.engine` for the storage engine interface (``ProcessStore.over(engine)``).

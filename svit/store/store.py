@@ -31,10 +31,11 @@ import contextlib
 import os
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, ContextManager, Iterable, Iterator, Self, cast
 
 import blake3
 
+from .. import mutation as mutation_module
 from .. import tree
 from ..errors import (
     InvalidPersistence,
@@ -47,12 +48,13 @@ from ..errors import (
 )
 from ..limits import Limits
 from ..mounts import Mount
+from ..mutation import Mutation
 from ..paths import validate_address
 from ..process import Process, Transition
 from ..tree import Node
 from . import codec, keys, records
 from .engine import ALL_CLASSES, StorageEngine, WriteBatch
-from .events import StoreEventLog, stage_thread_detach
+from .events import StoreEventLog, stage_fork_share, stage_thread_detach
 from .history import MAX_FORK_DEPTH, MAX_QUERY_LIMIT, History
 from .keys import CF_DEFAULT, CF_INDEX, CF_RECORD, COLUMN_FAMILIES, IRREPLACEABLE, REBUILDABLE
 from .nodes import StoredNodes
@@ -60,7 +62,10 @@ from .records import MAX_SOURCE_BYTES, Head, State, StoreSnapshot, Transaction
 from .rocksdb import RocksDBEngine
 
 if TYPE_CHECKING:
-    from ..thread import Checkpoint, Event, Message
+    from .._ports import Ports
+    from ..activation import Activation
+    from ..process import Change
+    from ..thread import Checkpoint, Event, EventLog, Message
 
 __all__ = [
     "STORE_FORMAT",
@@ -84,39 +89,14 @@ _State = State
 _readable_snapshot = records.readable_snapshot
 
 
-def apply_mutations(root: Node, mutations: list[dict[str, Any]], what: str) -> Node:
-    """Replay mutations on ``root`` (no guest code runs); any failure is InvalidPersistence."""
-    for index, mutation in enumerate(mutations):
-        operation = mutation["operation"]
-        path = mutation["path"]
-        try:
-            segments = codec.check_mutation_path(path, what)
-            if operation == "set":
-                value = mutation["value"]
-                node = value if type(value) is Node else tree.from_value(value, scripts_allowed=True)
-                root = tree.set_at(root, segments, node)
-            elif operation == "remove":
-                root = tree.remove_at(root, segments)
-            elif operation == "append":
-                target = tree.get(root, segments)
-                if target is None or target.kind != "array":
-                    raise InvalidPersistence(f"{what}: append target {path} is not an array")
-                values = target.to_value() + [v.to_value() for v in mutation["values"]]
-                root = tree.set_at(root, segments, tree.from_value(values, scripts_allowed=False))
-            elif operation == "remove_front":
-                target = tree.get(root, segments)
-                if target is None or target.kind != "array" or target.size == 0:
-                    raise InvalidPersistence(f"{what}: remove_front target {path} is not a non-empty array")
-                if tree.get(target, ("0",)).hash != mutation["expected_value_hash"]:
-                    raise InvalidPersistence(f"{what}: remove_front expected value hash does not match")
-                root = tree.set_at(root, segments, tree.remove_at(target, ("0",)))
-            else:
-                raise InvalidPersistence(f"{what}: unknown mutation operation")
-        except InvalidPersistence:
-            raise
-        except SvitError as exc:
-            raise InvalidPersistence(f"{what}: mutation {index} ({operation} {path}) does not apply: {exc.message}") from None
-    return root
+def apply_mutations(root: Node, mutations: Iterable[Mutation | dict[str, Any]], what: str) -> Node:
+    """Replay mutations on ``root`` (no guest code runs); any failure is InvalidPersistence.
+
+    The same :func:`svit.mutation.apply` a process used to build each committed root, so a
+    log replays to exactly the roots it recorded. Records decoded with node values are
+    converted to typed mutations here.
+    """
+    return mutation_module.apply_all(root, [mutation_module.from_node_record(m) for m in mutations], what)
 
 
 class ProcessStore:
@@ -289,9 +269,9 @@ class ProcessStore:
         return self._store_new(process, "imported")
 
     def _store_new(self, process: Process, kind: str) -> DurableProcess:
-        if process.before_publish is not None:
+        if process.sink is not None:
             raise InvalidPersistence("process is already attached to a durable store")
-        with process._lock, self._lock:
+        with process.lock, self._lock:
             self._check()
             address = process.address
             if self._exists(address):
@@ -383,8 +363,6 @@ class ProcessStore:
             batch.put(CF_INDEX, keys.child_key(parent_address, child_address), b"")
             pending = self._stage_nodes(batch, child.root, [{"path": "/system"}])
             # The child keeps the parent's reasoning session: shared, in this same batch.
-            from .events import stage_fork_share
-
             stage_fork_share(self, batch, parent_address, child_address, parent.read("/thread"))
             self._write(batch)
             self._remember_nodes(pending)
@@ -515,9 +493,9 @@ class ProcessStore:
         Used by the memory archive when its join says the archived state wins. A
         present address with fork children is refused (their bases name its history).
         """
-        if not isinstance(process, Process) or process.before_publish is not None:
+        if not isinstance(process, Process) or process.sink is not None:
             raise InvalidPersistence("install_archived needs a detached Process")
-        with process._lock, self._lock:
+        with process.lock, self._lock:
             self._check()
             address = process.address
             batch = self._batch()
@@ -632,25 +610,26 @@ class ProcessStore:
         return head
 
     @contextlib.contextmanager
-    def _effects_guard(self, handle: DurableProcess) -> Iterator[None]:
+    def effects_guard(self, handle: DurableProcess) -> Iterator[None]:
         """Held from before an activation's mount writes until it is published: a stale
         handle conflicts before touching a mount, and no other commit can slip in."""
         with self._lock:
             self._check()
-            self._current_head(handle, handle._process.version)
+            self._current_head(handle, handle.version)
             yield
 
-    def _commit(self, handle: DurableProcess, transition: Transition) -> None:
-        """Append one transaction with compare-and-swap on the head; synced before returning."""
+    def commit(self, handle: DurableProcess, transition: Transition) -> None:
+        """Append one transaction with compare-and-swap on the head; synced before returning.
+
+        The transition's root is its mutations applied to the previous root by the one
+        :func:`svit.mutation.apply`, the function resume replays, so the record is not
+        replayed here; resume checks every transaction's resulting root hash.
+        """
         address = transition.address
         source = transition.source
         if type(source) is not str or not 1 <= len(source.encode("utf-8")) <= MAX_SOURCE_BYTES:
             raise InvalidPersistence("transaction source must be 1-4,096 bytes of text")
-        mutations = [self._normalize(m) for m in transition.mutations]
-        what = f"transition of {address}"
-        replayed = apply_mutations(transition.root_before, mutations, what)
-        if replayed.digest != transition.root_after.digest:
-            raise InvalidPersistence(f"{what}: its mutations do not reproduce the committed root")
+        mutations = transition.mutations
         with self._lock:
             self._check()
             head = self._current_head(handle, transition.version_before)
@@ -664,8 +643,8 @@ class ProcessStore:
                 "previous_hash": head["hash"],
                 "process_version_before": transition.version_before,
                 "process_version_after": transition.version_after,
-                "mutations": [codec.encode_mutation(m) for m in mutations],
-                "touched_paths": codec.touched_paths(mutations),
+                "mutations": [m.record() for m in mutations],
+                "touched_paths": mutation_module.touched_paths(mutations),
                 "source": source,
                 "resulting_root_hash": transition.root_after.hash,
             }
@@ -675,7 +654,7 @@ class ProcessStore:
             new_head = Head(position, event_hash)
             batch = self._batch()
             batch.put(CF_RECORD, keys.transaction_key(address, position), encoded)
-            pending = self._stage_nodes(batch, transition.root_after, mutations)
+            pending = self._stage_nodes(batch, transition.root_after, [{"path": m.path} for m in mutations])
             for path in values["touched_paths"]:
                 batch.put(CF_INDEX, keys.path_key(address, path, position), b"")
             head_bytes = self._head_record(
@@ -687,19 +666,9 @@ class ProcessStore:
                 "position": position, "hash": event_hash, "process_version": transition.version_after,
                 "root_hash": transition.root_after.hash})
             self._remember_nodes(pending)
-            handle._head = new_head
+            handle.set_head(new_head)
             self._latest[address] = _State(transition.version_after, transition.root_after, handle.limits,
                                            new_head, head["base_hash"])
-
-    @staticmethod
-    def _normalize(mutation: dict[str, Any]) -> dict[str, Any]:
-        """Mutation values as tree nodes (activations record /lib writes as Script records)."""
-        out = dict(mutation)
-        if "value" in out and type(out["value"]) is not Node:
-            out["value"] = tree.from_value(out["value"], scripts_allowed=True)
-        if "values" in out:
-            out["values"] = [v if type(v) is Node else tree.from_value(v, scripts_allowed=False) for v in out["values"]]
-        return out
 
     # ------------------------------------------------------------------ handle operations
     def _check_head(self, handle: DurableProcess) -> dict[str, Any]:
@@ -710,9 +679,9 @@ class ProcessStore:
             raise PersistenceConflict()
         return head
 
-    def _snapshot(self, handle: DurableProcess) -> StoreSnapshot:
+    def record_snapshot(self, handle: DurableProcess) -> StoreSnapshot:
         process = handle.process
-        with process._lock, self._lock:
+        with process.lock, self._lock:
             self._check()
             self._check_head(handle)
             record, snapshot_hash = self._snapshot_record(handle.address, handle.head, process)
@@ -725,10 +694,10 @@ class ProcessStore:
         encoded, snapshot = records.snapshot_record(address, head, process)
         return (encoded, snapshot), snapshot.snapshot_hash
 
-    def _cut(self, handle: DurableProcess) -> StoreSnapshot:
+    def cut_history(self, handle: DurableProcess) -> StoreSnapshot:
         process = handle.process
         address = handle.address
-        with process._lock, self._lock:
+        with process.lock, self._lock:
             self._check()
             self._check_head(handle)
             children = self._children(address)
@@ -753,36 +722,54 @@ class ProcessStore:
             batch.put(CF_RECORD, keys.head_key(address),
                       self._head_record(address, base_hash, new_head, process.version, process.root_hash))
             self._write(batch)
-            handle._head = new_head
+            handle.set_head(new_head)
             self._latest[address] = _State(process.version, process.root, process.limits, new_head, base_hash)
             return snapshot
 
-    def _query(self, handle: DurableProcess, after_position: int | None, through_position: int | None,
+    def query_transactions(self, handle: DurableProcess, after_position: int | None, through_position: int | None,
                path_prefix: str | None, source: str | None, version_from: int | None, version_through: int | None,
                transaction_hash: str | None, limit: int) -> list[Transaction]:
         return self.history.query(handle.address, after_position, through_position, path_prefix, source,
                                   version_from, version_through, transaction_hash, limit)
 
 
+class _HandleSink:
+    """The commit sink of one durable handle: each transition is appended to the store
+    (one synced batch) before the handle's process publishes it."""
+
+    __slots__ = ("_handle", "_store")
+
+    def __init__(self, store: ProcessStore, handle: DurableProcess) -> None:
+        self._store = store
+        self._handle = handle
+
+    def commit(self, transition: Transition) -> None:
+        self._store.commit(self._handle, transition)
+
+    def effects_guard(self) -> ContextManager[None]:
+        return self._store.effects_guard(self._handle)
+
+
 class DurableProcess:
     """A process whose every committed transition is durable before it is published.
 
-    Offers the operations of :class:`~svit.process.Process` (delegated to an inner
-    process whose ``before_publish`` appends to the store), plus ``snapshot``, ``cut``,
-    ``query`` and ``head``, and thread-history retention over the store's reasoning
-    event log (:class:`~svit.loop.events.ThreadHistoryRetention`: ``retained_from``,
+    It implements :class:`svit.ProcessLike` (and :class:`svit.protocol.HostedProcess`)
+    over an inner :class:`~svit.process.Process` built with this handle's commit sink,
+    plus the store operations: ``store_snapshot``, ``cut``, ``query`` and ``head``, and
+    thread-history retention over the store's reasoning event log
+    (:class:`~svit.loop.events.ThreadHistoryRetention`: ``retained_from``,
     ``compacted_through``, ``cut_thread_events``; checkpoints and recent windows).
     """
 
-    def __init__(self, store: ProcessStore, process: Process, head: Head) -> None:
+    def __init__(self, store: ProcessStore, state: Process, head: Head) -> None:
+        """Wrap a copy of ``state`` (address, tree, version, limits, hooks, mount providers
+        and ports) whose commits go to ``store`` from ``head`` on."""
         self._store = store
-        self._process = process
         self._head = head
-        process.before_publish = self._before_publish
-        process.effects_guard = lambda: store._effects_guard(self)
-
-    def _before_publish(self, transition: Transition) -> None:
-        self._store._commit(self, transition)
+        self._process = Process(
+            state.address, state.root, state.version, state.limits,
+            hooks=state.hooks, mounts=state.mounts, ports=state.ports, sink=_HandleSink(store, self),
+        )
 
     # --------------------------------------------------------------- identity and observation
     @property
@@ -802,6 +789,11 @@ class DurableProcess:
     def head(self) -> Head:
         return self._head
 
+    def set_head(self, head: Head) -> None:
+        """Called by the store once it has durably moved this address's head (a commit or
+        a cut); a host never needs it."""
+        self._head = head
+
     @property
     def version(self) -> int:
         return self._process.version
@@ -818,41 +810,75 @@ class DurableProcess:
     def limits(self) -> Limits:
         return self._process.limits
 
-    def __getattr__(self, name: str) -> Any:
-        # read, discover, stat, node_hash, outbox, inbox_front, hooks, mounts, ports, ...
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self._process, name)
+    @property
+    def hooks(self) -> list[Any]:
+        return self._process.hooks
+
+    @property
+    def mounts(self) -> dict[str, Mount]:
+        return self._process.mounts
+
+    @property
+    def ports(self) -> Ports | None:
+        return self._process.ports
+
+    def node_hash(self, path: str) -> str | None:
+        return self._process.node_hash(path)
+
+    def read(self, path: str) -> Any:
+        return self._process.read(path)
+
+    def read_versioned(self, path: str) -> tuple[Any, int]:
+        return self._process.read_versioned(path)
+
+    def discover(self, path: str) -> list[str]:
+        return self._process.discover(path)
+
+    def stat(self, path: str) -> dict[str, Any] | None:
+        return self._process.stat(path)
+
+    def message_intents(self) -> list[dict[str, Any]]:
+        return self._process.message_intents()
+
+    def outbox(self) -> list[dict[str, Any]]:
+        """The committed message intents (the same as :meth:`message_intents`)."""
+        return self._process.message_intents()
+
+    def inbox_front(self) -> Any:
+        return self._process.inbox_front()
+
+    def in_memory(self) -> Process:
+        return self._process
 
     # --------------------------------------------------------------- transitions (durable)
-    def write(self, path: str, value: Any) -> Any:
+    def write(self, path: str, value: Any) -> Change:
         return self._process.write(path, value)
 
-    def remove(self, path: str) -> Any:
+    def remove(self, path: str) -> Change:
         return self._process.remove(path)
 
-    def exec(self, path: str, input: Any = None, *, dry_run: bool = False) -> Any:
+    def exec(self, path: str, input: Any = None, *, dry_run: bool = False) -> Activation:
         return self._process.exec(path, input, dry_run=dry_run)
 
-    def exec_inline(self, source: str, input: Any = None, *, dry_run: bool = False) -> Any:
+    def exec_inline(self, source: str, input: Any = None, *, dry_run: bool = False) -> Activation:
         return self._process.exec_inline(source, input, dry_run=dry_run)
 
-    def enqueue_inbox(self, value: Any) -> Any:
+    def enqueue_inbox(self, value: Any) -> Change:
         return self._process.enqueue_inbox(value)
 
-    def acknowledge_inbox(self, expected: Any) -> Any:
+    def acknowledge_inbox(self, expected: Any) -> Change:
         return self._process.acknowledge_inbox(expected)
 
-    def replace_thread_state(self, value: Any) -> Any:
+    def replace_thread_state(self, value: Any) -> Change:
         return self._process.replace_thread_state(value)
 
-    def initialize_thread_state(self, value: Any) -> Any:
+    def initialize_thread_state(self, value: Any) -> Change:
         return self._process.initialize_thread_state(value)
 
-    def replace_ports(self, ports: Any) -> Any:
+    def replace_ports(self, ports: Ports | None) -> Change | None:
         return self._process.replace_ports(ports)
 
-    def attach_mount(self, name: str, mount: Mount) -> Any:
+    def attach_mount(self, name: str, mount: Mount) -> Change | None:
         """Attach a provider; a persisted descriptor that differs is refused."""
         persisted = tree.get(self._process.root, ("mounts", name)) if isinstance(name, str) else None
         if persisted is not None:
@@ -864,32 +890,52 @@ class DurableProcess:
                 raise InvalidPersistence(f"mount {name} differs from its persisted descriptor")
         return self._process.attach_mount(name, mount)
 
-    # --------------------------------------------------------------- store operations
-    def snapshot(self) -> StoreSnapshot:
+    def detach_mount(self, name: str) -> None:
+        self._process.detach_mount(name)
+
+    def close(self) -> None:
+        """Release every attached mount provider (the store and its history are untouched)."""
+        self._process.close()
+
+    # --------------------------------------------------------------- snapshots and forks
+    def snapshot(self) -> bytes:
+        """The process snapshot's bytes at the current version; writes nothing."""
+        return self._process.snapshot()
+
+    def store_snapshot(self) -> StoreSnapshot:
         """Store a snapshot at the current head (head must be unchanged); history untouched."""
-        return self._store._snapshot(self)
+        return self._store.record_snapshot(self)
 
     def cut(self) -> StoreSnapshot:
         """Replace retained history with a snapshot base; refused while a fork references it."""
-        return self._store._cut(self)
+        return self._store.cut_history(self)
 
-    def fork(self, child_address: str) -> DurableProcess:
-        """A durable fork of this address's stored head."""
-        return self._store.fork(self.address, child_address)
+    def fork(self, child_address: str) -> Self:
+        """A durable fork of this address's stored head, sharing this handle's hooks,
+        mount providers and ports as :meth:`Process.fork` does."""
+        child = self._store.fork(self.address, child_address)
+        inner = child.process
+        inner.hooks[:] = self._process.hooks
+        for name, mount in self._process.mounts.items():
+            inner.attach_mount(name, mount)
+        inner.replace_ports(self._process.ports)
+        return cast(Self, child)
 
     # --------------------------------------------------------------- reasoning history (reference §10.8)
-    def _thread_log(self) -> StoreEventLog:
-        from .events import StoreEventLog
+    def thread_log(self) -> EventLog | None:
+        """The store's reasoning event log, where this process's conversation is kept."""
+        return self._event_log()
 
+    def _event_log(self) -> StoreEventLog:
         return StoreEventLog(self._store)
 
     def retained_from(self, session: str) -> int:
         """First retained sequence of ``session`` (1 when nothing was cut)."""
-        return self._thread_log().retained_from(self.address, session)
+        return self._event_log().retained_from(self.address, session)
 
     def compacted_through(self, session: str) -> int:
         """Highest compaction-checkpoint boundary of ``session`` (0 when none)."""
-        return self._thread_log().compacted_through(self.address, session)
+        return self._event_log().compacted_through(self.address, session)
 
     def cut_thread_events(self, session: str, through: int) -> int:
         """Delete events ``1..through`` of ``session`` in one synced batch; returns ``retained_from``.
@@ -897,23 +943,23 @@ class DurableProcess:
         Refuses with ``ThreadHistoryBoundary``, ``ThreadHistoryUncompacted`` or
         ``ThreadHistoryPinned`` and then changes nothing; an already cut boundary is a no-op.
         """
-        return self._thread_log().cut_thread_events(self.address, session, through)
+        return self._event_log().cut_thread_events(self.address, session, through)
 
     def record_checkpoint(self, session: str, through: int, summary: Any) -> Checkpoint:
         """Record a compaction checkpoint: events ``1..through`` are summarised by ``summary``."""
-        return self._thread_log().record_checkpoint(self.address, session, through, summary)
+        return self._event_log().record_checkpoint(self.address, session, through, summary)
 
     def latest_checkpoint(self, session: str) -> Checkpoint | None:
         """The latest compaction checkpoint of ``session`` (verified), or None."""
-        return self._thread_log().checkpoint(self.address, session)
+        return self._event_log().checkpoint(self.address, session)
 
     def recent_thread_events(self, session: str, limit: int) -> list[Event]:
         """The newest ``limit`` (1-4096) retained events of ``session``."""
-        return self._thread_log().recent_thread_events(self.address, session, limit)
+        return self._event_log().recent_thread_events(self.address, session, limit)
 
     def recent_thread_messages(self, session: str, limit: int) -> list[Message]:
         """The newest ``limit`` (1-4096) messages projected from retained events of ``session``."""
-        return self._thread_log().recent_thread_messages(self.address, session, limit)
+        return self._event_log().recent_thread_messages(self.address, session, limit)
 
     def query(
         self,
@@ -927,7 +973,7 @@ class DurableProcess:
         limit: int = 1024,
     ) -> list[Transaction]:
         """Retained transactions matching every given filter, in position order, re-validated."""
-        return self._store._query(self, after_position, through_position, path_prefix, source, version_from,
+        return self._store.query_transactions(self, after_position, through_position, path_prefix, source, version_from,
                                   version_through, transaction_hash, limit)
 
     def __repr__(self) -> str:

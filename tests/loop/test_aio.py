@@ -193,7 +193,7 @@ def test_cancelled_idle_wait_then_resume():
         waiter.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiter
-        assert agent.svit._watchers == ()  # neither wait left anything registered
+        assert agent.svit.worker.watchers == ()  # neither wait left anything registered
 
         release.set()
         await agent.idle(timeout=5)
@@ -212,7 +212,7 @@ def test_cancelled_idle_wait_then_resume():
 
 def committing(agent: AsyncSvit) -> bool:
     """Whether another thread is inside ``send``, committing to /inbox."""
-    return agent.svit._sending > 0
+    return agent.svit.worker.sending > 0
 
 
 def hold_process_lock(

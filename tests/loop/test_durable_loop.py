@@ -66,7 +66,7 @@ def test_durable_svit_resumes_conversation_memory_and_pending_inbox(tmp_path):
     ]
     assert texts(agent.messages())[-1] == ("user", "I drink tea.")
     assert [r for r, _ in texts(agent.messages())] == [r for r, _ in expected]
-    zombie = agent._thread
+    zombie = agent.worker.thread
     version = agent.version
     del agent, outbox
     store.close()  # nothing is killed: the old loop is still parked in its reasoner
@@ -74,7 +74,7 @@ def test_durable_svit_resumes_conversation_memory_and_pending_inbox(tmp_path):
     store = ProcessStore.open(path)
     handle = store.resume(ADDRESS)
     finisher = ScriptedReasoner(remember("drink", "tea"))
-    agent = Svit.persisted(handle).reasoner(finisher).build()
+    agent = Svit.resume(handle).reasoner(finisher).build()
     assert isinstance(agent.event_log, StoreEventLog)
     assert agent.session_id == session
     assert agent.read("/thread/instructions") == "Remember facts."
@@ -115,7 +115,7 @@ def test_durable_svit_resumes_conversation_memory_and_pending_inbox(tmp_path):
 
     # and everything is still there after another reopen
     store = ProcessStore.open(path)
-    again = Svit.persisted(store.resume(ADDRESS)).reasoner(ScriptedReasoner([])).build()
+    again = Svit.resume(store.resume(ADDRESS)).reasoner(ScriptedReasoner([])).build()
     assert [e.to_json() for e in again.event_log.all_events(ADDRESS, session)] == final
     assert [m.text for m in again.recent_messages(1)] == ["noted drink"]
     store.close()
@@ -154,7 +154,7 @@ def test_events_survive_reopen_and_page_by_sequence(tmp_path):
     assert log.last_sequence(ADDRESS, session) == 10 and log.sessions(ADDRESS) == [session]
     # sequences continue after a reopen; the Svit over the resumed handle sees the same log
     assert log.append(ADDRESS, session, "note", {}).sequence == 11
-    agent = Svit.persisted(store.resume(ADDRESS)).reasoner(ScriptedReasoner([])).build()
+    agent = Svit.resume(store.resume(ADDRESS)).reasoner(ScriptedReasoner([])).build()
     assert [e.sequence for e in agent.recent_events(2)] == [10, 11]
     # paging an empty-but-long log through the Svit uses the store
     for limit in (0, 4097):
@@ -237,7 +237,7 @@ def test_tampered_event_is_detected_on_read(tmp_path, how):
     gc.collect()
 
     store = ProcessStore.open(path)
-    resumed = Svit.persisted(store.resume(ADDRESS)).reasoner(ScriptedReasoner([])).build()
+    resumed = Svit.resume(store.resume(ADDRESS)).reasoner(ScriptedReasoner([])).build()
     with pytest.raises(InvalidPersistence):
         resumed.messages()
     with pytest.raises(InvalidPersistence):
@@ -282,7 +282,7 @@ def test_durable_fork_keeps_the_session_and_its_history(store):
     parent.block(timeout=10)
     child_address = "svit://local/tests/durable-child"
     store.fork(ADDRESS, child_address)
-    child = Svit.persisted(store.resume(child_address)).reasoner(ScriptedReasoner(["child ok"])).build()
+    child = Svit.resume(store.resume(child_address)).reasoner(ScriptedReasoner(["child ok"])).build()
     assert child.session_id == parent.session_id
     assert child.read("/thread/process_id") == child_address
     assert texts(child.messages()) == texts(parent.messages())

@@ -120,7 +120,7 @@ def test_item57_stale_handle_conflict_keeps_old_state(store):
     assert (b.version, b.root_hash, b.process.snapshot()) == before
     assert b.read("/memory/x") is None
     with pytest.raises(PersistenceConflict):
-        b.snapshot()
+        b.store_snapshot()
     with pytest.raises(PersistenceConflict):
         b.cut()
     assert store.resume(ADDR).read("/memory/x") == 1
@@ -261,7 +261,7 @@ def test_missing_transaction_is_a_gap(store):
 def test_tampering_cut_snapshot_and_fork_reference(store):
     parent = _prepared(store)
     store.fork(ADDR, CHILD)
-    parent_snapshot = parent.snapshot()
+    parent_snapshot = parent.store_snapshot()
     # fork reference
     store = tamper(store, "record", keys.fork_key(CHILD), flip(20))
     with pytest.raises(InvalidPersistence, match="fork reference"):
@@ -413,7 +413,7 @@ def test_fork_depth_limit(store, monkeypatch):
 def test_snapshot_records_head_and_restores(store):
     h = store.create(counter())
     h.exec("/lib/counter", 1)
-    snap = h.snapshot()
+    snap = h.store_snapshot()
     assert isinstance(snap, StoreSnapshot)
     assert snap.covered_position == 0 and snap.head_hash == h.head.hash and snap.process_version == 1
     restored = Process.restore(bytes(snap))
@@ -533,7 +533,7 @@ def test_failed_synced_write_is_fail_stop(store, apply):
     assert fault.failed == 1
     assert (h.version, h.root_hash, h.process.snapshot(), h.head) == state
     assert store.terminal
-    for attempt in (lambda: h.write("/memory/x", 1), lambda: store.create(counter(CHILD)), lambda: h.snapshot(),
+    for attempt in (lambda: h.write("/memory/x", 1), lambda: store.create(counter(CHILD)), lambda: h.store_snapshot(),
                     lambda: store.reset_index(), lambda: store.resume(ADDR)):
         with pytest.raises(PersistenceUnavailable):
             attempt()

@@ -72,7 +72,7 @@ def test_cut_never_writes_a_base_resume_cannot_read(store, monkeypatch):
         h.cut()
     assert store.resume(ADDR).read("/memory/big") == "x" * 8192  # history intact
     with pytest.raises(ResourceLimitExceeded):
-        h.snapshot()
+        h.store_snapshot()
     with pytest.raises(ResourceLimitExceeded):
         store.import_(Process.builder("svit://local/test/big").memory("big", "y" * 8192).build())
     assert "svit://local/test/big" not in store.addresses()

@@ -231,7 +231,7 @@ def test_tampered_checkpoint_or_partition_record_is_detected(store, how):
         "events": lambda: log.all_events(ADDR, s),
         "retained_from": lambda: log.retained_from(ADDR, s),
         "cut": lambda: log.cut_thread_events(ADDR, s, 3),  # a no-op when intact
-        "conversation": lambda: Svit.persisted(store.resume(ADDR)).reasoner(ScriptedReasoner([])).build().conversation(),
+        "conversation": lambda: Svit.resume(store.resume(ADDR)).reasoner(ScriptedReasoner([])).build().conversation(),
     }
     failing = set()
     for name, read in reads.items():
@@ -331,7 +331,7 @@ def test_durable_fork_shares_the_prefix_and_keeps_the_session(store):
     log = StoreEventLog(store)
     # nothing was copied: the child holds no events of its own yet
     assert own_event_keys(store, CHILD, s) == []
-    child = Svit.persisted(store.resume(CHILD)).reasoner(ScriptedReasoner([])).build()
+    child = Svit.resume(store.resume(CHILD)).reasoner(ScriptedReasoner([])).build()
     assert child.session_id == s
     parent_view = log.all_events(ADDR, s)
     child_view = log.all_events(CHILD, s)
@@ -458,7 +458,7 @@ def test_stores_written_before_sharing_still_read_and_do_not_pin(store):
         batch.put("record", keys.thread_event_key(CHILD, s, event.sequence), encode_event(event))
     store._write(batch)
     assert log.retained_from(CHILD, s) == 1 and seqs(log.all_events(CHILD, s)) == [1, 2, 3]
-    assert Svit.persisted(store.resume(CHILD)).reasoner(ScriptedReasoner([])).build().session_id == s
+    assert Svit.resume(store.resume(CHILD)).reasoner(ScriptedReasoner([])).build().session_id == s
     log.record_checkpoint(ADDR, s, 3, "all")
     assert log.cut_thread_events(ADDR, s, 3) == 4  # the copy is the child's own: no pin
     assert seqs(log.all_events(CHILD, s)) == [1, 2, 3]
@@ -468,7 +468,7 @@ def test_process_only_fork_starts_a_new_session(store):
     parent = agent(store)
     fill(store, ADDR, parent.session_id, 3)
     loose = store.import_(parent.process.process.fork("svit://local/tests/loose"))  # durable, but not a store fork
-    svit = Svit.persisted(loose).reasoner(ScriptedReasoner([])).build()
+    svit = Svit.resume(loose).reasoner(ScriptedReasoner([])).build()
     assert svit.session_id != parent.session_id and svit.messages() == []
     assert StoreEventLog(store).last_sequence("svit://local/tests/loose", parent.session_id) == 0
     in_memory = Svit.resume(parent.fork_process("svit://local/tests/loose-memory")).reasoner(ScriptedReasoner([])).build()
@@ -507,7 +507,7 @@ def test_resumed_agent_starts_from_checkpoint_summary_plus_retained_events(tmp_p
 
     store = ProcessStore.open(path)
     reasoner = ScriptedReasoner(["you like blue and cats"])
-    resumed = Svit.persisted(store.resume(ADDR)).reasoner(reasoner).build()
+    resumed = Svit.resume(store.resume(ADDR)).reasoner(reasoner).build()
     assert resumed.session_id == s and resumed.process.retained_from(s) == first_turn + 1
     assert resumed.conversation() == compacted
     resumed.inbox().send("What do I like?")
@@ -530,7 +530,7 @@ def test_compaction_with_messages_and_repeated_compact_and_cut(store):
     a.cut_history()
     assert a.conversation() == kept and a.messages() == []
     assert a.process.retained_from(s) == 5
-    b = Svit.persisted(store.resume(ADDR)).reasoner(ScriptedReasoner(["three"])).build()
+    b = Svit.resume(store.resume(ADDR)).reasoner(ScriptedReasoner(["three"])).build()
     b.inbox().send("c")
     b.block(timeout=10)
     assert [m.text for m in b.conversation()] == ["earlier: a and b", "c", "three"]
@@ -559,7 +559,7 @@ def test_any_plain_summary_shape_is_shown_so_a_cut_agent_can_still_take_turns(st
     a.process.cut_thread_events(s, last)
     heading = f"Summary of the conversation so far (events 1-{last}, compacted):\n\n"
     assert [m.text for m in a.conversation()] == [heading + '{"score":1.0,"text":"greeting"}']
-    b = Svit.persisted(store.resume(ADDR)).reasoner(ScriptedReasoner(["two"])).build()
+    b = Svit.resume(store.resume(ADDR)).reasoner(ScriptedReasoner(["two"])).build()
     b.inbox().send("b")
     b.block(timeout=10)
     assert b.failure is None
@@ -719,7 +719,7 @@ def test_a_cut_inside_an_interrupted_turn_does_not_change_what_the_model_sees(tm
         if cut:
             handle.cut_thread_events(session, 2)  # the turn's input is gone
         reasoner = _Recording(["done"])
-        resumed = Svit.persisted(handle).reasoner(reasoner).build()
+        resumed = Svit.resume(handle).reasoner(reasoner).build()
         resumed.start()
         resumed.block(timeout=30)
         assert resumed.failure is None
