@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Iterable, Union
 
 from . import tree
+from .cbor import Raw
 from .errors import InvalidPersistence, InvalidValue, SvitError
 from .paths import format_path, parse
-from .tree import Encoded, Node
+from .tree import Node
 
 __all__ = [
     "Append",
@@ -52,7 +53,7 @@ class Set:
         return tree.set_at(node, parse(self.path)[depth:], self.value)
 
     def record(self) -> dict[str, Any]:
-        return {"operation": "set", "path": self.path, "value": Encoded(self.value)}
+        return {"operation": "set", "path": self.path, "value": Raw(tree.node_cbor(self.value))}
 
     def plain(self) -> dict[str, Any]:
         return {"operation": "set", "path": self.path, "value": self.value.to_value()}
@@ -98,7 +99,7 @@ class Append:
         return tree.set_at(node, segments, tree.from_value(values, scripts_allowed=False))
 
     def record(self) -> dict[str, Any]:
-        return {"operation": "append", "path": self.path, "values": [Encoded(v) for v in self.values]}
+        return {"operation": "append", "path": self.path, "values": [Raw(tree.node_cbor(v)) for v in self.values]}
 
     def plain(self) -> dict[str, Any]:
         return {"operation": "append", "path": self.path, "values": [v.to_value() for v in self.values]}

@@ -130,7 +130,7 @@ class AsyncObserver(Generic[T]):
         self._observer = observer
         self._loop = loop
         self._ready = asyncio.Event()
-        observer._listen(self._wake)
+        observer.listen(self._wake)
 
     def _wake(self) -> None:
         """Run by the publishing thread after an item is queued (or on close)."""

@@ -30,14 +30,14 @@ class Observer(Generic[T]):
         self._cond = threading.Condition()
         self._listeners: tuple[Callable[[], None], ...] = ()
 
-    def _listen(self, callback: Callable[[], None]) -> None:
+    def listen(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` (from the publishing thread, without blocking) after every
         push and on close, so a waiter that cannot block on the condition (an event
         loop) learns when to look again. The item is queued before the call."""
         with self._cond:
             self._listeners += (callback,)
 
-    def _push(self, item: T) -> None:
+    def push(self, item: T) -> None:
         with self._cond:
             if self._closed:
                 return
@@ -50,7 +50,7 @@ class Observer(Generic[T]):
         for listener in listeners:
             listener()
 
-    def _close(self) -> None:
+    def end(self) -> None:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
@@ -88,6 +88,11 @@ class Observer(Generic[T]):
         with self._cond:
             return len(self._items)
 
+    def has_news(self) -> bool:
+        """Whether an item or a loss report is waiting."""
+        with self._cond:
+            return bool(self._items or self._missed)
+
 
 class Broadcast(Generic[T]):
     """Fan-out to every observer subscribed so far; late subscribers see only later items.
@@ -108,12 +113,12 @@ class Broadcast(Generic[T]):
     def subscribe(self) -> Observer[T]:
         with self._lock:
             held = self._pending
-            if self._retain and (held._items or held._missed):
+            if self._retain and held.has_news():
                 observer, self._pending = held, Observer(self._capacity)
             else:
                 observer = Observer(self._capacity)
             if self._closed:
-                observer._close()
+                observer.end()
             else:
                 self._observers.append(observer)
         return observer
@@ -124,17 +129,17 @@ class Broadcast(Generic[T]):
             if not observers and self._retain and not self._closed:
                 # Kept for the next subscriber: queued under the lock, so a subscribe
                 # racing this publish either takes the item or comes after it.
-                self._pending._push(item)
+                self._pending.push(item)
                 return
         for observer in observers:
-            observer._push(item)
+            observer.push(item)
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
             observers, self._observers = self._observers, []
         for observer in observers:
-            observer._close()
+            observer.end()
 
     @property
     def closed(self) -> bool:

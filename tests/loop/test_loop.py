@@ -617,9 +617,9 @@ def test_a_retained_item_is_queued_before_a_racing_subscribe_can_look():
     held_during_push = []
 
     class Watching(Observer[str]):
-        def _push(self, item: str) -> None:
+        def push(self, item: str) -> None:
             held_during_push.append(hub._lock.locked())
-            super()._push(item)
+            super().push(item)
 
     hub._pending = Watching(hub._capacity)
     hub.publish("reply")

@@ -261,7 +261,7 @@ def test_missing_transaction_is_a_gap(store):
 def test_tampering_cut_snapshot_and_fork_reference(store):
     parent = _prepared(store)
     store.fork(ADDR, CHILD)
-    parent_snapshot = parent.store_snapshot()
+    parent.store_snapshot()  # a stored snapshot at the forked head
     # fork reference
     store = tamper(store, "record", keys.fork_key(CHILD), flip(20))
     with pytest.raises(InvalidPersistence, match="fork reference"):
