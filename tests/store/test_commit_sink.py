@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from svit import Process, mutation, tree
+from svit import Process, cbor, mutation, tree
 from svit.errors import InvalidPersistence
 from svit.store import ProcessStore
 
@@ -48,7 +48,7 @@ def test_resume_refuses_a_log_whose_mutations_do_not_reproduce_its_roots(store, 
 
     def lying(self: mutation.Set) -> dict:
         record = honest(self)
-        record["value"] = tree.Encoded(tree.from_value(99, scripts_allowed=False))
+        record["value"] = cbor.Raw(tree.node_cbor(tree.from_value(99, scripts_allowed=False)))
         return record
 
     monkeypatch.setattr(mutation.Set, "record", lying)
