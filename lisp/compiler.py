@@ -32,9 +32,10 @@ from .budget import Budget, CompileMeter
 from .errors import LimitError, Span
 from .expand import Expansion
 from .functions import SYSTEM_FUNCTIONS
+from .names import global_name, mangle
 from .reader import QUASIQUOTE, QUOTE, UNQUOTE, UNQUOTE_SPLICING, Program, as_data
 from .resolve import Resolution
-from .syntax import ELSE, EXTENSION_NAMES, SPECIAL_FORMS, STANDARD_NAMES, Params  # noqa: F401 (re-exported)
+from .syntax import ELSE, SPECIAL_FORMS, Params
 from .values import Keyword, Name
 
 #: Each compiled module names its constants tuple uniquely, so modules sharing one
@@ -72,65 +73,6 @@ MIN_CODE_CHARS = 32 * 1024
 def max_code_chars(max_guest_memory: int) -> int:
     """How much code one piece (an expression, a group of top-level forms) may have."""
     return max(MIN_CODE_CHARS, max_guest_memory // CODE_MEMORY_PER_CHAR)
-
-
-_MANGLED: dict[str, str] = {}
-
-
-def mangle(name: str) -> str:
-    """An injective map from Lisp names to Python identifier tails (memoized)."""
-    found = _MANGLED.get(name)
-    if found is None:
-        found = _mangle(name)
-        if len(_MANGLED) < 65536:
-            _MANGLED[name] = found
-    return found
-
-
-def _mangle(name: str) -> str:
-    out = []
-    for ch in name:
-        if ch.isascii() and ch.isalnum():
-            out.append(ch)
-        else:
-            out.append(f"_{ord(ch):x}_")
-    return "".join(out)
-
-
-def demangle(tail: str) -> str:
-    out, i = [], 0
-    while i < len(tail):
-        ch = tail[i]
-        if ch == "_":
-            end = tail.index("_", i + 1)
-            out.append(chr(int(tail[i + 1 : end], 16)))
-            i = end + 1
-        else:
-            out.append(ch)
-            i += 1
-    return "".join(out)
-
-
-_GLOBAL_NAMES: dict[str, str] = {}
-
-
-def global_name(name: str) -> str:
-    found = _GLOBAL_NAMES.get(name)
-    if found is None:
-        found = "g_" + mangle(name)
-        if len(_GLOBAL_NAMES) < 65536:
-            _GLOBAL_NAMES[name] = found
-    return found
-
-
-def lisp_name_of(python_name: str) -> str:
-    """The Lisp name behind a generated function or global name."""
-    if python_name.startswith("g_"):
-        try:
-            return demangle(python_name[2:])
-        except (ValueError, IndexError):
-            return python_name
-    return "lambda"
 
 
 @dataclass

@@ -26,9 +26,6 @@ from .compiler import (
     Compiled,
     Compiler,
     check_program_limits,
-    global_name,
-    lisp_name_of,
-    mangle,
     max_code_chars,
     referenced_globals,
 )
@@ -36,8 +33,9 @@ from .context import Context, LispLimits
 from .errors import CompileError, EvalError, Frame, InternalError, LimitError, LispError
 from .expand import Expander, nesting_depth
 from .functions import SYSTEM_FUNCTIONS
-from .functions.compare import equal
-from .functions.numbers import add2, ge2, gt2, le2, lt2, mul2, sub2
+from .functions.compare import equal, ge2, gt2, le2, lt2
+from .functions.numbers import add2, mul2, sub2
+from .names import global_name, lisp_name_of, mangle
 from .reader import Program, as_code, as_data, read
 from .resolve import HostNames, host_names, resolve
 from .syntax import expected_arguments

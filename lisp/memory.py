@@ -29,6 +29,7 @@ from types import CodeType, FrameType, FunctionType
 from typing import Any, Iterable
 
 from .errors import LimitError
+from .names import global_name
 from .values import Char, Foreign, Keyword, LispPath, Name, Quoted
 
 #: Units of a list element (as the per-value measure counts it).
@@ -191,7 +192,7 @@ class Meter:
         for space, _count in self.spaces.values():
             g = space.globals
             for name in space.host_values:
-                value = g.get(_global_name(name))
+                value = g.get(global_name(name))
                 if value is not None:
                     free.add(id(value))
             for key, value in g.items():
@@ -204,10 +205,6 @@ class Meter:
 _OPTIMIZED = 0x0001  # CO_OPTIMIZED: a function frame (a module frame's locals are its globals)
 
 
-def _global_name(name: str) -> str:
-    from .compiler import global_name  # the compiler imports the functions, which import this
-
-    return global_name(name)
 
 
 def _frames_below(frame: FrameType | None, entry: FrameType) -> list[FrameType]:

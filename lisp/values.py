@@ -32,6 +32,8 @@ from fractions import Fraction
 from types import FunctionType
 from typing import Any, Callable
 
+from .names import lisp_name_of
+
 Unit = None
 
 
@@ -220,8 +222,6 @@ def function_label(value: FunctionType) -> tuple[str, str]:
     kind = getattr(value, "lisp_kind", "lambda")
     name = getattr(value, "lisp_name", None)
     if name is None:
-        from .compiler import lisp_name_of
-
         name = lisp_name_of(value.__name__)
     return kind, name
 

@@ -9,7 +9,7 @@ installed without an entry.
 
 from __future__ import annotations
 
-from . import SYSTEM_FUNCTIONS
+from .registry import SYSTEM_FUNCTIONS
 
 #: name -> (signature, category, description), one line each for a reader new to Ketos.
 SYSTEM_ENTRIES: dict[str, tuple[str, str, str]] = {

@@ -22,9 +22,10 @@ from typing import Any, Callable, Iterator
 from ..context import current
 from ..errors import EvalError
 from ..values import Foreign, type_name
-from . import system
 from .compare import equal
 from .numbers import add2
+from .registry import system
+from .support import described
 
 #: Guest-memory units per element of a built list (as lists.make_list charges).
 _LIST_UNIT = 8
@@ -33,22 +34,6 @@ _NUMBERS = (int, float, Fraction)
 
 
 # --- shared checks and messages ------------------------------------------------------
-
-
-def _shown(value: Any) -> str:
-    from .formatting import short_repr
-
-    return short_repr(value)
-
-
-def _found(value: Any) -> str:
-    """How an argument is named in an error: its kind and a short rendering."""
-    if isinstance(value, Foreign):
-        kind = value.container_kind()
-        if kind is not None:
-            return f"{value.type_name()} {kind}"
-        return f"{value.type_name()}: {_shown(value)}"
-    return f"{type_name(value)}: {_shown(value)}"
 
 
 def sequence_error(name: str, value: Any) -> EvalError:
@@ -62,7 +47,7 @@ def sequence_error(name: str, value: Any) -> EvalError:
             hint = "; test for null with (value-null? v)"
     elif type(value) is str:
         hint = "; for text use (chars s) or (split s sep)"
-    return EvalError(f"{name}: expected a list or array; found {_found(value)}{hint}")
+    return EvalError(f"{name}: expected a list or array; found {described(value)}{hint}")
 
 
 def sequence(name: str, value: Any) -> tuple | list:
@@ -91,21 +76,21 @@ def mapping(name: str, value: Any) -> list[tuple[str, Any]]:
         hint = "; for an array use (to-list v) or (range (count v))"
     elif isinstance(value, Foreign):
         hint = "; test for null with (value-null? v)"
-    raise EvalError(f"{name}: expected a map; found {_found(value)}{hint}")
+    raise EvalError(f"{name}: expected a map; found {described(value)}{hint}")
 
 
 def function(name: str, value: Any) -> Callable[..., Any]:
     """A callable argument (a lambda, a defined function or a system function)."""
     if type(value) is FunctionType:
         return value
-    raise EvalError(f"{name}: expected a function; found {_found(value)}; write (lambda (x) ...) or a function's name")
+    raise EvalError(f"{name}: expected a function; found {described(value)}; write (lambda (x) ...) or a function's name")
 
 
 def truth(name: str, value: Any) -> bool:
     """A predicate's answer, which must be a boolean (as conditions must)."""
     if value is True or value is False:
         return value
-    raise EvalError(f"{name}: the predicate must return true or false; it returned {_found(value)}")
+    raise EvalError(f"{name}: the predicate must return true or false; it returned {described(value)}")
 
 
 def visit(steps: int) -> None:
@@ -146,7 +131,7 @@ def _sort_kind(name: str, keys: list | tuple, what: str) -> None:
 
 def _unorderable(name: str, value: Any, what: str) -> EvalError:
     hint = "; order records with (sort-by (lambda (r) (value-get r \"/field\")) xs)" if isinstance(value, Foreign) else ""
-    return EvalError(f"{name}: can only order numbers or texts; {what} include {_found(value)}{hint}")
+    return EvalError(f"{name}: can only order numbers or texts; {what} include {described(value)}{hint}")
 
 
 def _sort_cost(n: int) -> int:
@@ -266,7 +251,7 @@ def fn_sum(xs: Any) -> Any:
     total: Any = 0
     for x in items:
         if type(x) not in _NUMBERS:
-            raise EvalError(f"sum: expected numbers; found {_found(x)}")
+            raise EvalError(f"sum: expected numbers; found {described(x)}")
         total = add2(total, x)
     return total
 
@@ -317,7 +302,7 @@ def fn_sort_by(depth: int, key_fn: Any, xs: Any) -> tuple | None:
 def fn_range(*args: Any) -> tuple | None:
     for a in args:
         if type(a) is not int:
-            raise EvalError(f"range: expected integers; found {_found(a)}")
+            raise EvalError(f"range: expected integers; found {described(a)}")
     if len(args) == 1:
         start, end, step = 0, args[0], 1
     elif len(args) == 2:
@@ -390,8 +375,8 @@ def fn_count(x: Any) -> int:
         n = x.entry_count()
         if n is not None:
             return n
-        raise EvalError(f"count: expected a list, array, map or text; found {_found(x)}; test for null with (value-null? v)")
-    raise EvalError(f"count: expected a list, array, map or text; found {_found(x)}")
+        raise EvalError(f"count: expected a list, array, map or text; found {described(x)}; test for null with (value-null? v)")
+    raise EvalError(f"count: expected a list, array, map or text; found {described(x)}")
 
 
 @system(
@@ -409,8 +394,8 @@ def fn_is_empty(x: Any) -> bool:
         n = x.entry_count()
         if n is not None:
             return n == 0
-        raise EvalError(f"empty?: expected a list, array, map or text; found {_found(x)}; test for null with (null? v)")
-    raise EvalError(f"empty?: expected a list, array, map or text; found {_found(x)}")
+        raise EvalError(f"empty?: expected a list, array, map or text; found {described(x)}; test for null with (null? v)")
+    raise EvalError(f"empty?: expected a list, array, map or text; found {described(x)}")
 
 
 @system(

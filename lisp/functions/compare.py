@@ -9,6 +9,7 @@ comparing huge or exponentially shared structures stays within the budget.
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from types import FunctionType
 from typing import Any
@@ -16,8 +17,8 @@ from typing import Any
 from ..context import current
 from ..errors import EvalError
 from ..values import Char, Foreign, Keyword, LispPath, Name, Quoted
-from . import system
-from .numbers import mismatch, num_cmp, num_eq, type_error
+from .registry import system
+from .support import mismatch, type_error
 
 _NUMBERS = (int, float, Fraction)
 # Values of these types compare with ``==`` against their own type.
@@ -50,6 +51,21 @@ def _charge_text(a: Any, b: Any) -> None:
     n = min(len(a), len(b))
     if n >= _CHARS_PER_STEP and a is not b:
         current().budget.charge(n // _CHARS_PER_STEP)
+
+
+def num_cmp(a: Any, b: Any) -> int:
+    """Order two numbers (exactly, across kinds); NaN cannot be ordered."""
+    if (type(a) is float and a != a) or (type(b) is float and b != b):
+        raise EvalError("attempt to compare NaN value")
+    return (a > b) - (a < b)
+
+
+def num_eq(a: Any, b: Any) -> bool:
+    if type(a) is float and not math.isfinite(a) and type(b) is not float:
+        return False
+    if type(b) is float and not math.isfinite(b) and type(a) is not float:
+        return False
+    return a == b
 
 
 def _equal_scalar(a: Any, b: Any) -> bool:
@@ -266,3 +282,30 @@ def fn_not(x: Any) -> bool:
 @system("xor", 2)
 def fn_xor(a: Any, b: Any) -> bool:
     return _expect_bool(a) != _expect_bool(b)
+
+
+# --- comparisons used by the compiler's fast paths ------------------------------
+
+
+def lt2(a: Any, b: Any) -> bool:
+    if type(a) is int and type(b) is int:
+        return a < b
+    return compare(a, b) < 0
+
+
+def gt2(a: Any, b: Any) -> bool:
+    if type(a) is int and type(b) is int:
+        return a > b
+    return compare(a, b) > 0
+
+
+def le2(a: Any, b: Any) -> bool:
+    if type(a) is int and type(b) is int:
+        return a <= b
+    return compare(a, b) <= 0
+
+
+def ge2(a: Any, b: Any) -> bool:
+    if type(a) is int and type(b) is int:
+        return a >= b
+    return compare(a, b) >= 0

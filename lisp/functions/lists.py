@@ -13,8 +13,8 @@ from typing import Any
 from ..context import UNITS_PER_STEP, current
 from ..errors import EvalError
 from ..values import Char, LispPath
-from . import system
-from .numbers import overflow, type_error
+from .registry import system
+from .support import overflow, type_error
 
 _LIST_UNIT = 8  # allocation units per list element
 

@@ -15,36 +15,15 @@ from fractions import Fraction
 from typing import Any
 
 from ..context import current
-from ..errors import EvalError, LimitError
-from ..values import type_name
-from . import system
+from ..errors import LimitError
+from .compare import compare
+from .registry import system
+from .support import divide_by_zero, overflow, type_error
 
 _U32_MAX = 2**32 - 1
 
 
-# --- errors and classification ------------------------------------------------
-
-
-def type_error(expected: str, value: Any) -> EvalError:
-    """``type error: expected X; found Y: <value>`` with a short rendering of the value."""
-    from ..values import Foreign
-    from .formatting import short_repr
-
-    text = f"type error: expected {expected}; found {type_name(value)}: {short_repr(value)}"
-    hint = value.usage_hint() if isinstance(value, Foreign) else None
-    return EvalError(f"{text}; {hint}" if hint else text)
-
-
-def mismatch(a: Any, b: Any) -> EvalError:
-    return EvalError(f"type mismatch; {type_name(a)} and {type_name(b)}")
-
-
-def divide_by_zero() -> EvalError:
-    return EvalError("attempt to divide by zero")
-
-
-def overflow() -> EvalError:
-    return EvalError("integer overflow")
+# --- classification ------------------------------------------------------------
 
 
 def _kind(x: Any) -> int:
@@ -228,54 +207,6 @@ def floordiv2(a: Any, b: Any) -> Any:
             raise divide_by_zero()
         return check_int(a // b)
     return _floor_value(_binary(a, b, "/"))
-
-
-# --- comparisons used by the compiler's fast paths ------------------------------
-
-
-def num_cmp(a: Any, b: Any) -> int:
-    """Order two numbers (exactly, across kinds); NaN cannot be ordered."""
-    if (type(a) is float and a != a) or (type(b) is float and b != b):
-        raise EvalError("attempt to compare NaN value")
-    return (a > b) - (a < b)
-
-
-def num_eq(a: Any, b: Any) -> bool:
-    if type(a) is float and not math.isfinite(a) and type(b) is not float:
-        return False
-    if type(b) is float and not math.isfinite(b) and type(a) is not float:
-        return False
-    return a == b
-
-
-def _general_compare(a: Any, b: Any) -> int:
-    from .compare import compare
-
-    return compare(a, b)
-
-
-def lt2(a: Any, b: Any) -> bool:
-    if type(a) is int and type(b) is int:
-        return a < b
-    return _general_compare(a, b) < 0
-
-
-def gt2(a: Any, b: Any) -> bool:
-    if type(a) is int and type(b) is int:
-        return a > b
-    return _general_compare(a, b) > 0
-
-
-def le2(a: Any, b: Any) -> bool:
-    if type(a) is int and type(b) is int:
-        return a <= b
-    return _general_compare(a, b) <= 0
-
-
-def ge2(a: Any, b: Any) -> bool:
-    if type(a) is int and type(b) is int:
-        return a >= b
-    return _general_compare(a, b) >= 0
 
 
 # --- powers and shifts -----------------------------------------------------------
@@ -559,8 +490,6 @@ def fn_zero(*args: Any) -> bool:
 
 @system("max", 1, None)
 def fn_max(*args: Any) -> Any:
-    from .compare import compare
-
     best = args[0]
     for x in args[1:]:
         if compare(best, x) < 0:
@@ -570,8 +499,6 @@ def fn_max(*args: Any) -> Any:
 
 @system("min", 1, None)
 def fn_min(*args: Any) -> Any:
-    from .compare import compare
-
     best = args[0]
     for x in args[1:]:
         if compare(best, x) > 0:

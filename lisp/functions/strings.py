@@ -7,8 +7,8 @@ from typing import Any
 
 from ..context import current
 from ..values import Char, Name
-from . import system
-from .numbers import type_error
+from .registry import system
+from .support import type_error
 
 #: One shared Char per Latin-1 character, so the list of an ASCII text costs only its slots.
 _LATIN1 = tuple(Char(chr(i)) for i in range(256))

@@ -16,9 +16,11 @@ from typing import Any
 
 from ..context import UNITS_PER_STEP, current
 from ..errors import EvalError, LimitError
+from ..render import display, short_repr
 from ..values import Char, Foreign, Keyword, Name
-from . import system
-from .collections import _found, member
+from .collections import member
+from .registry import system
+from .support import described
 
 _LIST_UNIT = 8
 _WHITESPACE = " \t\n\r\f\v"
@@ -41,12 +43,10 @@ def _text(name: str, value: Any, what: str = "text") -> str:
         hint = "; turn a value into text with (to-string v)"
     if type(value) is Char:
         return value.char
-    raise EvalError(f"{name}: expected {what}; found {_found(value)}{hint}")
+    raise EvalError(f"{name}: expected {what}; found {described(value)}{hint}")
 
 
 def _quoted(text: str) -> str:
-    from .formatting import short_repr
-
     return short_repr(text)
 
 
@@ -88,7 +88,7 @@ def fn_contains(where: Any, what: Any) -> bool:
             return member(where.sequence_items(), what)
         if kind == "map":
             raise EvalError("contains?: expected a text, list or array; found a map; test a key with (contains? (keys m) key)")
-    raise EvalError(f"contains?: expected a text, list or array; found {_found(where)}")
+    raise EvalError(f"contains?: expected a text, list or array; found {described(where)}")
 
 
 @system(
@@ -195,23 +195,21 @@ def fn_to_string(v: Any) -> str:
     if t is int:  # already bounded by max_integer_bits
         return str(v)
     if t is float or t is Fraction or t is Name or t is Keyword:
-        from .formatting import display
-
         return display(v)
     if isinstance(v, Foreign):
         current().allocate(v.memory_size())
         return v.display()
     if v is None or t is tuple:
         raise EvalError(
-            f"to-string: expected a number, boolean, text or value; found {_found(v)}; "
+            f"to-string: expected a number, boolean, text or value; found {described(v)}; "
             "join texts with (join \", \" a b) or show a list with (format \"~a\" xs)"
         )
-    raise EvalError(f"to-string: expected a number, boolean, text or value; found {_found(v)}")
+    raise EvalError(f"to-string: expected a number, boolean, text or value; found {described(v)}")
 
 
 def _number_text(name: str, value: Any) -> str:
     if type(value) is not str:
-        raise EvalError(f"{name}: expected text; found {_found(value)}")
+        raise EvalError(f"{name}: expected text; found {described(value)}")
     _scan(len(value))
     return value.strip(_WHITESPACE)
 

@@ -9,9 +9,10 @@ from typing import Any
 
 from ..context import current
 from ..errors import EvalError
+from ..render import short_repr
 from ..values import Foreign, LispPath, Name, type_name
-from . import system
-from .numbers import overflow, type_error
+from .registry import system
+from .support import overflow, type_error
 
 _NUMBERS = (int, float, Fraction)
 
@@ -90,6 +91,4 @@ def fn_path(v: Any) -> LispPath:
 def fn_panic(*args: Any) -> Any:
     if not args:
         raise EvalError("explicit panic")
-    from .formatting import short_repr
-
     raise EvalError(f"panic: {short_repr(args[0], display=True, limit=1024)}")

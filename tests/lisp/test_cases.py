@@ -16,8 +16,8 @@ import pytest
 
 from svit.lisp.context import LispLimits
 from svit.lisp.errors import CompileError, LimitError, LispError, ReadError
-from svit.lisp.functions.formatting import debug_repr
 from svit.lisp.interpreter import evaluate
+from svit.lisp.render import debug_repr
 
 HERE = Path(__file__).parent
 CASE_FILES = sorted((HERE / "cases").glob("*.svl")) + sorted((HERE / "forms").glob("*.svl"))

@@ -8,8 +8,8 @@ from svit.guest import plain_to_lisp
 from svit.lisp.context import LispLimits
 from svit.lisp.errors import BudgetExhausted, EvalError, LimitError
 from svit.lisp.functions import SYSTEM_FUNCTIONS
-from svit.lisp.functions.formatting import debug_repr
 from svit.lisp.interpreter import Interpreter, evaluate
+from svit.lisp.render import debug_repr
 
 VALUES = {
     "arr": ["a", "b", 3],

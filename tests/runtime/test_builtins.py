@@ -29,7 +29,7 @@ from svit.errors import (
     SvitError,
 )
 from svit.guest import to_node
-from svit.lisp.compiler import global_name
+from svit.lisp.names import global_name
 from svit.lisp.errors import BudgetExhausted, EvalError, InternalError, LimitError
 from svit.lisp.functions import SYSTEM_FUNCTIONS, SystemFunction
 from svit.lisp.functions.catalogue import SYSTEM_ENTRIES, system_catalogue

@@ -26,9 +26,9 @@ import pytest
 
 from svit.lisp.context import LispLimits
 from svit.lisp.errors import BudgetExhausted, CompileError, EvalError, LimitError, LispError, ReadError
-from svit.lisp.functions.formatting import debug_repr
 from svit.lisp.interpreter import Interpreter
 from svit.lisp.reader import Program, read
+from svit.lisp.render import debug_repr
 
 HERE = Path(__file__).parent
 

@@ -1,0 +1,50 @@
+"""The table of system functions and the decorator that fills it.
+
+Each family module (``numbers``, ``lists``...) registers its functions here when it is
+imported; :mod:`lisp.functions` imports every family, so the table is complete once
+the package is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+__all__ = ["SYSTEM_FUNCTIONS", "SystemFunction", "system"]
+
+
+@dataclass(frozen=True)
+class SystemFunction:
+    name: str
+    fn: Callable[..., Any]
+    min_args: int
+    max_args: int | None  # None: no upper bound
+    takes_depth: bool = False
+    signature: str | None = None
+    description: str | None = None
+    category: str | None = None
+    extension: bool = False
+
+
+SYSTEM_FUNCTIONS: dict[str, SystemFunction] = {}
+
+
+def system(
+    name: str,
+    min_args: int,
+    max_args: int | None = -1,
+    *,
+    takes_depth: bool = False,
+    signature: str | None = None,
+    description: str | None = None,
+    category: str | None = None,
+    extension: bool = False,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register ``fn`` as the system function ``name``; ``max_args=-1`` means exactly ``min_args``."""
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        upper = min_args if max_args == -1 else max_args
+        SYSTEM_FUNCTIONS[name] = SystemFunction(name, fn, min_args, upper, takes_depth, signature, description, category, extension)
+        return fn
+
+    return register
