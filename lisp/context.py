@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass
 
 from .budget import Budget
-from .errors import LimitError
+from .errors import InternalError, LimitError
 from .memory import Meter
 from .values import Foreign
 
@@ -188,18 +188,36 @@ class Context:
         return size
 
 
-_local = threading.local()
-_DEFAULT = Context(LispLimits(), Budget(max_steps=1_000_000_000, max_millis=None))
+class _RunLocal(threading.local):
+    """The context of the run executing on each thread (none between runs)."""
+
+    context: Context | None = None
+
+
+_local = _RunLocal()
 
 
 def current() -> Context:
-    """The context of the run executing on this thread (a lenient default outside runs)."""
-    return getattr(_local, "context", None) or _DEFAULT
+    """The context of the run executing on this thread.
+
+    System functions charge and bound their work through it, so running them with no
+    run in progress is a failure of the caller (the interpreter enters a context for
+    every run; a host calling them directly enters one with :func:`enter`).
+    """
+    context = _local.context
+    if context is None:
+        raise InternalError("Lisp code ran outside a run: no run context is active")
+    return context
+
+
+def active() -> Context | None:
+    """The context of the run executing on this thread, or ``None`` between runs."""
+    return _local.context
 
 
 def enter(context: Context) -> Context | None:
     """Make ``context`` current; returns the previous one for :func:`leave`."""
-    previous = getattr(_local, "context", None)
+    previous = _local.context
     _local.context = context
     return previous
 

@@ -10,6 +10,7 @@ host's own exception types listed in ``passthrough``).
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import warnings
@@ -30,7 +31,7 @@ from .compiler import (
     referenced_globals,
 )
 from .context import Context, LispLimits
-from .errors import CompileError, EvalError, Frame, InternalError, LimitError, LispError
+from .errors import CompileError, EvalError, Frame, HostFunctionError, InternalError, LimitError, LispError
 from .expand import Expander, nesting_depth
 from .functions import SYSTEM_FUNCTIONS
 from .functions.compare import equal, ge2, gt2, le2, lt2
@@ -41,11 +42,48 @@ from .resolve import HostNames, host_names, resolve
 from .syntax import expected_arguments
 from .values import Keyword, Name, make_quoted, mark_function, type_name
 
-# Guest recursion is bounded by max_call_stack (hard max 4,096) long before this.
-if sys.getrecursionlimit() < 20_000:
-    sys.setrecursionlimit(20_000)
+#: The Python recursion limit while a run is active. Guest recursion is bounded by
+#: max_call_stack (hard max 4,096, a few Python frames per call) long before this.
+RUN_RECURSION_LIMIT = 20_000
+
+
+class _RecursionAllowance:
+    """Raise the recursion limit while any run is active, and restore it after the last.
+
+    Counted across threads and nested runs (a host function may run guest code), so
+    one run ending never lowers the limit under another still going.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._active = 0
+        self._saved: int | None = None
+
+    def acquire(self) -> None:
+        with self._lock:
+            if self._active == 0:
+                before = sys.getrecursionlimit()
+                if before < RUN_RECURSION_LIMIT:
+                    sys.setrecursionlimit(RUN_RECURSION_LIMIT)
+                    self._saved = before
+            self._active += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._active -= 1
+            if self._active == 0 and self._saved is not None:
+                # Unless the host changed it meanwhile, put back what it had set.
+                if sys.getrecursionlimit() == RUN_RECURSION_LIMIT:
+                    sys.setrecursionlimit(self._saved)
+                self._saved = None
+
+
+_recursion = _RecursionAllowance()
 
 _NOARG = object()
+
+#: CPython's complaint about a call to a generated function (``g_f()`` or a closure).
+_GUEST_CALL = re.compile(r"(?:_mk[0-9]+\.<locals>\.)?(?:g_[A-Za-z0-9_]*|_lambda[0-9]+|v[0-9]+_[A-Za-z0-9_]*)\(\) ")
 
 _PY_TYPE_NAMES = {
     "int": "integer", "str": "string", "NoneType": "unit", "float": "float", "bool": "bool",
@@ -289,7 +327,12 @@ class Interpreter:
                     budget.give_back(unused)
                 g["_s"] = 0
                 budget.charge(1)
-                return fn(_d, *args)
+                try:
+                    return fn(_d, *args)
+                except Exception as error:
+                    if self._host_fault(error):
+                        raise HostFunctionError(name) from error
+                    raise
 
         else:
 
@@ -303,9 +346,33 @@ class Interpreter:
                     budget.give_back(unused)
                 g["_s"] = 0
                 budget.charge(1)
-                return fn(*args)
+                try:
+                    return fn(*args)
+                except Exception as error:
+                    if self._host_fault(error):
+                        raise HostFunctionError(name) from error
+                    raise
 
         g[gname] = mark_function(host, name)
+
+    def _host_fault(self, error: Exception) -> bool:
+        """Whether ``error``, escaping a host function, is a failure of the host's own code.
+
+        Not a Lisp error or one the host lets through, not a limit running out, and not
+        a failure of guest code the host function called (a frame of this namespace in
+        the traceback, or a guest function called with the wrong number of arguments).
+        """
+        if isinstance(error, (LispError, RecursionError, MemoryError)):
+            return False
+        if self.passthrough and isinstance(error, self.passthrough):
+            return False
+        g = self.globals
+        tb = error.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_globals is g:
+                return False
+            tb = tb.tb_next
+        return not (isinstance(error, TypeError) and _GUEST_CALL.match(str(error)) is not None)
 
     def define_value(self, name: str, value: Any) -> None:
         gname = global_name(name)
@@ -573,6 +640,7 @@ class _Guard:
         self.compiled = compiled
 
     def __enter__(self) -> None:
+        _recursion.acquire()
         self.previous = run_context.enter(self.interp.context)
         self.interp.context.meter.open(self.interp, sys._getframe(1))
 
@@ -585,6 +653,7 @@ class _Guard:
         g["_s"] = 0
         interp.context.meter.close(interp)
         run_context.leave(self.previous)
+        _recursion.release()
         if exc is None:
             return False
         if interp.passthrough and isinstance(exc, interp.passthrough):
@@ -595,7 +664,9 @@ class _Guard:
         if not error.stack:
             error.stack = _lisp_stack(tb, self.compiled)
         error.located(interp.filename)
-        raise error from None
+        if error.__cause__ is None:
+            raise error from None  # no Python internals in what the host sees
+        raise error  # a host function's own exception stays its cause
 
 
 def as_lisp_error(exc: BaseException) -> LispError:

@@ -17,6 +17,9 @@ from svit.lisp.functions import SYSTEM_FUNCTIONS
 from svit.lisp.interpreter import evaluate
 from svit.lisp.render import debug_repr
 
+# Values are rendered (and system functions called) outside a run, under a host context.
+pytestmark = pytest.mark.usefixtures("host_context")
+
 VALUES = {
     "arr": [3, 1, 2],
     "words": ["pear", "apple", "fig"],

@@ -18,6 +18,9 @@ from svit.lisp.functions.numbers import add2, mul2, sub2
 from svit.lisp.render import debug_repr, display
 from svit.lisp.values import Char, Foreign, Keyword, LispPath, Name, mark_function
 
+# Values are rendered (and system functions called) outside a run, under a host context.
+pytestmark = pytest.mark.usefixtures("host_context")
+
 
 def call(name, *args):
     return SYSTEM_FUNCTIONS[name].fn(*args)

@@ -11,6 +11,9 @@ from svit.lisp.functions import SYSTEM_FUNCTIONS
 from svit.lisp.interpreter import Interpreter, evaluate
 from svit.lisp.render import debug_repr
 
+# Values are rendered (and system functions called) outside a run, under a host context.
+pytestmark = pytest.mark.usefixtures("host_context")
+
 VALUES = {
     "arr": ["a", "b", 3],
     "m": {"b": [1, 2.0], "a": "x", "é": None},

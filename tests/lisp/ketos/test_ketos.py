@@ -30,6 +30,9 @@ from svit.lisp.interpreter import Interpreter
 from svit.lisp.reader import Program, read
 from svit.lisp.render import debug_repr
 
+# Values are rendered (and system functions called) outside a run, under a host context.
+pytestmark = pytest.mark.usefixtures("host_context")
+
 HERE = Path(__file__).parent
 
 #: Ketos's ``RestrictConfig::permissive()`` in our limits. Ketos integers are unbounded;
