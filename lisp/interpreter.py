@@ -15,8 +15,8 @@ import sys
 import threading
 import warnings
 from collections import OrderedDict
-from types import FunctionType
-from typing import Any, Callable
+from types import FunctionType, TracebackType
+from typing import Any, Callable, Literal
 
 import blake3
 
@@ -40,7 +40,7 @@ from .names import global_name, lisp_name_of, mangle
 from .reader import Program, as_code, as_data, read
 from .resolve import HostNames, host_names, resolve
 from .syntax import expected_arguments
-from .values import Keyword, Name, make_quoted, mark_function, type_name
+from .values import Keyword, LispList, LispValue, Name, make_quoted, mark_function, type_name
 
 #: The Python recursion limit while a run is active. Guest recursion is bounded by
 #: max_call_stack (hard max 4,096, a few Python frames per call) long before this.
@@ -113,13 +113,13 @@ def _system_wrapper(name: str) -> Callable[..., Any]:
 
         return mark_function(call, name)
 
-    def call(_d: int, *args: Any) -> Any:
+    def call_plain(_d: int, *args: Any) -> Any:
         n = len(args)
         if n < lo or (hi is not None and n > hi):
             raise EvalError(_arity_message(name, _expected(lo, hi), n))
         return fn(*args)
 
-    return mark_function(call, name)
+    return mark_function(call_plain, name)
 
 
 def _truth(value: Any) -> bool:
@@ -134,7 +134,7 @@ def _not(value: Any) -> bool:
     return not _truth(value)
 
 
-def _case_match(key: Any, literals: tuple) -> bool:
+def _case_match(key: Any, literals: LispList) -> bool:
     for literal in literals:
         if literal is None:
             if key is None:
@@ -147,7 +147,7 @@ def _case_match(key: Any, literals: tuple) -> bool:
     return False
 
 
-def _splice(value: Any) -> tuple:
+def _splice(value: Any) -> LispList:
     if value is None:
         return ()
     if type(value) is tuple:
@@ -155,7 +155,7 @@ def _splice(value: Any) -> tuple:
     raise EvalError(f"type error: unquote-splicing expects a list, found {type_name(value)}")
 
 
-def _qq(*segments: tuple) -> Any:
+def _qq(*segments: LispList) -> Any:
     # Measure first: splicing a big list many times must be refused before it is built.
     total = 0
     for segment in segments:
@@ -164,7 +164,7 @@ def _qq(*segments: tuple) -> Any:
         return None
     context = run_context.current()
     context.allocate(8 * total)  # refused before the splices are copied
-    items: list = []
+    items: list[LispValue] = []
     for segment in segments:
         items.extend(segment)
     return context.new_list(items)
@@ -180,7 +180,7 @@ def _apply(_d: int, fn: Any, *args: Any) -> Any:
     return fn(_d + 1, *spread)
 
 
-def _keyword_args(pairs: tuple, names: tuple) -> tuple:
+def _keyword_args(pairs: LispList, names: tuple[Keyword, ...]) -> tuple[object, ...]:
     values = dict.fromkeys(names, _NOARG)
     if len(pairs) % 2:
         raise EvalError("keyword arguments must come in `:name value` pairs")
@@ -239,7 +239,7 @@ for _name, _spec in SYSTEM_FUNCTIONS.items():
 
 
 #: Compiled programs with the steps compiling them took, by source, file name, limits and names.
-_compile_cache: OrderedDict[tuple, tuple[Compiled, int]] = OrderedDict()
+_compile_cache: OrderedDict[tuple[bytes, str, LispLimits, HostNames], tuple[Compiled, int]] = OrderedDict()
 _compile_lock = threading.Lock()
 _COMPILE_CACHE_SIZE = 256
 
@@ -479,6 +479,7 @@ class Interpreter:
             expander.meter = CompileMeter(expander.compile_budget)
             expander.max_depth = self.limits.max_syntax_depth
         meter = expander.root.meter
+        assert meter is not None  # the root expander of a compilation always has one
         try:
             expansion = expander.expand_program()
             depth = self.limits.max_syntax_depth
@@ -644,7 +645,7 @@ class _Guard:
         self.previous = run_context.enter(self.interp.context)
         self.interp.context.meter.open(self.interp, sys._getframe(1))
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> Literal[False]:
         interp = self.interp
         g = interp.globals
         unused = g.get("_s", 0)

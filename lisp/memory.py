@@ -30,7 +30,7 @@ from typing import Any, Iterable
 
 from .errors import LimitError
 from .names import global_name
-from .values import Char, Foreign, Keyword, LispPath, Name, Quoted
+from .values import Char, Foreign, Keyword, LispList, LispPath, Name, Quoted
 
 #: Units of a list element (as the per-value measure counts it).
 LIST_UNIT = 8
@@ -80,7 +80,7 @@ class Meter:
         #: id(frame) -> (frame, lasti, child, since, until) from the last measure.
         self.records: dict[int, tuple[FrameType, int, Any, int, int]] = {}
         #: Long immutable lists of plain values measured by the last look (see _measure).
-        self.leaves: dict[int, tuple[tuple, int]] = {}
+        self.leaves: dict[int, tuple[LispList, int]] = {}
         self.checks = 0
 
     # ------------------------------------------------------------------ runs
@@ -127,7 +127,7 @@ class Meter:
         # The frame asking may already hold what it asks for (some functions build, then
         # charge): what it holds beyond its callers counts as at least the units asked.
         inner, outer = (frames[:1], frames[1:]) if frames else ([], [])
-        leaves: dict[int, tuple[tuple, int]] = {}
+        leaves: dict[int, tuple[LispList, int]] = {}
         held, visited = _measure(self._roots(outer, True), seen, allowed, spaces, self.leaves, leaves)
         if held <= allowed:
             own, more = _measure(self._roots(inner, False), seen, self.limit - hidden - held, spaces, self.leaves, leaves)
@@ -145,7 +145,7 @@ class Meter:
         if held > allowed:
             raise LimitError("guest memory")
 
-    def _hidden(self, frames: list[FrameType], clock: int) -> tuple[int, dict]:
+    def _hidden(self, frames: list[FrameType], clock: int) -> tuple[int, dict[int, tuple[FrameType, int, Any, int, int]]]:
         """Units possibly held on frames' evaluation stacks, and the new frame records."""
         previous = self.records
         prev = self.last_clock
@@ -241,8 +241,8 @@ def _measure(
     seen: set[int],
     allowed: int,
     spaces: set[int],
-    leaves_before: dict[int, tuple[tuple, int]],
-    leaves: dict[int, tuple[tuple, int]],
+    leaves_before: dict[int, tuple[LispList, int]],
+    leaves: dict[int, tuple[LispList, int]],
 ) -> tuple[int, int]:
     """Units held by ``roots`` (each list, long text and function once), and values visited.
 

@@ -14,14 +14,14 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias, cast
 
 import blake3
 from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from .errors import LispError, ReadError, Span
-from .values import Char, Keyword, LispPath, Name, Quoted, make_quoted
+from .values import Char, Keyword, LispList, LispPath, Name, Quoted, make_quoted
 
 QUOTE = Name("quote")
 QUASIQUOTE = Name("quasiquote")
@@ -112,7 +112,12 @@ def _to_bytes(text: str, token: Token) -> bytes:
         raise _error(token, "byte strings may only contain bytes") from None
 
 
-class _Builder(Transformer):
+#: A rule's children (the rule ``list`` names a method of the builder, hence the aliases).
+_Children: TypeAlias = "list[Any]"
+_Tokens: TypeAlias = "list[Token]"
+
+
+class _Builder(Transformer[Token, Any]):
     """Reduces grammar rules into (value, depth) pairs, recording list positions."""
 
     # Every reduction yields (value, depth, (line, column)).
@@ -122,7 +127,7 @@ class _Builder(Transformer):
         self.positions: dict[int, tuple[tuple[int, int], ...]] = {}
         self.integer_bits = 0
 
-    def start(self, children: list[tuple[Any, int, tuple[int, int]]]) -> tuple[tuple[Any, ...], int, tuple]:
+    def start(self, children: list[tuple[Any, int, tuple[int, int]]]) -> tuple[tuple[Any, ...], int, LispList]:
         depth = max((c[1] for c in children), default=0)
         return tuple(c[0] for c in children), depth, tuple(c[2] for c in children)
 
@@ -137,7 +142,7 @@ class _Builder(Transformer):
         self.positions[id(value)] = tuple(c[2] for c in items)
         return value, 1 + max(c[1] for c in items), where
 
-    def quoted(self, children: list[Any]) -> tuple[Any, int, tuple[int, int]]:
+    def quoted(self, children: _Children) -> tuple[Any, int, tuple[int, int]]:
         prefix, (inner, depth, inner_where) = children
         where = (prefix.line, prefix.column)
         value = (_PREFIX_NAMES[prefix.type], inner)
@@ -145,9 +150,11 @@ class _Builder(Transformer):
         self.positions[id(value)] = (where, inner_where)
         return value, depth + 1, where
 
-    def atom(self, children: list[Token]) -> tuple[Any, int, tuple[int, int]]:
+    def atom(self, children: _Tokens) -> tuple[Any, int, tuple[int, int]]:
         token = children[0]
-        return getattr(self, "_" + token.type)(token, str(token)), 0, (token.line, token.column)
+        line, column = token.line, token.column
+        assert line is not None and column is not None  # the lexer positions every token
+        return getattr(self, "_" + token.type)(token, str(token)), 0, (line, column)
 
     def _note_bits(self, value: int) -> int:
         bits = value.bit_length()
@@ -261,7 +268,7 @@ def _describe(error: UnexpectedInput, source: str) -> ReadError:
             return ReadError("unexpected `)`", Span(line, column))
         return ReadError(f"unexpected token `{text[:40]}`", Span(line, column))
     if isinstance(error, UnexpectedCharacters):
-        index = error.pos_in_stream
+        index = error.pos_in_stream if error.pos_in_stream is not None else -1
         char = source[index] if 0 <= index < len(source) else "?"
         if source.startswith("#|", index):
             return ReadError("unterminated block comment", Span(line, column))
@@ -280,7 +287,8 @@ def _parse(source: str) -> Program:
         _builder.positions = {}
         _builder.integer_bits = 0
         try:
-            forms, depth, top = parser.parse(source)
+            # The builder transforms while parsing: the result is its (forms, depth, position).
+            forms, depth, top = cast("tuple[tuple[Any, ...], int, Any]", parser.parse(source))
         except UnexpectedInput as error:
             raise _describe(error, source) from None
         except VisitError as error:

@@ -98,17 +98,18 @@ def _atom(v: Any, debug: bool) -> str:
         return f"{v.numerator}/{v.denominator}"
     if t is Char:
         return "#'" + _escape(v.char, "'") + "'" if debug else v.char
-    if t is Name:
-        return v.name
-    if t is Keyword:
-        return ":" + v.name
+    if t is Name or t is Keyword:
+        name: str = v.name
+        return name if t is Name else ":" + name
     if t is bytes:
         return _bytes_text(v)
     if t is LispPath:
-        return '#p"' + _escape(v.path, '"') + '"' if debug else v.path
+        path: str = v.path
+        return '#p"' + _escape(path, '"') + '"' if debug else path
     if t is Quoted:
         # quote forms nest no deeper than the source (or quasiquote) that made them
-        return v.prefix() + render(v.value, True, current().max_memory)
+        prefix: str = v.prefix()
+        return prefix + render(v.value, True, current().max_memory)
     if isinstance(v, Foreign):
         return v.display()
     if t is FunctionType:
@@ -152,7 +153,7 @@ def render(value: Any, debug: bool, limit: int, cut: bool = False) -> str:
     # id -> (first part, end part, characters)
     memo: dict[int, tuple[int, int, int]] = {}
     # frames: [list, next index, first part, characters before it]
-    stack: list[list] = []
+    stack: list[list[Any]] = []
 
     def emit(s: str) -> None:
         nonlocal total

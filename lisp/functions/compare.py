@@ -12,11 +12,11 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 from types import FunctionType
-from typing import Any
+from typing import Any, Callable
 
 from ..context import current
 from ..errors import EvalError
-from ..values import Char, Foreign, Keyword, LispPath, Name, Quoted
+from ..values import Char, Foreign, Keyword, LispList, LispPath, Name, Quoted
 from .registry import system
 from .support import mismatch, type_error
 
@@ -57,7 +57,8 @@ def num_cmp(a: Any, b: Any) -> int:
     """Order two numbers (exactly, across kinds); NaN cannot be ordered."""
     if (type(a) is float and a != a) or (type(b) is float and b != b):
         raise EvalError("attempt to compare NaN value")
-    return (a > b) - (a < b)
+    order: int = (a > b) - (a < b)
+    return order
 
 
 def num_eq(a: Any, b: Any) -> bool:
@@ -65,7 +66,8 @@ def num_eq(a: Any, b: Any) -> bool:
         return False
     if type(b) is float and not math.isfinite(b) and type(a) is not float:
         return False
-    return a == b
+    same: bool = a == b
+    return same
 
 
 def _equal_scalar(a: Any, b: Any) -> bool:
@@ -78,7 +80,8 @@ def _equal_scalar(a: Any, b: Any) -> bool:
         if ta in _PLAIN:
             if ta is str or ta is bytes or ta is LispPath:
                 _charge_text(a, b)
-            return a == b
+            same: bool = a == b
+            return same
         if ta is FunctionType:
             return a is b
         if ta is Quoted:
@@ -140,17 +143,22 @@ def _compare_scalar(a: Any, b: Any) -> int:
         if ta is type(None):
             return 0
         if ta is bool:
-            return (a > b) - (a < b)
+            order: int = (a > b) - (a < b)
+            return order
         if ta is str or ta is bytes:
             _charge_text(a, b)
-            return (a > b) - (a < b)
+            order = (a > b) - (a < b)
+            return order
         if ta is Char:
-            return (a.char > b.char) - (a.char < b.char)
+            order = (a.char > b.char) - (a.char < b.char)
+            return order
         if ta is Name or ta is Keyword:
-            return (a.name > b.name) - (a.name < b.name)
+            order = (a.name > b.name) - (a.name < b.name)
+            return order
         if ta is LispPath:
             _charge_text(a, b)
-            return (a.path > b.path) - (a.path < b.path)
+            order = (a.path > b.path) - (a.path < b.path)
+            return order
         if ta is FunctionType:
             raise EvalError(f"cannot compare values of type {getattr(a, 'lisp_kind', 'function')}")
     if a is None and tb is tuple:
@@ -247,7 +255,7 @@ def fn_weak_ne(*args: Any) -> bool:
         return True
 
 
-def _chain(args: tuple, ok) -> bool:
+def _chain(args: LispList, ok: Callable[[int], bool]) -> bool:
     for i in range(len(args) - 1):
         if not ok(compare(args[i], args[i + 1])):
             return False

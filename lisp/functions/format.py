@@ -12,12 +12,12 @@ from __future__ import annotations
 import math
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any
+from typing import Any, TypeAlias, overload
 
 from ..context import current
 from ..errors import EvalError, LimitError
 from ..render import plain_float, render
-from ..values import Char, type_name
+from ..values import Char, LispList, LispValue, type_name
 from .registry import system
 from .support import type_error
 
@@ -44,11 +44,15 @@ def _fmt_error(message: str) -> EvalError:
 class _Dir:
     __slots__ = ("command", "at", "colon", "params")
 
-    def __init__(self, command: str, at: bool, colon: bool, params: list) -> None:
+    def __init__(self, command: str, at: bool, colon: bool, params: list[_Param]) -> None:
         self.command = command
         self.at = at
         self.colon = colon
         self.params = params
+
+
+#: A directive parameter: a number, a quoted character, ``v`` (the next argument) or ``#`` (arguments left), or empty.
+_Param: TypeAlias = "int | tuple[str, str] | str | None"
 
 
 class _Group:
@@ -56,18 +60,21 @@ class _Group:
 
     def __init__(self, open_dir: _Dir) -> None:
         self.open = open_dir
-        self.clauses: list[list] = [[]]
+        self.clauses: list[list[_Node]] = [[]]
         self.separators: list[_Dir] = []
         self.close: _Dir | None = None
 
+
+#: A parsed piece of a format string: literal text, a directive or a group.
+_Node: TypeAlias = "str | _Dir | _Group"
 
 _OPENERS = {"{": "}", "[": "]", "(": ")", "<": ">"}
 _CLOSERS = {"}", "]", ")", ">"}
 
 
-def _tokenize(fmt: str) -> list:
+def _tokenize(fmt: str) -> list[_Node]:
     """Text pieces and directives, in order."""
-    tokens: list = []
+    tokens: list[_Node] = []
     text: list[str] = []
     i = 0
     n = len(fmt)
@@ -78,7 +85,7 @@ def _tokenize(fmt: str) -> list:
             i += 1
             continue
         i += 1
-        params: list = []
+        params: list[_Param] = []
         # parameters: numbers, 'c, v or #, separated by commas (a field may be empty)
         while i < n:
             c = fmt[i]
@@ -138,7 +145,7 @@ def _tokenize(fmt: str) -> list:
     return tokens
 
 
-def _parse(tokens: list, pos: int, closer: str | None, group: _Group | None, depth: int) -> int:
+def _parse(tokens: list[_Node], pos: int, closer: str | None, group: _Group | None, depth: int) -> int:
     """Fill ``group`` (or the top-level list) from ``tokens[pos:]``; returns the next position."""
     if depth > _MAX_FORMAT_DEPTH:
         raise _fmt_error("format directives nested too deeply")
@@ -170,7 +177,7 @@ def _parse(tokens: list, pos: int, closer: str | None, group: _Group | None, dep
     return pos
 
 
-def _compile(fmt: str, depth: int = 0) -> list:
+def _compile(fmt: str, depth: int = 0) -> list[_Node]:
     # Parsing is a Python loop over every character: charge it like the text it reads.
     if len(fmt) >= _PARSE_CHARS_PER_STEP:
         current().budget.charge(len(fmt) // _PARSE_CHARS_PER_STEP)
@@ -294,6 +301,7 @@ def _exp_text(f: float, prec: int | None) -> str:
         return sign + "0e0"
     d = Decimal(repr(abs(f))).normalize()
     _, digits, exponent = d.as_tuple()
+    assert isinstance(exponent, int)  # finite: the non-finite floats are written above
     e = len(digits) - 1 + exponent
     mant = str(digits[0])
     if len(digits) > 1:
@@ -302,7 +310,7 @@ def _exp_text(f: float, prec: int | None) -> str:
 
 
 class _Formatter:
-    def __init__(self, args: tuple, out: _Out, depth: int) -> None:
+    def __init__(self, args: LispList, out: _Out, depth: int) -> None:
         self.args = args
         self.index = 0
         self.out = out
@@ -321,7 +329,13 @@ class _Formatter:
     def left(self) -> int:
         return max(len(self.args) - self.index, 0)
 
-    def int_param(self, params: list, i: int, default: int | None) -> int | None:
+    @overload
+    def int_param(self, params: list[_Param], i: int, default: int) -> int: ...
+
+    @overload
+    def int_param(self, params: list[_Param], i: int, default: None) -> int | None: ...
+
+    def int_param(self, params: list[_Param], i: int, default: int | None) -> int | None:
         p = params[i] if i < len(params) else None
         if p is None:
             return default
@@ -332,13 +346,13 @@ class _Formatter:
             if arg is None:
                 return default
             p = self.integer(arg)
-        if isinstance(p, tuple):
+        if not isinstance(p, int):
             raise _fmt_error("expected field of type integer; found char")
         if p < 0 or p > _MAX_FIELD:
             raise _fmt_error("integer overflow in field")
         return p
 
-    def char_param(self, params: list, i: int, default: str) -> str:
+    def char_param(self, params: list[_Param], i: int, default: str) -> str:
         p = params[i] if i < len(params) else None
         if p is None:
             return default
@@ -352,29 +366,27 @@ class _Formatter:
         raise _fmt_error("expected field of type char; found integer")
 
     @staticmethod
-    def no_more(params: list, count: int) -> None:
+    def no_more(params: list[_Param], count: int) -> None:
         if any(p is not None for p in params[count:]):
             raise _fmt_error("extraneous fields to directive")
 
     @staticmethod
-    def integer(v: Any) -> int:
-        t = type(v)
-        if t is int:
+    def integer(v: LispValue) -> int:
+        if type(v) is int:
             return v
-        if t is float:
+        if type(v) is float:
             if not math.isfinite(v):
                 raise _fmt_error("integer overflow")
             return math.trunc(v)
-        if t is Fraction:
+        if type(v) is Fraction:
             return math.trunc(v)
         raise _fmt_error(f"expected integer; found {_type(v)}")
 
     @staticmethod
-    def number_as_float(v: Any) -> float:
-        t = type(v)
-        if t is float:
+    def number_as_float(v: LispValue) -> float:
+        if type(v) is float:
             return v
-        if t is int or t is Fraction:
+        if type(v) is int or type(v) is Fraction:
             try:
                 return float(v)
             except OverflowError:
@@ -383,7 +395,7 @@ class _Formatter:
 
     # running
 
-    def run(self, nodes: list) -> None:
+    def run(self, nodes: list[_Node]) -> None:
         emit = self.out.emit
         self.out.spend(len(nodes) or 1)
         for node in nodes:
@@ -391,7 +403,7 @@ class _Formatter:
                 emit(node)
             elif type(node) is _Group:
                 self.group(node)
-            else:
+            elif type(node) is _Dir:
                 self.directive(node)
 
     def directive(self, d: _Dir) -> None:
@@ -546,7 +558,7 @@ class _Formatter:
         else:
             raise _fmt_error(f"unrecognized directive `{c}`")
 
-    def format_integer(self, d: _Dir, p: list, radix: int) -> None:
+    def format_integer(self, d: _Dir, p: list[_Param], radix: int) -> None:
         min_col = self.int_param(p, 0, 0)
         pad_char = self.char_param(p, 1, " ")
         comma = self.char_param(p, 2, ",")
@@ -809,7 +821,7 @@ def _to_radix(n: int, radix: int) -> str:
     return "".join(reversed(out))
 
 
-def _as_args(v: Any) -> tuple:
+def _as_args(v: Any) -> LispList:
     if v is None:
         return ()
     if type(v) is tuple:
@@ -821,7 +833,7 @@ def _type(v: Any) -> str:
     return type_name(v)
 
 
-def format_text(fmt: Any, args: tuple) -> str:
+def format_text(fmt: Any, args: LispList) -> str:
     """Run ``format`` on a format string and arguments."""
     if type(fmt) is not str:
         raise type_error("string", fmt)

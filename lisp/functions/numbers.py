@@ -148,20 +148,20 @@ def _binary(a: Any, b: Any, op: str) -> Any:
         # rem truncates toward zero, like Rust
         r = abs(a) % abs(b)
         return -r if a < 0 else r
-    x = _ratio(a)
-    y = _ratio(b)
+    rx = _ratio(a)
+    ry = _ratio(b)
     if op == "+":
-        return norm_ratio(x + y)
+        return norm_ratio(rx + ry)
     if op == "-":
-        return norm_ratio(x - y)
+        return norm_ratio(rx - ry)
     if op == "*":
-        return norm_ratio(x * y)
-    if y == 0:
+        return norm_ratio(rx * ry)
+    if ry == 0:
         raise divide_by_zero()
     if op == "/":
-        return norm_ratio(x / y)
-    q = x / y
-    return norm_ratio(x - y * math.trunc(q))
+        return norm_ratio(rx / ry)
+    q = rx / ry
+    return norm_ratio(rx - ry * math.trunc(q))
 
 
 def add2(a: Any, b: Any) -> Any:
@@ -243,10 +243,10 @@ def pow2(a: Any, b: Any) -> Any:
 
 
 def _shift_amount(n: Any) -> int:
-    expect_int(n)
-    if n < 0 or n > _U32_MAX:
+    amount = expect_int(n)
+    if amount < 0 or amount > _U32_MAX:
         raise overflow()
-    return n
+    return amount
 
 
 # --- registered functions ----------------------------------------------------------
@@ -422,17 +422,20 @@ def fn_denom(x: Any) -> int:
     if t is int:
         return 1
     if t is Fraction:
-        return x.denominator
+        denominator: int = x.denominator
+        return denominator
     raise type_error("integer or ratio", x)
 
 
 @system("numer", 1)
 def fn_numer(x: Any) -> int:
     t = type(x)
-    if t is int:
-        return x
     if t is Fraction:
-        return x.numerator
+        numerator: int = x.numerator
+        return numerator
+    if t is int:
+        whole: int = x
+        return whole
     raise type_error("integer or ratio", x)
 
 
@@ -508,17 +511,16 @@ def fn_min(*args: Any) -> Any:
 
 @system("<<", 2)
 def fn_shl(a: Any, n: Any) -> int:
-    expect_int(a)
-    n = _shift_amount(n)
-    if a.bit_length() + n > current().max_bits:
+    value = expect_int(a)
+    amount = _shift_amount(n)
+    if value.bit_length() + amount > current().max_bits:
         raise LimitError("integer bits")
-    return a << n
+    return value << amount
 
 
 @system(">>", 2)
 def fn_shr(a: Any, n: Any) -> int:
-    expect_int(a)
-    return a >> _shift_amount(n)
+    return expect_int(a) >> _shift_amount(n)
 
 
 @system("bit&", 0, None)

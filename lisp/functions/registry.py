@@ -8,9 +8,11 @@ the package is.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 __all__ = ["SYSTEM_FUNCTIONS", "SystemFunction", "system"]
+
+_Function = TypeVar("_Function", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True)
@@ -39,10 +41,10 @@ def system(
     description: str | None = None,
     category: str | None = None,
     extension: bool = False,
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+) -> Callable[[_Function], _Function]:
     """Register ``fn`` as the system function ``name``; ``max_args=-1`` means exactly ``min_args``."""
 
-    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def register(fn: _Function) -> _Function:
         upper = min_args if max_args == -1 else max_args
         SYSTEM_FUNCTIONS[name] = SystemFunction(name, fn, min_args, upper, takes_depth, signature, description, category, extension)
         return fn

@@ -17,7 +17,7 @@ from typing import Any
 from ..context import UNITS_PER_STEP, current
 from ..errors import EvalError, LimitError
 from ..render import display, short_repr
-from ..values import Char, Foreign, Keyword, Name
+from ..values import Char, Foreign, Keyword, LispList, LispValue, Name
 from .collections import member
 from .registry import system
 from .support import described
@@ -58,7 +58,7 @@ def _quoted(text: str) -> str:
     signature="(split text sep)",
     description="Splits text at every occurrence of the separator text sep and returns the pieces as a list of texts (empty pieces kept).",
 )
-def fn_split(text: Any, sep: Any) -> tuple:
+def fn_split(text: Any, sep: Any) -> LispList:
     s = _text("split", text)
     separator = _text("split", sep, "a separator text")
     if not separator:
@@ -85,7 +85,7 @@ def fn_contains(where: Any, what: Any) -> bool:
     if isinstance(where, Foreign):
         kind = where.container_kind()
         if kind == "array":
-            return member(where.sequence_items(), what)
+            return member(where.sequence_items() or (), what)
         if kind == "map":
             raise EvalError("contains?: expected a text, list or array; found a map; test a key with (contains? (keys m) key)")
     raise EvalError(f"contains?: expected a text, list or array; found {described(where)}")
@@ -184,12 +184,12 @@ def fn_trim(s: Any) -> str:
     signature="(to-string v)",
     description="A number, boolean, character or text as text (3 -> \"3\", 1.5 -> \"1.5\", true -> \"true\"); a map, array or null as compact JSON.",
 )
-def fn_to_string(v: Any) -> str:
-    t = type(v)
-    if t is str:
+def fn_to_string(v: LispValue) -> str:
+    if type(v) is str:
         return v
-    if t is Char:
+    if type(v) is Char:
         return v.char
+    t = type(v)
     if t is bool:
         return "true" if v else "false"
     if t is int:  # already bounded by max_integer_bits

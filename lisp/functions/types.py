@@ -62,10 +62,12 @@ def fn_bytes(v: Any) -> bytes:
     if v is None:
         return b""
     if t is bytes:
-        return v
+        same: bytes = v
+        return same
     if t is str:
         current().allocate(len(v))
-        return v.encode("utf-8")
+        encoded: bytes = v.encode("utf-8")
+        return encoded
     if t is tuple:
         for item in v:
             if type(item) is not int:
@@ -81,7 +83,8 @@ def fn_bytes(v: Any) -> bytes:
 def fn_path(v: Any) -> LispPath:
     t = type(v)
     if t is LispPath:
-        return v
+        path: LispPath = v
+        return path
     if t is str:
         return LispPath(v)
     raise type_error("string or path", v)
