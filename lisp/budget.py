@@ -14,6 +14,8 @@ import time
 from .errors import BudgetExhausted
 from .memory import Meter
 
+__all__ = ["SLICE", "Budget", "CompileMeter"]
+
 SLICE = 1024
 
 

@@ -38,6 +38,22 @@ from .resolve import Resolution
 from .syntax import ELSE, SPECIAL_FORMS, Form, Params
 from .values import Keyword, Name
 
+__all__ = [
+    "CODE_CHARS_PER_STEP",
+    "CODE_MEMORY_PER_CHAR",
+    "FORMS_PER_STEP",
+    "MIN_CODE_CHARS",
+    "Compiled",
+    "Compiler",
+    "Expr",
+    "FunctionContext",
+    "Scope",
+    "check_program_limits",
+    "layout",
+    "max_code_chars",
+    "referenced_globals",
+]
+
 #: Each compiled module names its constants tuple uniquely, so modules sharing one
 #: namespace (compile-time code) never read each other's constants.
 _constants_names = itertools.count()

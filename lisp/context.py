@@ -15,6 +15,8 @@ from .errors import InternalError, LimitError
 from .memory import Meter
 from .values import Foreign, LispList, LispValue
 
+__all__ = ["LIST_UNIT", "UNITS_PER_STEP", "Context", "LispLimits", "active", "current", "enter", "leave"]
+
 #: Element types that hold guest memory of their own inside a list.
 _HOLDING = frozenset((tuple, str, bytes))
 

@@ -9,6 +9,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+__all__ = [
+    "MESSAGE_CAP",
+    "BudgetExhausted",
+    "CompileError",
+    "EvalError",
+    "Frame",
+    "HostFunctionError",
+    "InternalError",
+    "LimitError",
+    "LispError",
+    "ReadError",
+    "Span",
+    "cap_message",
+]
+
 MESSAGE_CAP = 1024
 
 

@@ -24,6 +24,8 @@ from .reader import QUASIQUOTE, UNQUOTE, UNQUOTE_SPLICING, Program
 from .syntax import SPECIAL_FORMS, Form, head_name, redefinition_problem
 from .values import Name
 
+__all__ = ["MAX_EXPANSIONS", "Evaluate", "Expander", "Expansion", "nesting_depth"]
+
 MAX_EXPANSIONS = 256
 
 #: ``evaluate(kind, payload, expander)``: ``"macro"`` (a lambda form -> function),

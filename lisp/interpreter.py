@@ -42,6 +42,8 @@ from .resolve import HostNames, host_names, resolve
 from .syntax import expected_arguments
 from .values import Keyword, LispList, LispValue, Name, make_quoted, mark_function, type_name
 
+__all__ = ["RUN_RECURSION_LIMIT", "Interpreter", "as_lisp_error", "evaluate"]
+
 #: The Python recursion limit while a run is active. Guest recursion is bounded by
 #: max_call_stack (hard max 4,096, a few Python frames per call) long before this.
 RUN_RECURSION_LIMIT = 20_000

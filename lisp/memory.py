@@ -32,6 +32,17 @@ from .errors import LimitError
 from .names import global_name
 from .values import Char, Foreign, Keyword, LispList, LispPath, Name, Quoted
 
+__all__ = [
+    "CHAR_UNITS",
+    "CHECK_FRACTION",
+    "FUNCTION_UNITS",
+    "LIST_UNIT",
+    "MIN_CHECK_INTERVAL",
+    "SPACING",
+    "VALUES_PER_STEP",
+    "Meter",
+]
+
 #: Units of a list element (as the per-value measure counts it).
 LIST_UNIT = 8
 #: Units of a function the script made (the object and its code's closure).

@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import re
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeAlias, cast
 
-import blake3
 from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from .errors import LispError, ReadError, Span
 from .values import Char, Keyword, LispList, LispPath, Name, Quoted, make_quoted
+
+__all__ = ["QUASIQUOTE", "QUOTE", "UNQUOTE", "UNQUOTE_SPLICING", "Program", "as_code", "as_data", "parse", "read", "read_forms"]
 
 QUOTE = Name("quote")
 QUASIQUOTE = Name("quasiquote")
@@ -280,7 +281,8 @@ def _describe(error: UnexpectedInput, source: str) -> ReadError:
     return ReadError("malformed input", Span(line, column))
 
 
-def _parse(source: str) -> Program:
+def parse(source: str) -> Program:
+    """Read ``source`` without the cache (what :func:`read` does on a miss)."""
     with _parser_lock:
         parser = _get_parser()
         _builder.spans = {}
@@ -300,41 +302,41 @@ def _parse(source: str) -> Program:
         return Program(forms, _builder.spans, depth, _builder.integer_bits, positions)
 
 
-_CACHE_SIZE = 512
 #: Programs read from longer sources are not kept: the cache must not hold what a guest
-#: wrote (forms, names, positions) long after the run that read it.
-_CACHE_MAX_SOURCE = 64 * 1024
-#: The cache keeps at most this many source characters in all.
-_CACHE_TOTAL_SOURCE = 256 * 1024
-_cache: OrderedDict[bytes, tuple[Program, int]] = OrderedDict()
-_cache_lock = threading.Lock()
-_cached_source = 0
+#: wrote (forms, names, positions) long after the run that read it. Short and long
+#: sources are cached apart, so a few long ones cannot push out many short ones; each
+#: cache holds at most 2 MiB of source text.
+_SHORT_SOURCE = 4 * 1024
+_LONG_SOURCE = 64 * 1024
+
+
+@lru_cache(maxsize=512)
+def _read_short(source: str) -> Program:
+    return _read_uncached(source)
+
+
+@lru_cache(maxsize=32)
+def _read_long(source: str) -> Program:
+    return _read_uncached(source)
+
+
+def _read_uncached(source: str) -> Program:
+    try:
+        return parse(source)
+    except RecursionError:
+        raise ReadError("input nests too deeply", Span(1, 1)) from None
 
 
 def read(source: str) -> Program:
-    """Read ``source`` into a :class:`Program` (cached by content)."""
+    """Read ``source`` into a :class:`Program` (short sources are cached by content)."""
     if not isinstance(source, str):
         raise ReadError("source must be text")
-    key = blake3.blake3(source.encode("utf-8", errors="surrogatepass")).digest()
-    global _cached_source
-    with _cache_lock:
-        found = _cache.get(key)
-        if found is not None:
-            _cache.move_to_end(key)
-            return found[0]
-    try:
-        program = _parse(source)
-    except RecursionError:
-        raise ReadError("input nests too deeply", Span(1, 1)) from None
     size = len(source)
-    if size <= _CACHE_MAX_SOURCE:
-        with _cache_lock:
-            if key not in _cache:
-                _cache[key] = (program, size)
-                _cached_source += size
-            while len(_cache) > _CACHE_SIZE or _cached_source > _CACHE_TOTAL_SOURCE:
-                _cached_source -= _cache.popitem(last=False)[1][1]
-    return program
+    if size <= _SHORT_SOURCE:
+        return _read_short(source)
+    if size <= _LONG_SOURCE:
+        return _read_long(source)
+    return _read_uncached(source)
 
 
 def as_data(form: Any) -> Any:

@@ -48,6 +48,8 @@ from .syntax import (
 )
 from .values import Char, Keyword, LispPath, Name
 
+__all__ = ["NO_HOST_NAMES", "Arity", "HostNames", "Resolution", "Resolver", "host_names", "resolve"]
+
 Arity = tuple[int, "int | None"]
 
 

@@ -12,6 +12,21 @@ from typing import Any, TypeAlias
 from .functions import SYSTEM_FUNCTIONS
 from .values import Keyword, Name
 
+__all__ = [
+    "ELSE",
+    "EXTENSION_NAMES",
+    "KW_KEY",
+    "KW_OPTIONAL",
+    "KW_REST",
+    "SPECIAL_FORMS",
+    "STANDARD_NAMES",
+    "Form",
+    "Params",
+    "expected_arguments",
+    "head_name",
+    "redefinition_problem",
+]
+
 SPECIAL_FORMS = frozenset(
     "define lambda let if cond case and or do apply quote quasiquote comma comma-at macro const use "
     "struct export set-module-doc call-self".split()

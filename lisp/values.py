@@ -34,6 +34,26 @@ from typing import Any, Callable, Protocol, Self, TypeAlias, TypeVar, Union, cas
 
 from .names import lisp_name_of
 
+__all__ = [
+    "NUMERIC_TYPES",
+    "Char",
+    "Foreign",
+    "Keyword",
+    "LispCallable",
+    "LispList",
+    "LispPath",
+    "LispValue",
+    "Name",
+    "Quoted",
+    "Unit",
+    "function_label",
+    "is_function",
+    "is_number",
+    "make_quoted",
+    "mark_function",
+    "type_name",
+]
+
 Unit = None
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from .registry import SYSTEM_FUNCTIONS
 
+__all__ = ["SYSTEM_ENTRIES", "system_catalogue", "system_entry"]
+
 #: name -> (signature, category, description), one line each for a reader new to Ketos.
 SYSTEM_ENTRIES: dict[str, tuple[str, str, str]] = {
     # numbers

@@ -27,6 +27,8 @@ from .numbers import add2
 from .registry import system
 from .support import described
 
+__all__ = ["built_list", "function", "mapping", "member", "sequence", "sequence_error", "truth", "visit"]
+
 #: Guest-memory units per element of a built list (as lists.make_list charges).
 _LIST_UNIT = 8
 

@@ -20,6 +20,8 @@ from ..values import Char, Foreign, Keyword, LispList, LispPath, Name, Quoted
 from .registry import system
 from .support import mismatch, type_error
 
+__all__ = ["compare", "equal", "ge2", "gt2", "le2", "lt2", "num_cmp", "num_eq", "weak_equal"]
+
 _NUMBERS = (int, float, Fraction)
 # Values of these types compare with ``==`` against their own type.
 _PLAIN = (type(None), bool, str, Char, bytes, LispPath, Name, Keyword)

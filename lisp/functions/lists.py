@@ -16,6 +16,8 @@ from ..values import Char, LispList, LispPath, LispValue
 from .registry import system
 from .support import overflow, type_error
 
+__all__ = ["make_list", "out_of_bounds", "scan"]
+
 _LIST_UNIT = 8  # allocation units per list element
 
 

@@ -20,6 +20,8 @@ from .compare import compare
 from .registry import system
 from .support import divide_by_zero, overflow, type_error
 
+__all__ = ["add2", "check_int", "div2", "expect_int", "expect_number", "floordiv2", "mul2", "norm_ratio", "pow2", "sub2", "to_float"]
+
 _U32_MAX = 2**32 - 1
 
 

@@ -10,6 +10,8 @@ from ..values import Char, LispList, Name
 from .registry import system
 from .support import type_error
 
+__all__ = ["WIDE_CHAR_UNITS"]
+
 #: One shared Char per Latin-1 character, so the list of an ASCII text costs only its slots.
 _LATIN1 = tuple(Char(chr(i)) for i in range(256))
 #: Units per character of a text that is not ASCII: the list slot, and a Char with a

@@ -22,6 +22,9 @@ from .collections import member
 from .registry import system
 from .support import described
 
+#: Nothing to import: the module registers its system functions (see :mod:`lisp.functions.registry`).
+__all__: list[str] = []
+
 _LIST_UNIT = 8
 _WHITESPACE = " \t\n\r\f\v"
 _INTEGER = re.compile(r"[+-]?[0-9]+")

@@ -14,6 +14,9 @@ from ..values import Foreign, LispPath, Name, type_name
 from .registry import system
 from .support import overflow, type_error
 
+#: Nothing to import: the module registers its system functions (see :mod:`lisp.functions.registry`).
+__all__: list[str] = []
+
 _NUMBERS = (int, float, Fraction)
 
 
