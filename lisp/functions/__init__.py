@@ -21,7 +21,10 @@ from __future__ import annotations
 
 # Importing the family modules registers their functions.
 from . import collections, compare, format, lists, numbers, strings, text, types
-from .registry import SYSTEM_FUNCTIONS, SystemFunction, system
+from .registry import SYSTEM_FUNCTIONS, SystemFunction, order_by_family, system
+
+#: The catalogue order of the families (``runtime-builtins`` lists them so).
+order_by_family(["numbers", "compare", "collections", "format", "lists", "strings", "text", "types"])
 
 __all__ = [
     "SYSTEM_FUNCTIONS",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
-__all__ = ["SYSTEM_FUNCTIONS", "SystemFunction", "system"]
+__all__ = ["SYSTEM_FUNCTIONS", "SystemFunction", "order_by_family", "system"]
 
 _Function = TypeVar("_Function", bound=Callable[..., Any])
 
@@ -50,3 +50,15 @@ def system(
         return fn
 
     return register
+
+
+def order_by_family(families: list[str]) -> None:
+    """Put the table in catalogue order: family by family as listed, each in its own order.
+
+    Families import one another, so the order they register in depends on imports;
+    the catalogue (``runtime-builtins``) must not.
+    """
+    rank = {module: i for i, module in enumerate(families)}
+    ordered = sorted(SYSTEM_FUNCTIONS.values(), key=lambda spec: rank[spec.fn.__module__.rsplit(".", 1)[-1]])
+    SYSTEM_FUNCTIONS.clear()
+    SYSTEM_FUNCTIONS.update((spec.name, spec) for spec in ordered)
