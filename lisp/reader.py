@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, TypeAlias, cast
+from typing import Any, Callable, TypeAlias, cast
 
 from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
@@ -303,21 +303,22 @@ def parse(source: str) -> Program:
 
 
 #: Programs read from longer sources are not kept: the cache must not hold what a guest
-#: wrote (forms, names, positions) long after the run that read it. Short and long
-#: sources are cached apart, so a few long ones cannot push out many short ones; each
-#: cache holds at most 2 MiB of source text.
-_SHORT_SOURCE = 4 * 1024
-_LONG_SOURCE = 64 * 1024
+#: wrote (forms, names, positions) long after the run that read it. Sources are cached
+#: in tiers by length, so a few long ones cannot push out many short ones, and each
+#: tier's entries times its longest source bound what it holds: 256 KiB of source text
+#: in all (as (longest source, entries)).
+_TIERS = ((1024, 96), (8 * 1024, 12), (64 * 1024, 1))
 
 
-@lru_cache(maxsize=512)
-def _read_short(source: str) -> Program:
-    return _read_uncached(source)
+def _tier(maxsize: int) -> Callable[[str], Program]:
+    @lru_cache(maxsize=maxsize)
+    def read_cached(source: str) -> Program:
+        return _read_uncached(source)
+
+    return read_cached
 
 
-@lru_cache(maxsize=32)
-def _read_long(source: str) -> Program:
-    return _read_uncached(source)
+_CACHED = tuple((longest, _tier(entries)) for longest, entries in _TIERS)
 
 
 def _read_uncached(source: str) -> Program:
@@ -332,10 +333,9 @@ def read(source: str) -> Program:
     if not isinstance(source, str):
         raise ReadError("source must be text")
     size = len(source)
-    if size <= _SHORT_SOURCE:
-        return _read_short(source)
-    if size <= _LONG_SOURCE:
-        return _read_long(source)
+    for longest, read_cached in _CACHED:
+        if size <= longest:
+            return read_cached(source)
     return _read_uncached(source)
 
 

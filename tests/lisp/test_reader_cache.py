@@ -11,8 +11,20 @@ def test_a_short_source_read_twice_is_read_once() -> None:
 
 
 def test_a_source_of_medium_length_is_cached_apart_from_short_ones() -> None:
-    source = "(define medium-cached 1)\n" + ";" * 10_000 + "\n"
-    assert read(source) is read(source)
+    source = "(define medium-cached 1)\n" + ";" * 6_000 + "\n"
+    kept = read(source)
+    for i in range(200):  # many short sources do not push a longer one out
+        read(f"(define short-{i} {i})")
+    assert read(source) is kept
+
+
+def test_only_the_latest_long_source_is_kept() -> None:
+    first = "(define long-first 1)\n" + ";" * 30_000 + "\n"
+    second = "(define long-second 1)\n" + ";" * 30_000 + "\n"
+    kept = read(first)
+    assert read(first) is kept
+    read(second)
+    assert read(first) is not kept
 
 
 def test_a_long_source_is_not_kept() -> None:
