@@ -13,7 +13,7 @@ import time
 from svit.lisp.budget import Budget
 from svit.lisp.context import LispLimits
 from svit.lisp.interpreter import Interpreter
-from svit.lisp.reader import _parse
+from svit.lisp.reader import parse as _parse
 
 FIB_LISP = "(define (fib n) (if (< n 2) n (+ (fib (- n 1)) (fib (- n 2)))))"
 LOOP_LISP = "(define (loop n acc) (if (= n 0) acc (loop (- n 1) (+ acc 1))))"

@@ -12,6 +12,9 @@ from __future__ import annotations
 import time
 
 from .errors import BudgetExhausted
+from .memory import Meter
+
+__all__ = ["SLICE", "Budget", "CompileMeter"]
 
 SLICE = 1024
 
@@ -28,7 +31,7 @@ class Budget:
         self._clock = time.monotonic
         self.deadline = None if max_millis is None else self._clock() + max_millis / 1000.0
         #: The guest memory meter of the runs sharing this budget (made by their context).
-        self.meter = None
+        self.meter: Meter | None = None
 
     @property
     def used(self) -> int:

@@ -32,10 +32,27 @@ from .budget import Budget, CompileMeter
 from .errors import LimitError, Span
 from .expand import Expansion
 from .functions import SYSTEM_FUNCTIONS
+from .names import global_name, mangle
 from .reader import QUASIQUOTE, QUOTE, UNQUOTE, UNQUOTE_SPLICING, Program, as_data
 from .resolve import Resolution
-from .syntax import ELSE, EXTENSION_NAMES, SPECIAL_FORMS, STANDARD_NAMES, Params  # noqa: F401 (re-exported)
+from .syntax import ELSE, SPECIAL_FORMS, Form, Params
 from .values import Keyword, Name
+
+__all__ = [
+    "CODE_CHARS_PER_STEP",
+    "CODE_MEMORY_PER_CHAR",
+    "FORMS_PER_STEP",
+    "MIN_CODE_CHARS",
+    "Compiled",
+    "Compiler",
+    "Expr",
+    "FunctionContext",
+    "Scope",
+    "check_program_limits",
+    "layout",
+    "max_code_chars",
+    "referenced_globals",
+]
 
 #: Each compiled module names its constants tuple uniquely, so modules sharing one
 #: namespace (compile-time code) never read each other's constants.
@@ -72,65 +89,6 @@ MIN_CODE_CHARS = 32 * 1024
 def max_code_chars(max_guest_memory: int) -> int:
     """How much code one piece (an expression, a group of top-level forms) may have."""
     return max(MIN_CODE_CHARS, max_guest_memory // CODE_MEMORY_PER_CHAR)
-
-
-_MANGLED: dict[str, str] = {}
-
-
-def mangle(name: str) -> str:
-    """An injective map from Lisp names to Python identifier tails (memoized)."""
-    found = _MANGLED.get(name)
-    if found is None:
-        found = _mangle(name)
-        if len(_MANGLED) < 65536:
-            _MANGLED[name] = found
-    return found
-
-
-def _mangle(name: str) -> str:
-    out = []
-    for ch in name:
-        if ch.isascii() and ch.isalnum():
-            out.append(ch)
-        else:
-            out.append(f"_{ord(ch):x}_")
-    return "".join(out)
-
-
-def demangle(tail: str) -> str:
-    out, i = [], 0
-    while i < len(tail):
-        ch = tail[i]
-        if ch == "_":
-            end = tail.index("_", i + 1)
-            out.append(chr(int(tail[i + 1 : end], 16)))
-            i = end + 1
-        else:
-            out.append(ch)
-            i += 1
-    return "".join(out)
-
-
-_GLOBAL_NAMES: dict[str, str] = {}
-
-
-def global_name(name: str) -> str:
-    found = _GLOBAL_NAMES.get(name)
-    if found is None:
-        found = "g_" + mangle(name)
-        if len(_GLOBAL_NAMES) < 65536:
-            _GLOBAL_NAMES[name] = found
-    return found
-
-
-def lisp_name_of(python_name: str) -> str:
-    """The Lisp name behind a generated function or global name."""
-    if python_name.startswith("g_"):
-        try:
-            return demangle(python_name[2:])
-        except (ValueError, IndexError):
-            return python_name
-    return "lambda"
 
 
 @dataclass
@@ -386,7 +344,7 @@ class Compiler:
         expr = self.expr(form, Scope(None), None)
         return [f"_last = {expr.code}"]
 
-    def top_define(self, form: tuple) -> list[str]:
+    def top_define(self, form: Form) -> list[str]:
         target, value = form[1], form[-1]
         if type(target) is tuple:
             name = target[0].name
@@ -428,7 +386,7 @@ class Compiler:
 
     def _function_def(
         self, pyname: str, body: Any, outer: Scope, self_global: str | None,
-        required: list[str], optional: list[tuple[str, Any]], keys: list[tuple[str, Any]], rest: str | None,
+        required: tuple[str, ...], optional: tuple[tuple[str, Any], ...], keys: tuple[tuple[str, Any], ...], rest: str | None,
         indent: str, frame: int,
     ) -> list[str]:
         scope = Scope(outer, {}, boundary=True)
@@ -490,7 +448,7 @@ class Compiler:
         return lines
 
     def closure(
-        self, form: tuple, params: Params, body: Any, scope: Scope, inner: str, self_global: str | None = None
+        self, form: Form, params: Params, body: Any, scope: Scope, inner: str, self_global: str | None = None
     ) -> Expr:
         """A closure: a module-level factory taking the captured values, called here."""
         captured = sorted(self.free_locals(form, scope))
@@ -551,17 +509,18 @@ class Compiler:
             return Expr("_F_" + mangle(name), simple=True)
         return Expr(self.at(None, global_name(name)))
 
-    def call_or_form(self, form: tuple, scope: Scope, ctx: FunctionContext | None) -> Expr:
+    def call_or_form(self, form: Form, scope: Scope, ctx: FunctionContext | None) -> Expr:
         head = form[0]
         if type(head) is Name and scope.lookup(head.name) is None:
             name = head.name
             if name in SPECIAL_FORMS:
-                return getattr(self, "form_" + mangle(name))(form, scope, ctx)
+                special: Expr = getattr(self, "form_" + mangle(name))(form, scope, ctx)
+                return special
             if name in SYSTEM_FUNCTIONS and name not in self.consts and name not in self.shadowed:
                 return self.system_call(name, form, scope, ctx)
         return self.call(form, scope, ctx)
 
-    def args(self, forms: tuple, scope: Scope, ctx: FunctionContext | None) -> list[Expr]:
+    def args(self, forms: Form, scope: Scope, ctx: FunctionContext | None) -> list[Expr]:
         return [self.expr(f, scope, None) for f in forms]
 
     def check_value_stack(self, count: int) -> str | None:
@@ -569,7 +528,7 @@ class Compiler:
             return "_value_stack()"
         return None
 
-    def call(self, form: tuple, scope: Scope, ctx: FunctionContext | None) -> Expr:
+    def call(self, form: Form, scope: Scope, ctx: FunctionContext | None) -> Expr:
         callee = self.expr(form[0], scope, None)
         args = self.args(form[1:], scope, ctx)
         over = self.check_value_stack(len(args))
@@ -578,7 +537,7 @@ class Compiler:
         step = f"\x01D{self.frames[-1]}\x01" if self.frames else "1"
         return Expr(self.at(form, f"{callee.code}({', '.join([f'_d + {step}'] + [a.code for a in args])})"))
 
-    def system_call(self, name: str, form: tuple, scope: Scope, ctx: FunctionContext | None) -> Expr:
+    def system_call(self, name: str, form: Form, scope: Scope, ctx: FunctionContext | None) -> Expr:
         spec = SYSTEM_FUNCTIONS[name]
         argc = len(form) - 1
         args = self.args(form[1:], scope, ctx)
@@ -611,7 +570,7 @@ class Compiler:
         tmp = self.fresh()
         return f"({tmp} := {arg.code})", tmp
 
-    def inline_arith(self, form: tuple, name: str, args: list[Expr]) -> Expr:
+    def inline_arith(self, form: Form, name: str, args: list[Expr]) -> Expr:
         op, slow = _ARITH[name]
         a, b = args
         a1, a2 = self.bind_twice(a)
@@ -631,11 +590,11 @@ class Compiler:
         checks.append(f"{-bound} < ({result} := {a2} {op} {b2}) < {bound}")
         return Expr(f"({result} if {' and '.join(checks)} else {self.at(form, f'{slow}({a2}, {b2})')})")
 
-    def inline_compare(self, form: tuple, name: str, args: list[Expr]) -> Expr:
+    def inline_compare(self, form: Form, name: str, args: list[Expr]) -> Expr:
         op, slow = _COMPARE[name]
         return self.inline_binary(form, args, "{a} " + op + " {b}", slow + "({a}, {b})", is_bool=True)
 
-    def inline_binary(self, form: tuple, args: list[Expr], fast: str, slow: str, *, is_bool: bool) -> Expr:
+    def inline_binary(self, form: Form, args: list[Expr], fast: str, slow: str, *, is_bool: bool) -> Expr:
         a, b = args
         a1, a2 = self.bind_twice(a)
         b1, b2 = self.bind_twice(b)
@@ -655,7 +614,7 @@ class Compiler:
         code = e.code
         return e.simple and (code.isdigit() or (code.startswith("-") and code[1:].isdigit()))
 
-    def condition(self, parent: tuple, index: int, scope: Scope) -> str:
+    def condition(self, parent: Form, index: int, scope: Scope) -> str:
         """Element ``index`` of ``parent`` as a condition (a non-boolean fails where it is written)."""
         form = parent[index]
         e = self.expr(form, scope, None)
@@ -665,10 +624,10 @@ class Compiler:
         return self.at(form, f"_truth({e.code})", span)
 
     # ------------------------------------------------------------------ special forms (expressions)
-    def form_quote(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
+    def form_quote(self, form: Form, scope: Scope, ctx: Any) -> Expr:
         return Expr(self.constant(as_data(form[1])), is_bool=type(form[1]) is bool, simple=True)
 
-    def form_quasiquote(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
+    def form_quasiquote(self, form: Form, scope: Scope, ctx: Any) -> Expr:
         return self.quasi(form[1], scope, 1)
 
     def quasi(self, form: Any, scope: Scope, level: int) -> Expr:
@@ -706,13 +665,13 @@ class Compiler:
                 segments.append(f"({self.quasi(item, scope, level).code},)")
         return Expr(f"_qq({', '.join(segments)})")
 
-    def form_if(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
+    def form_if(self, form: Form, scope: Scope, ctx: Any) -> Expr:
         cond = self.condition(form, 1, scope)
         then = self.expr(form[2], scope, None)
         other = self.expr(form[3], scope, None) if len(form) == 4 else Expr("None", simple=True)
         return Expr(f"({then.code} if {cond} else {other.code})", is_bool=then.is_bool and other.is_bool)
 
-    def form_cond(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
+    def form_cond(self, form: Form, scope: Scope, ctx: Any) -> Expr:
         code = "None"
         all_bool = False
         for clause in reversed(form[1:]):
@@ -730,7 +689,7 @@ class Compiler:
             return f"({key}) is None"
         return self.at(None, f"_case_match({key}, {self.constant(literals)})")
 
-    def form_case(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
+    def form_case(self, form: Form, scope: Scope, ctx: Any) -> Expr:
         clauses = form[2:]
         key_expr = self.expr(form[1], scope, None)
         key = self.fresh("k")
@@ -740,7 +699,7 @@ class Compiler:
             code = e.code if literals is ELSE else f"({e.code} if {self.case_test(key, literals)} else {code})"
         return Expr(f"({code} if (({key} := {key_expr.code}) is {key} or True) else None)")
 
-    def form_and(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
+    def form_and(self, form: Form, scope: Scope, ctx: Any) -> Expr:
         *init, last = form[1:]
         last_e = self.expr(last, scope, None)
         if not init:
@@ -748,7 +707,7 @@ class Compiler:
         tests = " and ".join(self.condition(form, i, scope) for i in range(1, len(form) - 1))
         return Expr(f"({last_e.code} if {tests} else False)", is_bool=last_e.is_bool)
 
-    def form_or(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
+    def form_or(self, form: Form, scope: Scope, ctx: Any) -> Expr:
         *init, last = form[1:]
         last_e = self.expr(last, scope, None)
         if not init:
@@ -756,13 +715,13 @@ class Compiler:
         tests = " or ".join(self.condition(form, i, scope) for i in range(1, len(form) - 1))
         return Expr(f"(True if {tests} else {last_e.code})", is_bool=last_e.is_bool)
 
-    def form_do(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
+    def form_do(self, form: Form, scope: Scope, ctx: Any) -> Expr:
         parts = [self.expr(f, scope, None) for f in form[1:]]
         if len(parts) == 1:
             return parts[0]
         return Expr(f"({', '.join(p.code for p in parts)})[-1]", is_bool=parts[-1].is_bool)
 
-    def let_bindings(self, form: tuple, scope: Scope) -> tuple[Scope, list[tuple[str, Expr]]]:
+    def let_bindings(self, form: Form, scope: Scope) -> tuple[Scope, list[tuple[str, Expr]]]:
         inner = Scope(scope)
         out = []
         for binding in form[1] or ():
@@ -775,7 +734,7 @@ class Compiler:
             out.append((py, value))
         return inner, out
 
-    def form_let(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
+    def form_let(self, form: Form, scope: Scope, ctx: Any) -> Expr:
         inner, bindings = self.let_bindings(form, scope)
         body = self.expr(form[2], inner, None)
         if not bindings:
@@ -783,10 +742,10 @@ class Compiler:
         sets = " and ".join(f"(({py} := {value.code}) is {py})" for py, value in bindings)
         return Expr(f"({body.code} if {sets} else None)", is_bool=body.is_bool)
 
-    def form_lambda(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
+    def form_lambda(self, form: Form, scope: Scope, ctx: Any) -> Expr:
         return self.closure(form, self.resolution.params[id(form)], form[2], scope, self.fresh("lambda"))
 
-    def form_define(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
+    def form_define(self, form: Form, scope: Scope, ctx: Any) -> Expr:
         # A define below the top level binds a global when it runs.
         target, value = form[1], form[-1]
         if type(target) is tuple:
@@ -796,11 +755,11 @@ class Compiler:
         e = self.expr(value, scope, None)
         return Expr(self.at(form, f"_define_global({global_name(target.name)!r}, {e.code}, {self.constant(target)})"))
 
-    def form_apply(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
+    def form_apply(self, form: Form, scope: Scope, ctx: Any) -> Expr:
         parts = [self.expr(f, scope, None).code for f in form[1:]]
         return Expr(self.at(form, f"_apply(_d, {', '.join(parts)})"))
 
-    def form_call_2d_self(self, form: tuple, scope: Scope, ctx: Any) -> Expr:
+    def form_call_2d_self(self, form: Form, scope: Scope, ctx: Any) -> Expr:
         args = self.args(form[1:], scope, None)
         over = self.check_value_stack(len(args))
         if over:

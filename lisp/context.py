@@ -11,9 +11,11 @@ import threading
 from dataclasses import dataclass
 
 from .budget import Budget
-from .errors import LimitError
+from .errors import InternalError, LimitError
 from .memory import Meter
-from .values import Foreign
+from .values import Foreign, LispList, LispValue
+
+__all__ = ["LIST_UNIT", "UNITS_PER_STEP", "Context", "LispLimits", "active", "current", "enter", "leave"]
 
 #: Element types that hold guest memory of their own inside a list.
 _HOLDING = frozenset((tuple, str, bytes))
@@ -52,7 +54,7 @@ class Context:
         self.max_memory = limits.max_guest_memory
         #: id -> (list, size) of recently built lists, so a list built from them is
         #: measured without walking them again.
-        self.sizes: dict[int, tuple[tuple, int]] = {}
+        self.sizes: dict[int, tuple[LispList, int]] = {}
         #: What the runs sharing the budget hold in total (one meter per budget).
         meter = budget.meter
         if meter is None or meter.limit != self.max_memory:
@@ -85,7 +87,7 @@ class Context:
         if units >= UNITS_PER_STEP:
             self.budget.charge(units // UNITS_PER_STEP)
 
-    def new_list(self, items: tuple | list) -> tuple | None:
+    def new_list(self, items: LispList | list[LispValue]) -> LispList | None:
         """A new Lisp list of ``items``, refused if it would exceed guest memory.
 
         As in Ketos, a list's size is its own elements plus the size of every list,
@@ -112,23 +114,22 @@ class Context:
         self._remember(value, size)
         return value
 
-    def _remember(self, value: tuple, size: int) -> None:
+    def _remember(self, value: LispList, size: int) -> None:
         sizes = self.sizes
         if len(sizes) >= _SIZES_KEPT:
             sizes.pop(next(iter(sizes)))  # the oldest
         sizes[id(value)] = (value, size)
 
-    def _held_inside(self, items: tuple | list) -> int:
+    def _held_inside(self, items: LispList | list[LispValue]) -> int:
         kinds = set(map(type, items))
         if not kinds.intersection(_HOLDING) and not any(issubclass(k, Foreign) for k in kinds):
             return 0
         total = 0
         limit = self.max_memory
         for item in items:
-            t = type(item)
-            if t is tuple:
+            if type(item) is tuple:
                 total += self.size_of(item)
-            elif t is str or t is bytes:
+            elif type(item) is str or type(item) is bytes:
                 total += len(item)
             elif isinstance(item, Foreign):
                 total += item.memory_size()
@@ -136,11 +137,11 @@ class Context:
                 raise LimitError("guest memory")
         return total
 
-    def _known(self, value: tuple) -> int | None:
+    def _known(self, value: LispList) -> int | None:
         found = self.sizes.get(id(value))
         return found[1] if found is not None and found[0] is value else None
 
-    def size_of(self, value: tuple) -> int:
+    def size_of(self, value: LispList) -> int:
         """The size of a list with everything inside it (walked once if not remembered)."""
         known = self._known(value)
         if known is not None:
@@ -149,7 +150,7 @@ class Context:
         # per 64 elements visited and stopping as soon as a part exceeds the limit.
         limit = self.max_memory
         measured: dict[int, int] = {}
-        pending: list[tuple[tuple, int]] = [(value, 0)]
+        pending: list[tuple[LispList, int]] = [(value, 0)]
         visited = 0
         while pending:
             node, start = pending.pop()
@@ -171,10 +172,9 @@ class Context:
                 continue
             size = LIST_UNIT * len(node)
             for item in node:
-                t = type(item)
-                if t is tuple:
+                if type(item) is tuple:
                     size += measured[id(item)]
-                elif t is str or t is bytes:
+                elif type(item) is str or type(item) is bytes:
                     size += len(item)
                 elif isinstance(item, Foreign):
                     size += item.memory_size()
@@ -188,18 +188,36 @@ class Context:
         return size
 
 
-_local = threading.local()
-_DEFAULT = Context(LispLimits(), Budget(max_steps=1_000_000_000, max_millis=None))
+class _RunLocal(threading.local):
+    """The context of the run executing on each thread (none between runs)."""
+
+    context: Context | None = None
+
+
+_local = _RunLocal()
 
 
 def current() -> Context:
-    """The context of the run executing on this thread (a lenient default outside runs)."""
-    return getattr(_local, "context", None) or _DEFAULT
+    """The context of the run executing on this thread.
+
+    System functions charge and bound their work through it, so running them with no
+    run in progress is a failure of the caller (the interpreter enters a context for
+    every run; a host calling them directly enters one with :func:`enter`).
+    """
+    context = _local.context
+    if context is None:
+        raise InternalError("Lisp code ran outside a run: no run context is active")
+    return context
+
+
+def active() -> Context | None:
+    """The context of the run executing on this thread, or ``None`` between runs."""
+    return _local.context
 
 
 def enter(context: Context) -> Context | None:
     """Make ``context`` current; returns the previous one for :func:`leave`."""
-    previous = getattr(_local, "context", None)
+    previous = _local.context
     _local.context = context
     return previous
 

@@ -9,6 +9,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+__all__ = [
+    "MESSAGE_CAP",
+    "BudgetExhausted",
+    "CompileError",
+    "EvalError",
+    "Frame",
+    "HostFunctionError",
+    "InternalError",
+    "LimitError",
+    "LispError",
+    "ReadError",
+    "Span",
+    "cap_message",
+]
+
 MESSAGE_CAP = 1024
 
 
@@ -131,5 +146,19 @@ class InternalError(LispError):
 
     kind = "internal error"
 
-    def __init__(self) -> None:
-        super().__init__("Lisp interpreter failed")
+    def __init__(self, detail: str = "Lisp interpreter failed") -> None:
+        super().__init__(detail)
+
+
+class HostFunctionError(InternalError):
+    """A function the host installed failed with an exception of its own (a host bug).
+
+    Not the guest's fault, so never reported as a guest type error: the host's
+    exception is the ``__cause__``, and only the function's name reaches the message.
+    """
+
+    kind = "host function error"
+
+    def __init__(self, function: str) -> None:
+        self.function = function
+        super().__init__(f"internal error: host function `{function}` failed")

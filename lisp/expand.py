@@ -21,8 +21,10 @@ from typing import Any, Callable
 from .budget import CompileMeter
 from .errors import CompileError, EvalError, LimitError, LispError, Span
 from .reader import QUASIQUOTE, UNQUOTE, UNQUOTE_SPLICING, Program
-from .syntax import SPECIAL_FORMS, head_name, redefinition_problem
+from .syntax import SPECIAL_FORMS, Form, head_name, redefinition_problem
 from .values import Name
+
+__all__ = ["MAX_EXPANSIONS", "Evaluate", "Expander", "Expansion", "nesting_depth"]
 
 MAX_EXPANSIONS = 256
 
@@ -73,7 +75,7 @@ class Expander:
             self.max_depth: int | None = None
             #: The compile-time namespace (created on first use by ``evaluate``).
             self.namespace: Any = None
-            self.pending_defines: list[tuple] = []
+            self.pending_defines: list[Form] = []
 
     # ------------------------------------------------------------------ positions
     def span_of(self, form: Any) -> Span | None:
@@ -86,7 +88,7 @@ class Expander:
             self.positions = dict(self.positions)
             self._own_tables = True
 
-    def rebuild(self, original: tuple, items: list[Any]) -> tuple:
+    def rebuild(self, original: Form, items: list[Any]) -> Form:
         """``original`` with new elements, keeping its position (or itself if unchanged)."""
         if all(a is b for a, b in zip(items, original)):
             return original
@@ -148,7 +150,7 @@ class Expander:
         if problem is not None:
             raise CompileError(problem, self.span_of(form))
 
-    def define_macro(self, form: tuple) -> None:
+    def define_macro(self, form: Form) -> None:
         if len(form) != 3 or type(form[1]) is not tuple or type(form[1][0]) is not Name:
             raise CompileError("`macro` expects (macro (name params) body)", self.span_of(form))
         name = form[1][0].name
@@ -157,7 +159,7 @@ class Expander:
         self.result.macro_sites.setdefault(name, self.span_of(form))
         self.macros[name] = self.evaluate("macro", lam, self)
 
-    def define_const(self, form: tuple) -> None:
+    def define_const(self, form: Form) -> None:
         if len(form) != 3 or type(form[1]) is not Name:
             raise CompileError("`const` expects (const name value)", self.span_of(form))
         name = form[1].name
@@ -221,7 +223,7 @@ class Expander:
         finally:
             self.current = saved
 
-    def inside(self, form: tuple) -> tuple:
+    def inside(self, form: Form) -> Form:
         """Expand the evaluated parts of a form whose head is not a macro."""
         head = head_name(form)
         if head not in SPECIAL_FORMS:
@@ -265,7 +267,7 @@ class Expander:
         # if, do, and, or, apply, call-self: every argument is an expression.
         return self.rebuild(form, [form[0], *(self.expr(x) for x in form[1:])])
 
-    def each(self, items: tuple) -> tuple:
+    def each(self, items: Form) -> Form:
         return self.rebuild(items, [self.expr(x) for x in items])
 
     def params(self, params: Any) -> Any:
@@ -307,7 +309,7 @@ def nesting_depth(form: Any, limit: int, meter: CompileMeter | None = None) -> i
     if type(form) is not tuple:
         return 0
     measured: dict[int, int] = {}
-    path: list[tuple[tuple, int]] = [(form, 0)]
+    path: list[tuple[Form, int]] = [(form, 0)]
     while path:
         if len(path) > limit:
             return len(path)

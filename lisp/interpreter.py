@@ -10,12 +10,13 @@ host's own exception types listed in ``passthrough``).
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import warnings
 from collections import OrderedDict
-from types import FunctionType
-from typing import Any, Callable
+from types import FunctionType, TracebackType
+from typing import Any, Callable, Literal
 
 import blake3
 
@@ -26,28 +27,65 @@ from .compiler import (
     Compiled,
     Compiler,
     check_program_limits,
-    global_name,
-    lisp_name_of,
-    mangle,
     max_code_chars,
     referenced_globals,
 )
 from .context import Context, LispLimits
-from .errors import CompileError, EvalError, Frame, InternalError, LimitError, LispError
+from .errors import CompileError, EvalError, Frame, HostFunctionError, InternalError, LimitError, LispError
 from .expand import Expander, nesting_depth
 from .functions import SYSTEM_FUNCTIONS
-from .functions.compare import equal
-from .functions.numbers import add2, ge2, gt2, le2, lt2, mul2, sub2
+from .functions.compare import equal, ge2, gt2, le2, lt2
+from .functions.numbers import add2, mul2, sub2
+from .names import global_name, lisp_name_of, mangle
 from .reader import Program, as_code, as_data, read
 from .resolve import HostNames, host_names, resolve
 from .syntax import expected_arguments
-from .values import Keyword, Name, make_quoted, mark_function, type_name
+from .values import Keyword, LispList, LispValue, Name, make_quoted, mark_function, type_name
 
-# Guest recursion is bounded by max_call_stack (hard max 4,096) long before this.
-if sys.getrecursionlimit() < 20_000:
-    sys.setrecursionlimit(20_000)
+__all__ = ["RUN_RECURSION_LIMIT", "Interpreter", "as_lisp_error", "evaluate"]
+
+#: The Python recursion limit while a run is active. Guest recursion is bounded by
+#: max_call_stack (hard max 4,096, a few Python frames per call) long before this.
+RUN_RECURSION_LIMIT = 20_000
+
+
+class _RecursionAllowance:
+    """Raise the recursion limit while any run is active, and restore it after the last.
+
+    Counted across threads and nested runs (a host function may run guest code), so
+    one run ending never lowers the limit under another still going.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._active = 0
+        self._saved: int | None = None
+
+    def acquire(self) -> None:
+        with self._lock:
+            if self._active == 0:
+                before = sys.getrecursionlimit()
+                if before < RUN_RECURSION_LIMIT:
+                    sys.setrecursionlimit(RUN_RECURSION_LIMIT)
+                    self._saved = before
+            self._active += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._active -= 1
+            if self._active == 0 and self._saved is not None:
+                # Unless the host changed it meanwhile, put back what it had set.
+                if sys.getrecursionlimit() == RUN_RECURSION_LIMIT:
+                    sys.setrecursionlimit(self._saved)
+                self._saved = None
+
+
+_recursion = _RecursionAllowance()
 
 _NOARG = object()
+
+#: CPython's complaint about a call to a generated function (``g_f()`` or a closure).
+_GUEST_CALL = re.compile(r"(?:_mk[0-9]+\.<locals>\.)?(?:g_[A-Za-z0-9_]*|_lambda[0-9]+|v[0-9]+_[A-Za-z0-9_]*)\(\) ")
 
 _PY_TYPE_NAMES = {
     "int": "integer", "str": "string", "NoneType": "unit", "float": "float", "bool": "bool",
@@ -77,13 +115,13 @@ def _system_wrapper(name: str) -> Callable[..., Any]:
 
         return mark_function(call, name)
 
-    def call(_d: int, *args: Any) -> Any:
+    def call_plain(_d: int, *args: Any) -> Any:
         n = len(args)
         if n < lo or (hi is not None and n > hi):
             raise EvalError(_arity_message(name, _expected(lo, hi), n))
         return fn(*args)
 
-    return mark_function(call, name)
+    return mark_function(call_plain, name)
 
 
 def _truth(value: Any) -> bool:
@@ -98,7 +136,7 @@ def _not(value: Any) -> bool:
     return not _truth(value)
 
 
-def _case_match(key: Any, literals: tuple) -> bool:
+def _case_match(key: Any, literals: LispList) -> bool:
     for literal in literals:
         if literal is None:
             if key is None:
@@ -111,7 +149,7 @@ def _case_match(key: Any, literals: tuple) -> bool:
     return False
 
 
-def _splice(value: Any) -> tuple:
+def _splice(value: Any) -> LispList:
     if value is None:
         return ()
     if type(value) is tuple:
@@ -119,7 +157,7 @@ def _splice(value: Any) -> tuple:
     raise EvalError(f"type error: unquote-splicing expects a list, found {type_name(value)}")
 
 
-def _qq(*segments: tuple) -> Any:
+def _qq(*segments: LispList) -> Any:
     # Measure first: splicing a big list many times must be refused before it is built.
     total = 0
     for segment in segments:
@@ -128,7 +166,7 @@ def _qq(*segments: tuple) -> Any:
         return None
     context = run_context.current()
     context.allocate(8 * total)  # refused before the splices are copied
-    items: list = []
+    items: list[LispValue] = []
     for segment in segments:
         items.extend(segment)
     return context.new_list(items)
@@ -144,7 +182,7 @@ def _apply(_d: int, fn: Any, *args: Any) -> Any:
     return fn(_d + 1, *spread)
 
 
-def _keyword_args(pairs: tuple, names: tuple) -> tuple:
+def _keyword_args(pairs: LispList, names: tuple[Keyword, ...]) -> tuple[object, ...]:
     values = dict.fromkeys(names, _NOARG)
     if len(pairs) % 2:
         raise EvalError("keyword arguments must come in `:name value` pairs")
@@ -203,7 +241,7 @@ for _name, _spec in SYSTEM_FUNCTIONS.items():
 
 
 #: Compiled programs with the steps compiling them took, by source, file name, limits and names.
-_compile_cache: OrderedDict[tuple, tuple[Compiled, int]] = OrderedDict()
+_compile_cache: OrderedDict[tuple[bytes, str, LispLimits, HostNames], tuple[Compiled, int]] = OrderedDict()
 _compile_lock = threading.Lock()
 _COMPILE_CACHE_SIZE = 256
 
@@ -291,7 +329,12 @@ class Interpreter:
                     budget.give_back(unused)
                 g["_s"] = 0
                 budget.charge(1)
-                return fn(_d, *args)
+                try:
+                    return fn(_d, *args)
+                except Exception as error:
+                    if self._host_fault(error):
+                        raise HostFunctionError(name) from error
+                    raise
 
         else:
 
@@ -305,9 +348,33 @@ class Interpreter:
                     budget.give_back(unused)
                 g["_s"] = 0
                 budget.charge(1)
-                return fn(*args)
+                try:
+                    return fn(*args)
+                except Exception as error:
+                    if self._host_fault(error):
+                        raise HostFunctionError(name) from error
+                    raise
 
         g[gname] = mark_function(host, name)
+
+    def _host_fault(self, error: Exception) -> bool:
+        """Whether ``error``, escaping a host function, is a failure of the host's own code.
+
+        Not a Lisp error or one the host lets through, not a limit running out, and not
+        a failure of guest code the host function called (a frame of this namespace in
+        the traceback, or a guest function called with the wrong number of arguments).
+        """
+        if isinstance(error, (LispError, RecursionError, MemoryError)):
+            return False
+        if self.passthrough and isinstance(error, self.passthrough):
+            return False
+        g = self.globals
+        tb = error.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_globals is g:
+                return False
+            tb = tb.tb_next
+        return not (isinstance(error, TypeError) and _GUEST_CALL.match(str(error)) is not None)
 
     def define_value(self, name: str, value: Any) -> None:
         gname = global_name(name)
@@ -414,6 +481,7 @@ class Interpreter:
             expander.meter = CompileMeter(expander.compile_budget)
             expander.max_depth = self.limits.max_syntax_depth
         meter = expander.root.meter
+        assert meter is not None  # the root expander of a compilation always has one
         try:
             expansion = expander.expand_program()
             depth = self.limits.max_syntax_depth
@@ -575,10 +643,11 @@ class _Guard:
         self.compiled = compiled
 
     def __enter__(self) -> None:
+        _recursion.acquire()
         self.previous = run_context.enter(self.interp.context)
         self.interp.context.meter.open(self.interp, sys._getframe(1))
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> Literal[False]:
         interp = self.interp
         g = interp.globals
         unused = g.get("_s", 0)
@@ -587,6 +656,7 @@ class _Guard:
         g["_s"] = 0
         interp.context.meter.close(interp)
         run_context.leave(self.previous)
+        _recursion.release()
         if exc is None:
             return False
         if interp.passthrough and isinstance(exc, interp.passthrough):
@@ -597,7 +667,9 @@ class _Guard:
         if not error.stack:
             error.stack = _lisp_stack(tb, self.compiled)
         error.located(interp.filename)
-        raise error from None
+        if error.__cause__ is None:
+            raise error from None  # no Python internals in what the host sees
+        raise error  # a host function's own exception stays its cause
 
 
 def as_lisp_error(exc: BaseException) -> LispError:

@@ -29,7 +29,19 @@ from types import CodeType, FrameType, FunctionType
 from typing import Any, Iterable
 
 from .errors import LimitError
-from .values import Char, Foreign, Keyword, LispPath, Name, Quoted
+from .names import global_name
+from .values import Char, Foreign, Keyword, LispList, LispPath, Name, Quoted
+
+__all__ = [
+    "CHAR_UNITS",
+    "CHECK_FRACTION",
+    "FUNCTION_UNITS",
+    "LIST_UNIT",
+    "MIN_CHECK_INTERVAL",
+    "SPACING",
+    "VALUES_PER_STEP",
+    "Meter",
+]
 
 #: Units of a list element (as the per-value measure counts it).
 LIST_UNIT = 8
@@ -79,7 +91,7 @@ class Meter:
         #: id(frame) -> (frame, lasti, child, since, until) from the last measure.
         self.records: dict[int, tuple[FrameType, int, Any, int, int]] = {}
         #: Long immutable lists of plain values measured by the last look (see _measure).
-        self.leaves: dict[int, tuple[tuple, int]] = {}
+        self.leaves: dict[int, tuple[LispList, int]] = {}
         self.checks = 0
 
     # ------------------------------------------------------------------ runs
@@ -126,7 +138,7 @@ class Meter:
         # The frame asking may already hold what it asks for (some functions build, then
         # charge): what it holds beyond its callers counts as at least the units asked.
         inner, outer = (frames[:1], frames[1:]) if frames else ([], [])
-        leaves: dict[int, tuple[tuple, int]] = {}
+        leaves: dict[int, tuple[LispList, int]] = {}
         held, visited = _measure(self._roots(outer, True), seen, allowed, spaces, self.leaves, leaves)
         if held <= allowed:
             own, more = _measure(self._roots(inner, False), seen, self.limit - hidden - held, spaces, self.leaves, leaves)
@@ -144,7 +156,7 @@ class Meter:
         if held > allowed:
             raise LimitError("guest memory")
 
-    def _hidden(self, frames: list[FrameType], clock: int) -> tuple[int, dict]:
+    def _hidden(self, frames: list[FrameType], clock: int) -> tuple[int, dict[int, tuple[FrameType, int, Any, int, int]]]:
         """Units possibly held on frames' evaluation stacks, and the new frame records."""
         previous = self.records
         prev = self.last_clock
@@ -191,7 +203,7 @@ class Meter:
         for space, _count in self.spaces.values():
             g = space.globals
             for name in space.host_values:
-                value = g.get(_global_name(name))
+                value = g.get(global_name(name))
                 if value is not None:
                     free.add(id(value))
             for key, value in g.items():
@@ -204,10 +216,6 @@ class Meter:
 _OPTIMIZED = 0x0001  # CO_OPTIMIZED: a function frame (a module frame's locals are its globals)
 
 
-def _global_name(name: str) -> str:
-    from .compiler import global_name  # the compiler imports the functions, which import this
-
-    return global_name(name)
 
 
 def _frames_below(frame: FrameType | None, entry: FrameType) -> list[FrameType]:
@@ -244,8 +252,8 @@ def _measure(
     seen: set[int],
     allowed: int,
     spaces: set[int],
-    leaves_before: dict[int, tuple[tuple, int]],
-    leaves: dict[int, tuple[tuple, int]],
+    leaves_before: dict[int, tuple[LispList, int]],
+    leaves: dict[int, tuple[LispList, int]],
 ) -> tuple[int, int]:
     """Units held by ``roots`` (each list, long text and function once), and values visited.
 

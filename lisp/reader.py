@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import re
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeAlias, cast
 
-import blake3
 from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from .errors import LispError, ReadError, Span
-from .values import Char, Keyword, LispPath, Name, Quoted, make_quoted
+from .values import Char, Keyword, LispList, LispPath, Name, Quoted, make_quoted
+
+__all__ = ["QUASIQUOTE", "QUOTE", "UNQUOTE", "UNQUOTE_SPLICING", "Program", "as_code", "as_data", "parse", "read", "read_forms"]
 
 QUOTE = Name("quote")
 QUASIQUOTE = Name("quasiquote")
@@ -112,7 +113,12 @@ def _to_bytes(text: str, token: Token) -> bytes:
         raise _error(token, "byte strings may only contain bytes") from None
 
 
-class _Builder(Transformer):
+#: A rule's children (the rule ``list`` names a method of the builder, hence the aliases).
+_Children: TypeAlias = "list[Any]"
+_Tokens: TypeAlias = "list[Token]"
+
+
+class _Builder(Transformer[Token, Any]):
     """Reduces grammar rules into (value, depth) pairs, recording list positions."""
 
     # Every reduction yields (value, depth, (line, column)).
@@ -122,7 +128,7 @@ class _Builder(Transformer):
         self.positions: dict[int, tuple[tuple[int, int], ...]] = {}
         self.integer_bits = 0
 
-    def start(self, children: list[tuple[Any, int, tuple[int, int]]]) -> tuple[tuple[Any, ...], int, tuple]:
+    def start(self, children: list[tuple[Any, int, tuple[int, int]]]) -> tuple[tuple[Any, ...], int, LispList]:
         depth = max((c[1] for c in children), default=0)
         return tuple(c[0] for c in children), depth, tuple(c[2] for c in children)
 
@@ -137,7 +143,7 @@ class _Builder(Transformer):
         self.positions[id(value)] = tuple(c[2] for c in items)
         return value, 1 + max(c[1] for c in items), where
 
-    def quoted(self, children: list[Any]) -> tuple[Any, int, tuple[int, int]]:
+    def quoted(self, children: _Children) -> tuple[Any, int, tuple[int, int]]:
         prefix, (inner, depth, inner_where) = children
         where = (prefix.line, prefix.column)
         value = (_PREFIX_NAMES[prefix.type], inner)
@@ -145,9 +151,11 @@ class _Builder(Transformer):
         self.positions[id(value)] = (where, inner_where)
         return value, depth + 1, where
 
-    def atom(self, children: list[Token]) -> tuple[Any, int, tuple[int, int]]:
+    def atom(self, children: _Tokens) -> tuple[Any, int, tuple[int, int]]:
         token = children[0]
-        return getattr(self, "_" + token.type)(token, str(token)), 0, (token.line, token.column)
+        line, column = token.line, token.column
+        assert line is not None and column is not None  # the lexer positions every token
+        return getattr(self, "_" + token.type)(token, str(token)), 0, (line, column)
 
     def _note_bits(self, value: int) -> int:
         bits = value.bit_length()
@@ -261,7 +269,7 @@ def _describe(error: UnexpectedInput, source: str) -> ReadError:
             return ReadError("unexpected `)`", Span(line, column))
         return ReadError(f"unexpected token `{text[:40]}`", Span(line, column))
     if isinstance(error, UnexpectedCharacters):
-        index = error.pos_in_stream
+        index = error.pos_in_stream if error.pos_in_stream is not None else -1
         char = source[index] if 0 <= index < len(source) else "?"
         if source.startswith("#|", index):
             return ReadError("unterminated block comment", Span(line, column))
@@ -273,14 +281,16 @@ def _describe(error: UnexpectedInput, source: str) -> ReadError:
     return ReadError("malformed input", Span(line, column))
 
 
-def _parse(source: str) -> Program:
+def parse(source: str) -> Program:
+    """Read ``source`` without the cache (what :func:`read` does on a miss)."""
     with _parser_lock:
         parser = _get_parser()
         _builder.spans = {}
         _builder.positions = {}
         _builder.integer_bits = 0
         try:
-            forms, depth, top = parser.parse(source)
+            # The builder transforms while parsing: the result is its (forms, depth, position).
+            forms, depth, top = cast("tuple[tuple[Any, ...], int, Any]", parser.parse(source))
         except UnexpectedInput as error:
             raise _describe(error, source) from None
         except VisitError as error:
@@ -292,41 +302,41 @@ def _parse(source: str) -> Program:
         return Program(forms, _builder.spans, depth, _builder.integer_bits, positions)
 
 
-_CACHE_SIZE = 512
 #: Programs read from longer sources are not kept: the cache must not hold what a guest
-#: wrote (forms, names, positions) long after the run that read it.
-_CACHE_MAX_SOURCE = 64 * 1024
-#: The cache keeps at most this many source characters in all.
-_CACHE_TOTAL_SOURCE = 256 * 1024
-_cache: OrderedDict[bytes, tuple[Program, int]] = OrderedDict()
-_cache_lock = threading.Lock()
-_cached_source = 0
+#: wrote (forms, names, positions) long after the run that read it. Sources are cached
+#: in tiers by length, so a few long ones cannot push out many short ones, and each
+#: tier's entries times its longest source bound what it holds: 256 KiB of source text
+#: in all (as (longest source, entries)).
+_TIERS = ((1024, 96), (8 * 1024, 12), (64 * 1024, 1))
+
+
+def _tier(maxsize: int) -> Callable[[str], Program]:
+    @lru_cache(maxsize=maxsize)
+    def read_cached(source: str) -> Program:
+        return _read_uncached(source)
+
+    return read_cached
+
+
+_CACHED = tuple((longest, _tier(entries)) for longest, entries in _TIERS)
+
+
+def _read_uncached(source: str) -> Program:
+    try:
+        return parse(source)
+    except RecursionError:
+        raise ReadError("input nests too deeply", Span(1, 1)) from None
 
 
 def read(source: str) -> Program:
-    """Read ``source`` into a :class:`Program` (cached by content)."""
+    """Read ``source`` into a :class:`Program` (short sources are cached by content)."""
     if not isinstance(source, str):
         raise ReadError("source must be text")
-    key = blake3.blake3(source.encode("utf-8", errors="surrogatepass")).digest()
-    global _cached_source
-    with _cache_lock:
-        found = _cache.get(key)
-        if found is not None:
-            _cache.move_to_end(key)
-            return found[0]
-    try:
-        program = _parse(source)
-    except RecursionError:
-        raise ReadError("input nests too deeply", Span(1, 1)) from None
     size = len(source)
-    if size <= _CACHE_MAX_SOURCE:
-        with _cache_lock:
-            if key not in _cache:
-                _cache[key] = (program, size)
-                _cached_source += size
-            while len(_cache) > _CACHE_SIZE or _cached_source > _CACHE_TOTAL_SOURCE:
-                _cached_source -= _cache.popitem(last=False)[1][1]
-    return program
+    for longest, read_cached in _CACHED:
+        if size <= longest:
+            return read_cached(source)
+    return _read_uncached(source)
 
 
 def as_data(form: Any) -> Any:

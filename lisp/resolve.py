@@ -22,9 +22,9 @@ when it runs.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any, Iterable, Mapping
 
 from .budget import CompileMeter
@@ -40,12 +40,15 @@ from .syntax import (
     KW_OPTIONAL,
     KW_REST,
     SPECIAL_FORMS,
+    Form,
     Params,
     expected_arguments,
     head_name,
     redefinition_problem,
 )
 from .values import Char, Keyword, LispPath, Name
+
+__all__ = ["NO_HOST_NAMES", "Arity", "HostNames", "Resolution", "Resolver", "host_names", "resolve"]
 
 Arity = tuple[int, "int | None"]
 
@@ -65,20 +68,15 @@ class HostNames:
         return name in self.functions or name in self.values
 
 
-_host_names: dict[tuple[frozenset, frozenset], HostNames] = {}
-_host_names_lock = threading.Lock()
-
-
 def host_names(functions: Mapping[str, Arity], values: Iterable[str]) -> HostNames:
     """The interned :class:`HostNames` for these functions and values."""
-    key = (frozenset(functions.items()), frozenset(values))
-    with _host_names_lock:
-        found = _host_names.get(key)
-        if found is None:
-            if len(_host_names) > 1024:
-                _host_names.clear()
-            found = _host_names[key] = HostNames(dict(functions), key[1])
-        return found
+    return _interned_host_names(frozenset(functions.items()), frozenset(values))
+
+
+@lru_cache(maxsize=1024)
+def _interned_host_names(functions: frozenset[tuple[str, Arity]], values: frozenset[str]) -> HostNames:
+    # One object per distinct set of names, so compile-cache keys compare them cheaply.
+    return HostNames(dict(functions), values)
 
 
 NO_HOST_NAMES = host_names({}, ())
@@ -224,7 +222,7 @@ class Resolver:
     def fail(self, message: str, span: Span) -> None:
         self.errors.append(CompileError(message, span))
 
-    def enter(self, form: tuple) -> Span:
+    def enter(self, form: Form) -> Span:
         """Make ``form`` the current position; returns the previous one."""
         saved = self.current
         found = self.program.spans.get(id(form))
@@ -233,7 +231,7 @@ class Resolver:
         return saved
 
     # ------------------------------------------------------------------ top level
-    def top_level(self, form: Any, parent: tuple, index: int) -> None:
+    def top_level(self, form: Any, parent: Form, index: int) -> None:
         head = head_name(form)
         if head == "macro":
             self.macros.add(form[1][0].name)
@@ -261,11 +259,11 @@ class Resolver:
             finally:
                 self.current = saved
 
-    def exprs(self, form: tuple, start: int, scope: _Scope) -> None:
+    def exprs(self, form: Form, start: int, scope: _Scope) -> None:
         for i in range(start, len(form)):
             self.expr(form[i], scope, form, i)
 
-    def compound(self, form: tuple, scope: _Scope) -> None:
+    def compound(self, form: Form, scope: _Scope) -> None:
         head = form[0]
         if type(head) is Name:
             name = head.name
@@ -305,7 +303,7 @@ class Resolver:
             return
         self.uses.append(_GlobalUse(name, span, argc, scope))
 
-    def condition(self, form: tuple, index: int, scope: _Scope) -> None:
+    def condition(self, form: Form, index: int, scope: _Scope) -> None:
         """``form[index]`` must produce a boolean: refuse a literal that cannot."""
         item = form[index]
         kind = _literal_kind(item)
@@ -386,7 +384,7 @@ class Resolver:
             return False
         return True
 
-    def define(self, form: tuple, scope: _Scope, *, top: bool) -> None:
+    def define(self, form: Form, scope: _Scope, *, top: bool) -> None:
         span = self.span(form)
         if len(form) == 3:
             target, value = form[1], form[2]
@@ -422,7 +420,7 @@ class Resolver:
                 self.top_functions[name] = (params, span)
 
     def function(
-        self, form: tuple, params_form: Any, body: Any, parent: tuple, body_index: int, outer: _Scope, name: str
+        self, form: Form, params_form: Any, body: Any, parent: Form, body_index: int, outer: _Scope, name: str
     ) -> Params | None:
         """Resolve a function's parameters (defaults included) and body; record its params."""
         params = self.parse_params(params_form, self.span(form))
@@ -513,21 +511,21 @@ class Resolver:
         return Params(tuple(required), tuple(optional), tuple(keys), rest)
 
     # ------------------------------------------------------------------ special forms
-    def form_define(self, form: tuple, scope: _Scope) -> None:
+    def form_define(self, form: Form, scope: _Scope) -> None:
         # Below the top level, a define binds a global when it runs.
         self.define(form, scope, top=False)
 
-    def form_lambda(self, form: tuple, scope: _Scope) -> None:
+    def form_lambda(self, form: Form, scope: _Scope) -> None:
         if len(form) != 3:
             self.fail("`lambda` expects (lambda (params) body) with exactly one body expression", self.span(form))
             return
         self.function(form, form[1], form[2], form, 2, scope, "lambda")
 
-    def form_quote(self, form: tuple, scope: _Scope) -> None:
+    def form_quote(self, form: Form, scope: _Scope) -> None:
         if len(form) != 2:
             self.fail("`quote` expects one argument", self.span(form))
 
-    def form_quasiquote(self, form: tuple, scope: _Scope) -> None:
+    def form_quasiquote(self, form: Form, scope: _Scope) -> None:
         if len(form) != 2:
             self.fail("`quasiquote` expects one argument", self.span(form))
             return
@@ -566,20 +564,20 @@ class Resolver:
             else:
                 self.quasi(item, scope, level, form, i)
 
-    def form_comma(self, form: tuple, scope: _Scope) -> None:
+    def form_comma(self, form: Form, scope: _Scope) -> None:
         self.fail("unquote (`,`) outside of a quasiquote", self.span(form))
 
-    def form_comma_at(self, form: tuple, scope: _Scope) -> None:
+    def form_comma_at(self, form: Form, scope: _Scope) -> None:
         self.fail("unquote-splicing (`,@`) outside of a quasiquote", self.span(form))
 
-    def form_if(self, form: tuple, scope: _Scope) -> None:
+    def form_if(self, form: Form, scope: _Scope) -> None:
         if len(form) not in (3, 4):
             self.fail("`if` expects (if condition then [else])", self.span(form))
             return
         self.condition(form, 1, scope)
         self.exprs(form, 2, scope)
 
-    def form_cond(self, form: tuple, scope: _Scope) -> None:
+    def form_cond(self, form: Form, scope: _Scope) -> None:
         seen_else = False
         for clause in form[1:]:
             if seen_else:
@@ -594,7 +592,7 @@ class Resolver:
                 self.condition(clause, 0, scope)
             self.expr(clause[1], scope, clause, 1)
 
-    def form_case(self, form: tuple, scope: _Scope) -> None:
+    def form_case(self, form: Form, scope: _Scope) -> None:
         if len(form) < 2:
             self.fail("`case` expects (case expression clauses...)", self.span(form))
             return
@@ -614,13 +612,13 @@ class Resolver:
                 return
             self.expr(clause[1], scope, clause, 1)
 
-    def form_and(self, form: tuple, scope: _Scope) -> None:
+    def form_and(self, form: Form, scope: _Scope) -> None:
         self.logical(form, scope, "and")
 
-    def form_or(self, form: tuple, scope: _Scope) -> None:
+    def form_or(self, form: Form, scope: _Scope) -> None:
         self.logical(form, scope, "or")
 
-    def logical(self, form: tuple, scope: _Scope, name: str) -> None:
+    def logical(self, form: Form, scope: _Scope, name: str) -> None:
         if len(form) < 2:
             self.fail(f"`{name}` expects at least one argument", self.span(form))
             return
@@ -628,13 +626,13 @@ class Resolver:
             self.condition(form, i, scope)
         self.expr(form[-1], scope, form, len(form) - 1)
 
-    def form_do(self, form: tuple, scope: _Scope) -> None:
+    def form_do(self, form: Form, scope: _Scope) -> None:
         if len(form) < 2:
             self.fail("`do` expects at least one expression", self.span(form))
             return
         self.exprs(form, 1, scope)
 
-    def form_let(self, form: tuple, scope: _Scope) -> None:
+    def form_let(self, form: Form, scope: _Scope) -> None:
         span = self.span(form)
         if len(form) != 3:
             self.fail("`let` expects (let ((name value) ...) body) with exactly one body expression", span)
@@ -660,13 +658,13 @@ class Resolver:
             inner = _Scope(inner, {lname: params})
         self.expr(form[2], inner, form, 2)
 
-    def form_apply(self, form: tuple, scope: _Scope) -> None:
+    def form_apply(self, form: Form, scope: _Scope) -> None:
         if len(form) < 3:
             self.fail("`apply` expects (apply function args... list)", self.span(form))
             return
         self.exprs(form, 1, scope)
 
-    def form_call_self(self, form: tuple, scope: _Scope) -> None:
+    def form_call_self(self, form: Form, scope: _Scope) -> None:
         if not self.functions:
             self.fail("`call-self` is only allowed inside a function or lambda", self.span(form))
             return
@@ -677,16 +675,16 @@ class Resolver:
         )
         self.exprs(form, 1, scope)
 
-    def form_use(self, form: tuple, scope: _Scope) -> None:
+    def form_use(self, form: Form, scope: _Scope) -> None:
         self.fail("module not found: `use` is not available in Svit Lisp", self.span(form))
 
-    def form_macro(self, form: tuple, scope: _Scope) -> None:
+    def form_macro(self, form: Form, scope: _Scope) -> None:
         self.fail("`macro` is only allowed at the top level", self.span(form))
 
-    def form_const(self, form: tuple, scope: _Scope) -> None:
+    def form_const(self, form: Form, scope: _Scope) -> None:
         self.fail("`const` is only allowed at the top level", self.span(form))
 
-    def unsupported(self, form: tuple, scope: _Scope) -> None:
+    def unsupported(self, form: Form, scope: _Scope) -> None:
         self.fail(f"`{form[0].name}` is not supported in Svit Lisp", self.span(form))
 
     form_struct = form_export = form_set_module_doc = unsupported

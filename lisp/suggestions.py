@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
+__all__ = ["ALTERNATIVES", "alternative", "edit_distance", "nearest"]
+
 _IMMUTABLE = "values are immutable: write to /memory with (write \"/memory/key\" value), or bind a new name with let"
 _NO_LOOPS = "no loops: recurse (self tail calls run in constant space) or use map/filter/fold/range"
 _LOG = "to print, use (log-info! \"message\" fields); the log is part of the activation's result"

@@ -7,10 +7,25 @@ holds what they must agree on, so a form's shape is defined once.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 from .functions import SYSTEM_FUNCTIONS
 from .values import Keyword, Name
+
+__all__ = [
+    "ELSE",
+    "EXTENSION_NAMES",
+    "KW_KEY",
+    "KW_OPTIONAL",
+    "KW_REST",
+    "SPECIAL_FORMS",
+    "STANDARD_NAMES",
+    "Form",
+    "Params",
+    "expected_arguments",
+    "head_name",
+    "redefinition_problem",
+]
 
 SPECIAL_FORMS = frozenset(
     "define lambda let if cond case and or do apply quote quasiquote comma comma-at macro const use "
@@ -19,6 +34,11 @@ SPECIAL_FORMS = frozenset(
 #: Svit's own system functions: a script's top-level ``define`` of one of these names wins.
 EXTENSION_NAMES = frozenset(name for name, spec in SYSTEM_FUNCTIONS.items() if spec.extension)
 STANDARD_NAMES = (frozenset(SYSTEM_FUNCTIONS) - EXTENSION_NAMES) | SPECIAL_FORMS | {"true", "false", "else"}
+
+#: A source form (a list) as the passes see it. Its parts' types follow from its shape
+#: (``(define name value)``, ``(let ((x 1)) ...)``), which the resolver checks once and a
+#: static type cannot express, so the parts are not narrowed here.
+Form: TypeAlias = "tuple[Any, ...]"
 
 ELSE = Name("else")
 KW_OPTIONAL = Keyword("optional")

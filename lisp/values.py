@@ -30,7 +30,29 @@ from __future__ import annotations
 import weakref
 from fractions import Fraction
 from types import FunctionType
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, Self, TypeAlias, TypeVar, Union, cast
+
+from .names import lisp_name_of
+
+__all__ = [
+    "NUMERIC_TYPES",
+    "Char",
+    "Foreign",
+    "Keyword",
+    "LispCallable",
+    "LispList",
+    "LispPath",
+    "LispValue",
+    "Name",
+    "Quoted",
+    "Unit",
+    "function_label",
+    "is_function",
+    "is_number",
+    "make_quoted",
+    "mark_function",
+    "type_name",
+]
 
 Unit = None
 
@@ -71,6 +93,10 @@ class LispPath:
         return f"LispPath({self.path!r})"
 
 
+#: A weak entry of an interning table: the value, keyed by its text.
+_Ref: TypeAlias = "weakref.KeyedRef[str, _Interned]"
+
+
 class _Interned:
     """A value named by text and interned per class, so identity is equality.
 
@@ -80,36 +106,38 @@ class _Interned:
     """
 
     __slots__ = ("name", "__weakref__")
-    _table: dict[str, weakref.KeyedRef]
-    _forget: Callable[[weakref.KeyedRef], None]
+    name: str
+    _table: dict[str, _Ref]
+    _forget: Callable[[_Ref], None]
 
-    def __new__(cls, name: str) -> Any:
+    def __new__(cls, name: str) -> Self:
         table = cls._table
         ref = table.get(name)
         found = ref() if ref is not None else None
         if found is None:
-            found = object.__new__(cls)
-            found.name = name
-            fresh = weakref.KeyedRef(found, cls._forget, name)
+            made: _Interned = object.__new__(cls)
+            made.name = name
+            fresh = weakref.KeyedRef(made, cls._forget, name)
             ref = table.setdefault(name, fresh)  # atomic: one object per name across threads
             if ref is not fresh:
                 other = ref()
                 if other is not None:
-                    return other
+                    return cast(Self, other)  # the table of ``cls`` holds only ``cls``
                 table[name] = fresh  # the old entry's name died; its callback leaves this one
-        return found
+            found = made
+        return cast(Self, found)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
 
-    def __reduce__(self):  # pragma: no cover - keeps interning across copies
+    def __reduce__(self) -> tuple[type[_Interned], tuple[str]]:  # pragma: no cover - keeps interning across copies
         return (type(self), (self.name,))
 
 
-def _forgetting(table: dict[str, weakref.KeyedRef]) -> Callable[[weakref.KeyedRef], None]:
+def _forgetting(table: dict[str, _Ref]) -> Callable[[_Ref], None]:
     """The callback that drops a dead name's entry (unless a new one took its place)."""
 
-    def forget(ref: weakref.KeyedRef) -> None:
+    def forget(ref: _Ref) -> None:
         if table.get(ref.key) is ref:
             del table[ref.key]
 
@@ -120,7 +148,7 @@ class Name(_Interned):
     """A symbol."""
 
     __slots__ = ()
-    _table: dict[str, weakref.KeyedRef] = {}
+    _table: dict[str, _Ref] = {}
     _forget = staticmethod(_forgetting(_table))
 
 
@@ -128,7 +156,7 @@ class Keyword(_Interned):
     """A keyword such as ``:optional``."""
 
     __slots__ = ()
-    _table: dict[str, weakref.KeyedRef] = {}
+    _table: dict[str, _Ref] = {}
     _forget = staticmethod(_forgetting(_table))
 
 
@@ -204,10 +232,19 @@ class Foreign:
         return None
 
 
-def mark_function(fn: FunctionType, name: str, *, kind: str = "function") -> FunctionType:
+class LispCallable(Protocol):
+    """A Lisp callable as Python sees it: the caller's call depth first, then Lisp values."""
+
+    def __call__(self, depth: int, /, *args: Any) -> Any: ...
+
+
+_Marked = TypeVar("_Marked", bound=Callable[..., Any])
+
+
+def mark_function(fn: _Marked, name: str, *, kind: str = "function") -> _Marked:
     """Tag a Python function as a Lisp callable (``kind`` is ``function`` or ``lambda``)."""
-    fn.lisp_name = name  # type: ignore[attr-defined]
-    fn.lisp_kind = kind  # type: ignore[attr-defined]
+    setattr(fn, "lisp_name", name)  # noqa: B010 - a function attribute no type declares
+    setattr(fn, "lisp_kind", kind)  # noqa: B010
     return fn
 
 
@@ -220,8 +257,6 @@ def function_label(value: FunctionType) -> tuple[str, str]:
     kind = getattr(value, "lisp_kind", "lambda")
     name = getattr(value, "lisp_name", None)
     if name is None:
-        from .compiler import lisp_name_of
-
         name = lisp_name_of(value.__name__)
     return kind, name
 
@@ -256,6 +291,13 @@ def type_name(value: Any) -> str:
     return "object"
 
 
+#: Any Lisp value, as the table at the top of this module represents it.
+LispValue: TypeAlias = Union[
+    None, bool, int, float, Fraction, str, Char, bytes, LispPath, Name, Keyword, "tuple[LispValue, ...]", Quoted, Foreign, FunctionType
+]
+#: A non-empty Lisp list (the empty list is ``None``).
+LispList: TypeAlias = "tuple[LispValue, ...]"
+
 NUMERIC_TYPES = (int, float, Fraction)
 
 
@@ -263,5 +305,3 @@ def is_number(value: Any) -> bool:
     t = type(value)
     return t is int or t is float or t is Fraction
 
-
-CallableLisp = Callable[..., Any]

@@ -19,50 +19,23 @@ script, as it would in Ketos, where the name is free.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+# Importing the family modules registers their functions.
+from . import collections, compare, format, lists, numbers, strings, text, types
+from .registry import SYSTEM_FUNCTIONS, SystemFunction, order_by_family, system
 
+#: The catalogue order of the families (``runtime-builtins`` lists them so).
+order_by_family(["numbers", "compare", "collections", "format", "lists", "strings", "text", "types"])
 
-@dataclass(frozen=True)
-class SystemFunction:
-    name: str
-    fn: Callable[..., Any]
-    min_args: int
-    max_args: int | None  # None: no upper bound
-    takes_depth: bool = False
-    signature: str | None = None
-    description: str | None = None
-    category: str | None = None
-    extension: bool = False
-
-
-SYSTEM_FUNCTIONS: dict[str, SystemFunction] = {}
-
-
-def system(
-    name: str,
-    min_args: int,
-    max_args: int | None = -1,
-    *,
-    takes_depth: bool = False,
-    signature: str | None = None,
-    description: str | None = None,
-    category: str | None = None,
-    extension: bool = False,
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register ``fn`` as the system function ``name``; ``max_args=-1`` means exactly ``min_args``."""
-
-    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-        upper = min_args if max_args == -1 else max_args
-        SYSTEM_FUNCTIONS[name] = SystemFunction(name, fn, min_args, upper, takes_depth, signature, description, category, extension)
-        return fn
-
-    return register
-
-
-def _load() -> None:
-    # Importing the family modules registers their functions.
-    from . import collections, compare, formatting, lists, numbers, strings, text, types  # noqa: F401
-
-
-_load()
+__all__ = [
+    "SYSTEM_FUNCTIONS",
+    "SystemFunction",
+    "collections",
+    "compare",
+    "format",
+    "lists",
+    "numbers",
+    "strings",
+    "system",
+    "text",
+    "types",
+]

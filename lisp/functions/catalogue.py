@@ -9,7 +9,9 @@ installed without an entry.
 
 from __future__ import annotations
 
-from . import SYSTEM_FUNCTIONS
+from .registry import SYSTEM_FUNCTIONS
+
+__all__ = ["SYSTEM_ENTRIES", "system_catalogue", "system_entry"]
 
 #: name -> (signature, category, description), one line each for a reader new to Ketos.
 SYSTEM_ENTRIES: dict[str, tuple[str, str, str]] = {

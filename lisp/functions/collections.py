@@ -17,14 +17,17 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 from types import FunctionType
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TypeAlias, cast
 
 from ..context import current
 from ..errors import EvalError
-from ..values import Foreign, type_name
-from . import system
+from ..values import Foreign, LispList, LispValue, type_name
 from .compare import equal
 from .numbers import add2
+from .registry import system
+from .support import described
+
+__all__ = ["built_list", "function", "mapping", "member", "sequence", "sequence_error", "truth", "visit"]
 
 #: Guest-memory units per element of a built list (as lists.make_list charges).
 _LIST_UNIT = 8
@@ -33,22 +36,6 @@ _NUMBERS = (int, float, Fraction)
 
 
 # --- shared checks and messages ------------------------------------------------------
-
-
-def _shown(value: Any) -> str:
-    from .formatting import short_repr
-
-    return short_repr(value)
-
-
-def _found(value: Any) -> str:
-    """How an argument is named in an error: its kind and a short rendering."""
-    if isinstance(value, Foreign):
-        kind = value.container_kind()
-        if kind is not None:
-            return f"{value.type_name()} {kind}"
-        return f"{value.type_name()}: {_shown(value)}"
-    return f"{type_name(value)}: {_shown(value)}"
 
 
 def sequence_error(name: str, value: Any) -> EvalError:
@@ -62,10 +49,10 @@ def sequence_error(name: str, value: Any) -> EvalError:
             hint = "; test for null with (value-null? v)"
     elif type(value) is str:
         hint = "; for text use (chars s) or (split s sep)"
-    return EvalError(f"{name}: expected a list or array; found {_found(value)}{hint}")
+    return EvalError(f"{name}: expected a list or array; found {described(value)}{hint}")
 
 
-def sequence(name: str, value: Any) -> tuple | list:
+def sequence(name: str, value: Any) -> LispList | list[LispValue]:
     """The elements of a Lisp list or a host array (host elements converted and charged)."""
     if value is None:
         return ()
@@ -91,21 +78,21 @@ def mapping(name: str, value: Any) -> list[tuple[str, Any]]:
         hint = "; for an array use (to-list v) or (range (count v))"
     elif isinstance(value, Foreign):
         hint = "; test for null with (value-null? v)"
-    raise EvalError(f"{name}: expected a map; found {_found(value)}{hint}")
+    raise EvalError(f"{name}: expected a map; found {described(value)}{hint}")
 
 
 def function(name: str, value: Any) -> Callable[..., Any]:
     """A callable argument (a lambda, a defined function or a system function)."""
     if type(value) is FunctionType:
         return value
-    raise EvalError(f"{name}: expected a function; found {_found(value)}; write (lambda (x) ...) or a function's name")
+    raise EvalError(f"{name}: expected a function; found {described(value)}; write (lambda (x) ...) or a function's name")
 
 
 def truth(name: str, value: Any) -> bool:
     """A predicate's answer, which must be a boolean (as conditions must)."""
     if value is True or value is False:
         return value
-    raise EvalError(f"{name}: the predicate must return true or false; it returned {_found(value)}")
+    raise EvalError(f"{name}: the predicate must return true or false; it returned {described(value)}")
 
 
 def visit(steps: int) -> None:
@@ -114,7 +101,7 @@ def visit(steps: int) -> None:
         current().budget.charge(steps)
 
 
-def built_list(items: list | tuple) -> tuple | None:
+def built_list(items: list[LispValue] | LispList) -> LispList | None:
     """A Lisp list of ``items`` (already charged for), or ``()`` when empty."""
     return tuple(items) if items else None
 
@@ -122,7 +109,11 @@ def built_list(items: list | tuple) -> tuple | None:
 # --- ordering ---------------------------------------------------------------------
 
 
-def _sort_kind(name: str, keys: list | tuple, what: str) -> None:
+#: What ``sort`` orders: all numbers or all texts (checked by :func:`_sort_kind`).
+_Orderable: TypeAlias = "int | float | Fraction | str"
+
+
+def _sort_kind(name: str, keys: list[LispValue] | LispList, what: str) -> None:
     """All keys must be numbers (no NaN) or all texts: the two orders we define."""
     first = keys[0]
     numeric = type(first) in _NUMBERS
@@ -134,9 +125,9 @@ def _sort_kind(name: str, keys: list | tuple, what: str) -> None:
         if numeric:
             if t not in _NUMBERS:
                 raise EvalError(f"{name}: cannot order {type_name(first)} and {type_name(key)} together; {what} must be all numbers or all texts")
-            if t is float and math.isnan(key):
+            if type(key) is float and math.isnan(key):
                 raise EvalError(f"{name}: cannot order NaN")
-        elif t is not str:
+        elif type(key) is not str:
             raise EvalError(f"{name}: cannot order {type_name(first)} and {type_name(key)} together; {what} must be all numbers or all texts")
         else:
             text_units += len(key)
@@ -146,7 +137,7 @@ def _sort_kind(name: str, keys: list | tuple, what: str) -> None:
 
 def _unorderable(name: str, value: Any, what: str) -> EvalError:
     hint = "; order records with (sort-by (lambda (r) (value-get r \"/field\")) xs)" if isinstance(value, Foreign) else ""
-    return EvalError(f"{name}: can only order numbers or texts; {what} include {_found(value)}{hint}")
+    return EvalError(f"{name}: can only order numbers or texts; {what} include {described(value)}{hint}")
 
 
 def _sort_cost(n: int) -> int:
@@ -161,7 +152,7 @@ def _sort_cost(n: int) -> int:
     signature="(map f xs)",
     description="Calls f on each element of a list or array xs and returns the results as a new list, in order.",
 )
-def fn_map(depth: int, f: Any, xs: Any) -> tuple | None:
+def fn_map(depth: int, f: Any, xs: Any) -> LispList | None:
     fn = function("map", f)
     items = sequence("map", xs)
     n = len(items)
@@ -171,7 +162,7 @@ def fn_map(depth: int, f: Any, xs: Any) -> tuple | None:
     visit(n)
     # A loop, not a comprehension: the results so far stay a local, which the guest
     # memory meter sees (a comprehension's list lives on its evaluation stack).
-    results: list = []
+    results: list[LispValue] = []
     add = results.append
     for x in items:
         add(fn(depth + 1, x))
@@ -183,11 +174,11 @@ def fn_map(depth: int, f: Any, xs: Any) -> tuple | None:
     signature="(filter pred xs)",
     description="Returns a list of the elements of list or array xs for which pred returns true, in order.",
 )
-def fn_filter(depth: int, pred: Any, xs: Any) -> tuple | None:
+def fn_filter(depth: int, pred: Any, xs: Any) -> LispList | None:
     fn = function("filter", pred)
     items = sequence("filter", xs)
     visit(len(items))
-    kept: list = []  # a local the guest memory meter sees (see map)
+    kept: list[LispValue] = []  # a local the guest memory meter sees (see map)
     for x in items:
         if truth("filter", fn(depth + 1, x)):
             kept.append(x)
@@ -266,7 +257,7 @@ def fn_sum(xs: Any) -> Any:
     total: Any = 0
     for x in items:
         if type(x) not in _NUMBERS:
-            raise EvalError(f"sum: expected numbers; found {_found(x)}")
+            raise EvalError(f"sum: expected numbers; found {described(x)}")
         total = add2(total, x)
     return total
 
@@ -276,7 +267,7 @@ def fn_sum(xs: Any) -> Any:
     signature="(sort xs)",
     description="Returns the elements of list or array xs in ascending order: all numbers (by value) or all texts (by code point); equal elements keep their order.",
 )
-def fn_sort(xs: Any) -> tuple | None:
+def fn_sort(xs: Any) -> LispList | None:
     items = sequence("sort", xs)
     n = len(items)
     if not n:
@@ -284,7 +275,7 @@ def fn_sort(xs: Any) -> tuple | None:
     visit(_sort_cost(n))
     _sort_kind("sort", items, "the elements")
     current().allocate(_LIST_UNIT * n)
-    return tuple(sorted(items))
+    return tuple(sorted(cast("list[_Orderable]", items)))  # _sort_kind checked them
 
 
 @system(
@@ -292,7 +283,7 @@ def fn_sort(xs: Any) -> tuple | None:
     signature="(sort-by key-fn xs)",
     description="Returns the elements of list or array xs ordered by (key-fn x), ascending; keys must be all numbers or all texts; ties keep their order.",
 )
-def fn_sort_by(depth: int, key_fn: Any, xs: Any) -> tuple | None:
+def fn_sort_by(depth: int, key_fn: Any, xs: Any) -> LispList | None:
     fn = function("sort-by", key_fn)
     items = sequence("sort-by", xs)
     n = len(items)
@@ -300,12 +291,12 @@ def fn_sort_by(depth: int, key_fn: Any, xs: Any) -> tuple | None:
         return None
     current().allocate(2 * _LIST_UNIT * n)  # the keys and the result
     visit(n)
-    keys: list = []  # a local the guest memory meter sees (see map)
+    keys: list[LispValue] = []  # a local the guest memory meter sees (see map)
     for x in items:
         keys.append(fn(depth + 1, x))
     visit(_sort_cost(n))
     _sort_kind("sort-by", keys, "the keys")
-    order = sorted(range(n), key=keys.__getitem__)
+    order = sorted(range(n), key=cast("Callable[[int], _Orderable]", keys.__getitem__))  # checked keys
     return tuple([items[i] for i in order])
 
 
@@ -314,10 +305,10 @@ def fn_sort_by(depth: int, key_fn: Any, xs: Any) -> tuple | None:
     signature="(range end) (range start end) (range start end step)",
     description="A list of integers from start (default 0) up to but not including end, counting by step (default 1; negative counts down).",
 )
-def fn_range(*args: Any) -> tuple | None:
+def fn_range(*args: Any) -> LispList | None:
     for a in args:
         if type(a) is not int:
-            raise EvalError(f"range: expected integers; found {_found(a)}")
+            raise EvalError(f"range: expected integers; found {described(a)}")
     if len(args) == 1:
         start, end, step = 0, args[0], 1
     elif len(args) == 2:
@@ -343,7 +334,7 @@ def fn_range(*args: Any) -> tuple | None:
     signature="(keys m)",
     description="The keys of map m as a list of texts, in sorted order.",
 )
-def fn_keys(m: Any) -> tuple | None:
+def fn_keys(m: Any) -> LispList | None:
     pairs = mapping("keys", m)
     visit(len(pairs))
     return built_list([key for key, _ in pairs])
@@ -354,7 +345,7 @@ def fn_keys(m: Any) -> tuple | None:
     signature="(values m)",
     description="The values of map m as a list, in the sorted order of their keys.",
 )
-def fn_values(m: Any) -> tuple | None:
+def fn_values(m: Any) -> LispList | None:
     pairs = mapping("values", m)
     visit(len(pairs))
     return built_list([value for _, value in pairs])
@@ -365,7 +356,7 @@ def fn_values(m: Any) -> tuple | None:
     signature="(entries m)",
     description="The entries of map m as a list of (key value) two-element lists, sorted by key.",
 )
-def fn_entries(m: Any) -> tuple | None:
+def fn_entries(m: Any) -> LispList | None:
     pairs = mapping("entries", m)
     n = len(pairs)
     if not n:
@@ -390,8 +381,8 @@ def fn_count(x: Any) -> int:
         n = x.entry_count()
         if n is not None:
             return n
-        raise EvalError(f"count: expected a list, array, map or text; found {_found(x)}; test for null with (value-null? v)")
-    raise EvalError(f"count: expected a list, array, map or text; found {_found(x)}")
+        raise EvalError(f"count: expected a list, array, map or text; found {described(x)}; test for null with (value-null? v)")
+    raise EvalError(f"count: expected a list, array, map or text; found {described(x)}")
 
 
 @system(
@@ -409,8 +400,8 @@ def fn_is_empty(x: Any) -> bool:
         n = x.entry_count()
         if n is not None:
             return n == 0
-        raise EvalError(f"empty?: expected a list, array, map or text; found {_found(x)}; test for null with (null? v)")
-    raise EvalError(f"empty?: expected a list, array, map or text; found {_found(x)}")
+        raise EvalError(f"empty?: expected a list, array, map or text; found {described(x)}; test for null with (null? v)")
+    raise EvalError(f"empty?: expected a list, array, map or text; found {described(x)}")
 
 
 @system(
@@ -418,13 +409,13 @@ def fn_is_empty(x: Any) -> bool:
     signature="(to-list v)",
     description="An array (or a list) as a Lisp list, so first, tail, len and apply work on it.",
 )
-def fn_to_list(v: Any) -> tuple | None:
+def fn_to_list(v: Any) -> LispList | None:
     items = sequence("to-list", v)
     visit(len(items))
     return built_list(items)
 
 
-def member(items: tuple | list, wanted: Any) -> bool:
+def member(items: LispList | list[LispValue], wanted: Any) -> bool:
     """Whether ``wanted`` is ``=`` to an element; elements of another kind never match."""
     visit(len(items))
     for item in items:

@@ -9,15 +9,18 @@ comparing huge or exponentially shared structures stays within the budget.
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from types import FunctionType
-from typing import Any
+from typing import Any, Callable
 
 from ..context import current
 from ..errors import EvalError
-from ..values import Char, Foreign, Keyword, LispPath, Name, Quoted
-from . import system
-from .numbers import mismatch, num_cmp, num_eq, type_error
+from ..values import Char, Foreign, Keyword, LispList, LispPath, Name, Quoted
+from .registry import system
+from .support import mismatch, type_error
+
+__all__ = ["compare", "equal", "ge2", "gt2", "le2", "lt2", "num_cmp", "num_eq", "weak_equal"]
 
 _NUMBERS = (int, float, Fraction)
 # Values of these types compare with ``==`` against their own type.
@@ -52,6 +55,23 @@ def _charge_text(a: Any, b: Any) -> None:
         current().budget.charge(n // _CHARS_PER_STEP)
 
 
+def num_cmp(a: Any, b: Any) -> int:
+    """Order two numbers (exactly, across kinds); NaN cannot be ordered."""
+    if (type(a) is float and a != a) or (type(b) is float and b != b):
+        raise EvalError("attempt to compare NaN value")
+    order: int = (a > b) - (a < b)
+    return order
+
+
+def num_eq(a: Any, b: Any) -> bool:
+    if type(a) is float and not math.isfinite(a) and type(b) is not float:
+        return False
+    if type(b) is float and not math.isfinite(b) and type(a) is not float:
+        return False
+    same: bool = a == b
+    return same
+
+
 def _equal_scalar(a: Any, b: Any) -> bool:
     """Equality of two values that are not both lists."""
     ta = type(a)
@@ -62,7 +82,8 @@ def _equal_scalar(a: Any, b: Any) -> bool:
         if ta in _PLAIN:
             if ta is str or ta is bytes or ta is LispPath:
                 _charge_text(a, b)
-            return a == b
+            same: bool = a == b
+            return same
         if ta is FunctionType:
             return a is b
         if ta is Quoted:
@@ -124,17 +145,22 @@ def _compare_scalar(a: Any, b: Any) -> int:
         if ta is type(None):
             return 0
         if ta is bool:
-            return (a > b) - (a < b)
+            order: int = (a > b) - (a < b)
+            return order
         if ta is str or ta is bytes:
             _charge_text(a, b)
-            return (a > b) - (a < b)
+            order = (a > b) - (a < b)
+            return order
         if ta is Char:
-            return (a.char > b.char) - (a.char < b.char)
+            order = (a.char > b.char) - (a.char < b.char)
+            return order
         if ta is Name or ta is Keyword:
-            return (a.name > b.name) - (a.name < b.name)
+            order = (a.name > b.name) - (a.name < b.name)
+            return order
         if ta is LispPath:
             _charge_text(a, b)
-            return (a.path > b.path) - (a.path < b.path)
+            order = (a.path > b.path) - (a.path < b.path)
+            return order
         if ta is FunctionType:
             raise EvalError(f"cannot compare values of type {getattr(a, 'lisp_kind', 'function')}")
     if a is None and tb is tuple:
@@ -231,7 +257,7 @@ def fn_weak_ne(*args: Any) -> bool:
         return True
 
 
-def _chain(args: tuple, ok) -> bool:
+def _chain(args: LispList, ok: Callable[[int], bool]) -> bool:
     for i in range(len(args) - 1):
         if not ok(compare(args[i], args[i + 1])):
             return False
@@ -266,3 +292,30 @@ def fn_not(x: Any) -> bool:
 @system("xor", 2)
 def fn_xor(a: Any, b: Any) -> bool:
     return _expect_bool(a) != _expect_bool(b)
+
+
+# --- comparisons used by the compiler's fast paths ------------------------------
+
+
+def lt2(a: Any, b: Any) -> bool:
+    if type(a) is int and type(b) is int:
+        return a < b
+    return compare(a, b) < 0
+
+
+def gt2(a: Any, b: Any) -> bool:
+    if type(a) is int and type(b) is int:
+        return a > b
+    return compare(a, b) > 0
+
+
+def le2(a: Any, b: Any) -> bool:
+    if type(a) is int and type(b) is int:
+        return a <= b
+    return compare(a, b) <= 0
+
+
+def ge2(a: Any, b: Any) -> bool:
+    if type(a) is int and type(b) is int:
+        return a >= b
+    return compare(a, b) >= 0

@@ -12,14 +12,16 @@ from typing import Any
 
 from ..context import UNITS_PER_STEP, current
 from ..errors import EvalError
-from ..values import Char, LispPath
-from . import system
-from .numbers import overflow, type_error
+from ..values import Char, LispList, LispPath, LispValue
+from .registry import system
+from .support import overflow, type_error
+
+__all__ = ["make_list", "out_of_bounds", "scan"]
 
 _LIST_UNIT = 8  # allocation units per list element
 
 
-def make_list(items: list | tuple) -> tuple | None:
+def make_list(items: list[LispValue] | LispList) -> LispList | None:
     """A Lisp list from Python items, charged against guest memory with what it holds."""
     return current().new_list(items)
 
@@ -56,12 +58,12 @@ def _utf8_len(s: str) -> int:
 
 
 @system("list", 0, None)
-def fn_list(*args: Any) -> tuple | None:
+def fn_list(*args: Any) -> LispList | None:
     return make_list(args)
 
 
 @system("append", 1, None)
-def fn_append(lst: Any, *items: Any) -> tuple | None:
+def fn_append(lst: Any, *items: Any) -> LispList | None:
     if lst is None:
         return make_list(items)
     if type(lst) is not tuple:
@@ -82,7 +84,7 @@ def fn_elt(seq: Any, index: Any) -> Any:
     raise type_error("indexable sequence", seq)
 
 
-def _concat_lists(args: tuple) -> tuple | None:
+def _concat_lists(args: LispList) -> LispList | None:
     total = 0
     for a in args:
         if a is None:
@@ -93,23 +95,22 @@ def _concat_lists(args: tuple) -> tuple | None:
     if total == 0:
         return None
     current().allocate(_LIST_UNIT * total)  # refused before the parts are copied
-    out: list = []
+    out: list[LispValue] = []
     for a in args:
-        if a is not None:
+        if type(a) is tuple:  # the arguments were checked to be lists
             out.extend(a)
     return make_list(out)
 
 
-def _text_piece(v: Any) -> str:
-    t = type(v)
-    if t is str:
+def _text_piece(v: LispValue) -> str:
+    if type(v) is str:
         return v
-    if t is Char:
+    if type(v) is Char:
         return v.char
     raise type_error("char or string", v)
 
 
-def _concat_strings(args: tuple, sep: str = "") -> str:
+def _concat_strings(args: LispList, sep: str = "") -> str:
     pieces = [_text_piece(a) for a in args]
     total = sum(len(p) for p in pieces) + len(sep) * max(len(pieces) - 1, 0)
     current().allocate(total)
@@ -122,7 +123,7 @@ def _bytes_piece(v: Any) -> bytes:
     return v
 
 
-def _concat_bytes(args: tuple, sep: bytes = b"") -> bytes:
+def _concat_bytes(args: LispList, sep: bytes = b"") -> bytes:
     pieces = [_bytes_piece(a) for a in args]
     total = sum(len(p) for p in pieces) + len(sep) * max(len(pieces) - 1, 0)
     current().allocate(total)
@@ -184,7 +185,7 @@ def fn_join(sep: Any, *args: Any) -> Any:
         if total == 0:
             return None
         current().allocate(_LIST_UNIT * total)  # refused before the parts are copied
-        out: list = []
+        out: list[LispValue] = []
         for i, a in enumerate(args):
             if i:
                 out.extend(sep)

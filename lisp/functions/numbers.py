@@ -15,36 +15,17 @@ from fractions import Fraction
 from typing import Any
 
 from ..context import current
-from ..errors import EvalError, LimitError
-from ..values import type_name
-from . import system
+from ..errors import LimitError
+from .compare import compare
+from .registry import system
+from .support import divide_by_zero, overflow, type_error
+
+__all__ = ["add2", "check_int", "div2", "expect_int", "expect_number", "floordiv2", "mul2", "norm_ratio", "pow2", "sub2", "to_float"]
 
 _U32_MAX = 2**32 - 1
 
 
-# --- errors and classification ------------------------------------------------
-
-
-def type_error(expected: str, value: Any) -> EvalError:
-    """``type error: expected X; found Y: <value>`` with a short rendering of the value."""
-    from ..values import Foreign
-    from .formatting import short_repr
-
-    text = f"type error: expected {expected}; found {type_name(value)}: {short_repr(value)}"
-    hint = value.usage_hint() if isinstance(value, Foreign) else None
-    return EvalError(f"{text}; {hint}" if hint else text)
-
-
-def mismatch(a: Any, b: Any) -> EvalError:
-    return EvalError(f"type mismatch; {type_name(a)} and {type_name(b)}")
-
-
-def divide_by_zero() -> EvalError:
-    return EvalError("attempt to divide by zero")
-
-
-def overflow() -> EvalError:
-    return EvalError("integer overflow")
+# --- classification ------------------------------------------------------------
 
 
 def _kind(x: Any) -> int:
@@ -169,20 +150,20 @@ def _binary(a: Any, b: Any, op: str) -> Any:
         # rem truncates toward zero, like Rust
         r = abs(a) % abs(b)
         return -r if a < 0 else r
-    x = _ratio(a)
-    y = _ratio(b)
+    rx = _ratio(a)
+    ry = _ratio(b)
     if op == "+":
-        return norm_ratio(x + y)
+        return norm_ratio(rx + ry)
     if op == "-":
-        return norm_ratio(x - y)
+        return norm_ratio(rx - ry)
     if op == "*":
-        return norm_ratio(x * y)
-    if y == 0:
+        return norm_ratio(rx * ry)
+    if ry == 0:
         raise divide_by_zero()
     if op == "/":
-        return norm_ratio(x / y)
-    q = x / y
-    return norm_ratio(x - y * math.trunc(q))
+        return norm_ratio(rx / ry)
+    q = rx / ry
+    return norm_ratio(rx - ry * math.trunc(q))
 
 
 def add2(a: Any, b: Any) -> Any:
@@ -230,54 +211,6 @@ def floordiv2(a: Any, b: Any) -> Any:
     return _floor_value(_binary(a, b, "/"))
 
 
-# --- comparisons used by the compiler's fast paths ------------------------------
-
-
-def num_cmp(a: Any, b: Any) -> int:
-    """Order two numbers (exactly, across kinds); NaN cannot be ordered."""
-    if (type(a) is float and a != a) or (type(b) is float and b != b):
-        raise EvalError("attempt to compare NaN value")
-    return (a > b) - (a < b)
-
-
-def num_eq(a: Any, b: Any) -> bool:
-    if type(a) is float and not math.isfinite(a) and type(b) is not float:
-        return False
-    if type(b) is float and not math.isfinite(b) and type(a) is not float:
-        return False
-    return a == b
-
-
-def _general_compare(a: Any, b: Any) -> int:
-    from .compare import compare
-
-    return compare(a, b)
-
-
-def lt2(a: Any, b: Any) -> bool:
-    if type(a) is int and type(b) is int:
-        return a < b
-    return _general_compare(a, b) < 0
-
-
-def gt2(a: Any, b: Any) -> bool:
-    if type(a) is int and type(b) is int:
-        return a > b
-    return _general_compare(a, b) > 0
-
-
-def le2(a: Any, b: Any) -> bool:
-    if type(a) is int and type(b) is int:
-        return a <= b
-    return _general_compare(a, b) <= 0
-
-
-def ge2(a: Any, b: Any) -> bool:
-    if type(a) is int and type(b) is int:
-        return a >= b
-    return _general_compare(a, b) >= 0
-
-
 # --- powers and shifts -----------------------------------------------------------
 
 
@@ -312,10 +245,10 @@ def pow2(a: Any, b: Any) -> Any:
 
 
 def _shift_amount(n: Any) -> int:
-    expect_int(n)
-    if n < 0 or n > _U32_MAX:
+    amount = expect_int(n)
+    if amount < 0 or amount > _U32_MAX:
         raise overflow()
-    return n
+    return amount
 
 
 # --- registered functions ----------------------------------------------------------
@@ -491,17 +424,20 @@ def fn_denom(x: Any) -> int:
     if t is int:
         return 1
     if t is Fraction:
-        return x.denominator
+        denominator: int = x.denominator
+        return denominator
     raise type_error("integer or ratio", x)
 
 
 @system("numer", 1)
 def fn_numer(x: Any) -> int:
     t = type(x)
-    if t is int:
-        return x
     if t is Fraction:
-        return x.numerator
+        numerator: int = x.numerator
+        return numerator
+    if t is int:
+        whole: int = x
+        return whole
     raise type_error("integer or ratio", x)
 
 
@@ -559,8 +495,6 @@ def fn_zero(*args: Any) -> bool:
 
 @system("max", 1, None)
 def fn_max(*args: Any) -> Any:
-    from .compare import compare
-
     best = args[0]
     for x in args[1:]:
         if compare(best, x) < 0:
@@ -570,8 +504,6 @@ def fn_max(*args: Any) -> Any:
 
 @system("min", 1, None)
 def fn_min(*args: Any) -> Any:
-    from .compare import compare
-
     best = args[0]
     for x in args[1:]:
         if compare(best, x) > 0:
@@ -581,17 +513,16 @@ def fn_min(*args: Any) -> Any:
 
 @system("<<", 2)
 def fn_shl(a: Any, n: Any) -> int:
-    expect_int(a)
-    n = _shift_amount(n)
-    if a.bit_length() + n > current().max_bits:
+    value = expect_int(a)
+    amount = _shift_amount(n)
+    if value.bit_length() + amount > current().max_bits:
         raise LimitError("integer bits")
-    return a << n
+    return value << amount
 
 
 @system(">>", 2)
 def fn_shr(a: Any, n: Any) -> int:
-    expect_int(a)
-    return a >> _shift_amount(n)
+    return expect_int(a) >> _shift_amount(n)
 
 
 @system("bit&", 0, None)

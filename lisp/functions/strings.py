@@ -6,9 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..context import current
-from ..values import Char, Name
-from . import system
-from .numbers import type_error
+from ..values import Char, LispList, Name
+from .registry import system
+from .support import type_error
+
+__all__ = ["WIDE_CHAR_UNITS"]
 
 #: One shared Char per Latin-1 character, so the list of an ASCII text costs only its slots.
 _LATIN1 = tuple(Char(chr(i)) for i in range(256))
@@ -18,7 +20,7 @@ WIDE_CHAR_UNITS = 8 + 128
 
 
 @system("chars", 1)
-def fn_chars(s: Any) -> tuple | None:
+def fn_chars(s: Any) -> LispList | None:
     if type(s) is not str:
         raise type_error("string", s)
     if not s:
@@ -34,11 +36,15 @@ def fn_chars(s: Any) -> tuple | None:
 @system("string", 1)
 def fn_string(v: Any) -> str:
     t = type(v)
+    text: str
     if t is str:
-        return v
+        text = v
+        return text
     if t is Char:
-        return v.char
+        text = v.char
+        return text
     if t is Name:
-        current().allocate(len(v.name))
-        return v.name
+        text = v.name
+        current().allocate(len(text))
+        return text
     raise type_error("char or string or name", v)

@@ -16,9 +16,14 @@ from typing import Any
 
 from ..context import UNITS_PER_STEP, current
 from ..errors import EvalError, LimitError
-from ..values import Char, Foreign, Keyword, Name
-from . import system
-from .collections import _found, member
+from ..render import display, short_repr
+from ..values import Char, Foreign, Keyword, LispList, LispValue, Name
+from .collections import member
+from .registry import system
+from .support import described
+
+#: Nothing to import: the module registers its system functions (see :mod:`lisp.functions.registry`).
+__all__: list[str] = []
 
 _LIST_UNIT = 8
 _WHITESPACE = " \t\n\r\f\v"
@@ -41,12 +46,10 @@ def _text(name: str, value: Any, what: str = "text") -> str:
         hint = "; turn a value into text with (to-string v)"
     if type(value) is Char:
         return value.char
-    raise EvalError(f"{name}: expected {what}; found {_found(value)}{hint}")
+    raise EvalError(f"{name}: expected {what}; found {described(value)}{hint}")
 
 
 def _quoted(text: str) -> str:
-    from .formatting import short_repr
-
     return short_repr(text)
 
 
@@ -58,7 +61,7 @@ def _quoted(text: str) -> str:
     signature="(split text sep)",
     description="Splits text at every occurrence of the separator text sep and returns the pieces as a list of texts (empty pieces kept).",
 )
-def fn_split(text: Any, sep: Any) -> tuple:
+def fn_split(text: Any, sep: Any) -> LispList:
     s = _text("split", text)
     separator = _text("split", sep, "a separator text")
     if not separator:
@@ -85,10 +88,10 @@ def fn_contains(where: Any, what: Any) -> bool:
     if isinstance(where, Foreign):
         kind = where.container_kind()
         if kind == "array":
-            return member(where.sequence_items(), what)
+            return member(where.sequence_items() or (), what)
         if kind == "map":
             raise EvalError("contains?: expected a text, list or array; found a map; test a key with (contains? (keys m) key)")
-    raise EvalError(f"contains?: expected a text, list or array; found {_found(where)}")
+    raise EvalError(f"contains?: expected a text, list or array; found {described(where)}")
 
 
 @system(
@@ -184,34 +187,32 @@ def fn_trim(s: Any) -> str:
     signature="(to-string v)",
     description="A number, boolean, character or text as text (3 -> \"3\", 1.5 -> \"1.5\", true -> \"true\"); a map, array or null as compact JSON.",
 )
-def fn_to_string(v: Any) -> str:
-    t = type(v)
-    if t is str:
+def fn_to_string(v: LispValue) -> str:
+    if type(v) is str:
         return v
-    if t is Char:
+    if type(v) is Char:
         return v.char
+    t = type(v)
     if t is bool:
         return "true" if v else "false"
     if t is int:  # already bounded by max_integer_bits
         return str(v)
     if t is float or t is Fraction or t is Name or t is Keyword:
-        from .formatting import display
-
         return display(v)
     if isinstance(v, Foreign):
         current().allocate(v.memory_size())
         return v.display()
     if v is None or t is tuple:
         raise EvalError(
-            f"to-string: expected a number, boolean, text or value; found {_found(v)}; "
+            f"to-string: expected a number, boolean, text or value; found {described(v)}; "
             "join texts with (join \", \" a b) or show a list with (format \"~a\" xs)"
         )
-    raise EvalError(f"to-string: expected a number, boolean, text or value; found {_found(v)}")
+    raise EvalError(f"to-string: expected a number, boolean, text or value; found {described(v)}")
 
 
 def _number_text(name: str, value: Any) -> str:
     if type(value) is not str:
-        raise EvalError(f"{name}: expected text; found {_found(value)}")
+        raise EvalError(f"{name}: expected text; found {described(value)}")
     _scan(len(value))
     return value.strip(_WHITESPACE)
 

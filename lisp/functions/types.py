@@ -9,9 +9,13 @@ from typing import Any
 
 from ..context import current
 from ..errors import EvalError
+from ..render import short_repr
 from ..values import Foreign, LispPath, Name, type_name
-from . import system
-from .numbers import overflow, type_error
+from .registry import system
+from .support import overflow, type_error
+
+#: Nothing to import: the module registers its system functions (see :mod:`lisp.functions.registry`).
+__all__: list[str] = []
 
 _NUMBERS = (int, float, Fraction)
 
@@ -61,10 +65,12 @@ def fn_bytes(v: Any) -> bytes:
     if v is None:
         return b""
     if t is bytes:
-        return v
+        same: bytes = v
+        return same
     if t is str:
         current().allocate(len(v))
-        return v.encode("utf-8")
+        encoded: bytes = v.encode("utf-8")
+        return encoded
     if t is tuple:
         for item in v:
             if type(item) is not int:
@@ -80,7 +86,8 @@ def fn_bytes(v: Any) -> bytes:
 def fn_path(v: Any) -> LispPath:
     t = type(v)
     if t is LispPath:
-        return v
+        path: LispPath = v
+        return path
     if t is str:
         return LispPath(v)
     raise type_error("string or path", v)
@@ -90,6 +97,4 @@ def fn_path(v: Any) -> LispPath:
 def fn_panic(*args: Any) -> Any:
     if not args:
         raise EvalError("explicit panic")
-    from .formatting import short_repr
-
     raise EvalError(f"panic: {short_repr(args[0], display=True, limit=1024)}")

@@ -16,8 +16,11 @@ import pytest
 
 from svit.lisp.context import LispLimits
 from svit.lisp.errors import CompileError, LimitError, LispError, ReadError
-from svit.lisp.functions.formatting import debug_repr
 from svit.lisp.interpreter import evaluate
+from svit.lisp.render import debug_repr
+
+# Values are rendered (and system functions called) outside a run, under a host context.
+pytestmark = pytest.mark.usefixtures("host_context")
 
 HERE = Path(__file__).parent
 CASE_FILES = sorted((HERE / "cases").glob("*.svl")) + sorted((HERE / "forms").glob("*.svl"))

@@ -63,7 +63,7 @@ def test_shared_forms_run_out_of_steps_deterministically() -> None:
     used = []
     for _ in range(2):
         budget = Budget(limits.max_steps, limits.max_execution_millis)
-        assert refusal(lambda: compile_with(shared_form_program(14), limits, budget)) == "steps"
+        assert refusal(lambda budget=budget: compile_with(shared_form_program(14), limits, budget)) == "steps"
         used.append(budget.used)
     assert used[0] == used[1]
     assert_steps_within(used[0], limits.max_steps)

@@ -13,10 +13,13 @@ from svit.lisp.budget import Budget
 from svit.lisp.context import Context, LispLimits, enter, leave
 from svit.lisp.errors import BudgetExhausted, EvalError, LimitError
 from svit.lisp.functions import SYSTEM_FUNCTIONS
-from svit.lisp.functions.compare import compare, equal, weak_equal
-from svit.lisp.functions.formatting import debug_repr, display
-from svit.lisp.functions.numbers import add2, ge2, gt2, le2, lt2, mul2, sub2
+from svit.lisp.functions.compare import compare, equal, ge2, gt2, le2, lt2, weak_equal
+from svit.lisp.functions.numbers import add2, mul2, sub2
+from svit.lisp.render import debug_repr, display
 from svit.lisp.values import Char, Foreign, Keyword, LispPath, Name, mark_function
+
+# Values are rendered (and system functions called) outside a run, under a host context.
+pytestmark = pytest.mark.usefixtures("host_context")
 
 
 def call(name, *args):

@@ -8,8 +8,11 @@ from svit.guest import plain_to_lisp
 from svit.lisp.context import LispLimits
 from svit.lisp.errors import BudgetExhausted, EvalError, LimitError
 from svit.lisp.functions import SYSTEM_FUNCTIONS
-from svit.lisp.functions.formatting import debug_repr
 from svit.lisp.interpreter import Interpreter, evaluate
+from svit.lisp.render import debug_repr
+
+# Values are rendered (and system functions called) outside a run, under a host context.
+pytestmark = pytest.mark.usefixtures("host_context")
 
 VALUES = {
     "arr": ["a", "b", 3],

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from svit.lisp.compiler import SPECIAL_FORMS
+from svit.lisp.syntax import SPECIAL_FORMS
 from svit.loop import compose_system_prompt as exported_compose
 from svit.loop.prompt import GUIDE_FUNCTIONS, GUIDE_LIMIT, LANGUAGE_GUIDE, SYSTEM_PROMPT, compose_system_prompt
 from svit.loop.svit import SYSTEM_PROMPT as SVIT_SYSTEM_PROMPT

@@ -29,11 +29,12 @@ from svit.errors import (
     SvitError,
 )
 from svit.guest import to_node
-from svit.lisp.compiler import global_name
+from svit.lisp.context import enter, leave
 from svit.lisp.errors import BudgetExhausted, EvalError, InternalError, LimitError
 from svit.lisp.functions import SYSTEM_FUNCTIONS, SystemFunction
 from svit.lisp.functions.catalogue import SYSTEM_ENTRIES, system_catalogue
 from svit.lisp.interpreter import Interpreter
+from svit.lisp.names import global_name
 from svit.values import Script
 
 ADDRESS = "svit://local/t/p"
@@ -57,7 +58,11 @@ def installed_callables() -> set[str]:
     """Every function name a fresh activation's interpreter can call."""
     process = Process.builder(ADDRESS).build()
     interp = Interpreter()
-    WorkingState(process).install(interp, to_node(None, process.limits))
+    previous = enter(interp.context)  # converting the input is charged to a run, as in an activation
+    try:
+        WorkingState(process).install(interp, to_node(None, process.limits))
+    finally:
+        leave(previous)
     host = {entry[0] for gname, entry in interp.pending.items()}
     return host | set(SYSTEM_FUNCTIONS)
 

@@ -26,9 +26,12 @@ import pytest
 
 from svit.lisp.context import LispLimits
 from svit.lisp.errors import BudgetExhausted, CompileError, EvalError, LimitError, LispError, ReadError
-from svit.lisp.functions.formatting import debug_repr
 from svit.lisp.interpreter import Interpreter
 from svit.lisp.reader import Program, read
+from svit.lisp.render import debug_repr
+
+# Values are rendered (and system functions called) outside a run, under a host context.
+pytestmark = pytest.mark.usefixtures("host_context")
 
 HERE = Path(__file__).parent
 

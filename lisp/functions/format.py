@@ -1,16 +1,10 @@
-"""Rendering of values and the ``format`` family (reference §4.5).
+"""The ``format`` family (reference §4.5): Ketos's Common-Lisp-style format language.
 
-``display`` is the ``~a`` rendering and ``debug_repr`` the ``~s`` rendering.
-Rendering is iterative (deep lists cannot overflow the Python stack), renders a
-list shared many times only once, charges steps as it goes, and stops with
-``LimitError("guest memory")`` as soon as the text would exceed the guest
-memory limit, so exponentially shared lists cannot exhaust the host.
-
-``format`` follows Ketos's Common-Lisp-style directives: ``~a ~s ~c ~d ~b ~o
-~x ~r ~f ~e ~p ~t ~% ~& ~| ~~ ~* ~? ~^`` and the groups ``~{~}``, ``~[~;~]``,
-``~(~)`` and ``~<~;~>`` (justification). ``~z`` (pretty printing) is not
-supported and fails with an error naming the directive. ``print`` and friends format and discard the text: Svit
-has no output stream.
+Directives ``~a ~s ~c ~d ~b ~o ~x ~r ~f ~e ~p ~t ~% ~& ~| ~~ ~* ~? ~^`` and the
+groups ``~{~}``, ``~[~;~]``, ``~(~)`` and ``~<~;~>`` (justification). ``~z``
+(pretty printing) is not supported and fails with an error naming the directive.
+``print`` and friends format and discard the text: Svit has no output stream. Values
+are printed by :mod:`lisp.render`.
 """
 
 from __future__ import annotations
@@ -18,18 +12,17 @@ from __future__ import annotations
 import math
 from decimal import Decimal
 from fractions import Fraction
-from types import FunctionType
-from typing import Any
+from typing import Any, TypeAlias, overload
 
 from ..context import current
 from ..errors import EvalError, LimitError
-from ..values import Char, Foreign, Keyword, LispPath, Name, Quoted, function_label
-from . import system
-from .numbers import type_error
+from ..render import plain_float, render
+from ..values import Char, LispList, LispValue, type_name
+from .registry import system
+from .support import type_error
 
-#: Rendering charges one step per this many output characters (or list elements).
-_CHARS_PER_STEP = 64
-_STEP_EVERY = 1024
+__all__ = ["format_text"]
+
 #: Nesting of format groups and ``~?`` indirections.
 _MAX_FORMAT_DEPTH = 32
 #: Parsing a format string charges one step per this many characters.
@@ -39,204 +32,6 @@ _NODES_PER_STEP = 16
 #: Largest numeric directive parameter (as Ketos).
 _MAX_FIELD = 100
 
-
-# --- atoms ---------------------------------------------------------------------
-
-
-def _plain_float(f: float) -> str:
-    """Shortest round-trip digits in positional notation (Rust's ``{}`` for f64)."""
-    r = repr(f)
-    if "e" in r or "E" in r:
-        r = format(Decimal(r), "f")
-    if r.endswith(".0"):
-        r = r[:-2]
-    return r
-
-
-def float_text(f: float) -> str:
-    """A float as Lisp shows it: always with a decimal point when finite."""
-    if math.isnan(f):
-        return "NaN"
-    if math.isinf(f):
-        return "inf" if f > 0 else "-inf"
-    s = _plain_float(f)
-    return s if "." in s else s + ".0"
-
-
-_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\0": "\\0"}
-
-
-def _escape(text: str, quote: str) -> str:
-    out = []
-    for ch in text:
-        e = _ESCAPES.get(ch)
-        if e is not None:
-            out.append(e)
-        elif ch == quote:
-            out.append("\\" + ch)
-        elif ch == " " or ch.isprintable():
-            out.append(ch)
-        else:
-            out.append("\\u{%x}" % ord(ch))
-    return "".join(out)
-
-
-def _bytes_text(b: bytes) -> str:
-    out = ['#b"']
-    for x in b:
-        if x == 0x5C:
-            out.append("\\\\")
-        elif x == 0x22:
-            out.append('\\"')
-        elif 0x20 <= x <= 0x7E:
-            out.append(chr(x))
-        else:
-            out.append("\\x%02x" % x)
-    out.append('"')
-    return "".join(out)
-
-
-def _atom(v: Any, debug: bool) -> str:
-    t = type(v)
-    if v is None:
-        return "()"
-    if t is bool:
-        return "true" if v else "false"
-    if t is int:
-        return str(v)
-    if t is float:
-        return float_text(v)
-    if t is str:
-        return '"' + _escape(v, '"') + '"' if debug else v
-    if t is Fraction:
-        return f"{v.numerator}/{v.denominator}"
-    if t is Char:
-        return "#'" + _escape(v.char, "'") + "'" if debug else v.char
-    if t is Name:
-        return v.name
-    if t is Keyword:
-        return ":" + v.name
-    if t is bytes:
-        return _bytes_text(v)
-    if t is LispPath:
-        return '#p"' + _escape(v.path, '"') + '"' if debug else v.path
-    if t is Quoted:
-        # quote forms nest no deeper than the source (or quasiquote) that made them
-        return v.prefix() + _render(v.value, True, current().max_memory)
-    if isinstance(v, Foreign):
-        return v.display()
-    if t is FunctionType:
-        kind, name = function_label(v)
-        return f"#<{kind} {name}>"
-    return "#<object>"
-
-
-# --- bounded rendering ---------------------------------------------------------------
-
-
-class _Cut(Exception):
-    pass
-
-
-def _clip(v: Any, limit: int) -> Any:
-    """With ``cut``, only the first ``limit + 1`` characters of a long text can show."""
-    t = type(v)
-    if (t is str or t is bytes) and len(v) > limit:
-        return v[: limit + 1]
-    if t is LispPath and len(v.path) > limit:
-        return LispPath(v.path[: limit + 1])
-    return v
-
-
-def _render(value: Any, debug: bool, limit: int, cut: bool = False) -> str:
-    """Render ``value``; past ``limit`` characters raise (or, with ``cut``, stop)."""
-    if type(value) is not tuple:
-        s = _atom(_clip(value, limit) if cut else value, debug)
-        if len(s) > limit:
-            if cut:
-                return s[:limit] + "…"
-            raise LimitError("guest memory")
-        return s
-    debug = True  # list elements always render as with ~s, as in Ketos
-    budget = current().budget
-    out: list[str] = []
-    total = 0
-    ticks = 0
-    # a list seen before is copied from its earlier span of ``out``:
-    # id -> (first part, end part, characters)
-    memo: dict[int, tuple[int, int, int]] = {}
-    # frames: [list, next index, first part, characters before it]
-    stack: list[list] = []
-
-    def emit(s: str) -> None:
-        nonlocal total
-        total += len(s)
-        out.append(s)
-        if total > limit:
-            raise _Cut
-
-    def enter(v: Any) -> None:
-        nonlocal total
-        if type(v) is tuple:
-            done = memo.get(id(v))
-            if done is None:
-                stack.append([v, 0, len(out), total])
-                emit("(")
-                return
-            first, end, chars = done
-            if total + chars > limit:
-                raise _Cut
-            if end - first >= _CHARS_PER_STEP:
-                budget.charge((end - first) // _CHARS_PER_STEP)
-            out.extend(out[first:end])
-            total += chars
-        else:
-            emit(_atom(_clip(v, limit) if cut else v, debug))
-
-    try:
-        enter(value)
-        while stack:
-            ticks += 1
-            if ticks >= _STEP_EVERY:
-                budget.charge(_STEP_EVERY // 16)
-                ticks = 0
-            frame = stack[-1]
-            lst, i, first, before = frame
-            if i == len(lst):
-                emit(")")
-                stack.pop()
-                memo[id(lst)] = (first, len(out), total - before)
-                continue
-            if i:
-                emit(" ")
-            frame[1] = i + 1
-            enter(lst[i])
-    except _Cut:
-        if not cut:
-            raise LimitError("guest memory") from None
-        return "".join(out)[:limit] + "…"
-    text = "".join(out)
-    if len(text) >= _CHARS_PER_STEP:
-        budget.charge(len(text) // _CHARS_PER_STEP)
-    return text
-
-
-def display(value: Any) -> str:
-    """The ``~a`` rendering (strings and chars bare; list elements as ``~s``)."""
-    return _render(value, False, current().max_memory)
-
-
-def debug_repr(value: Any) -> str:
-    """The ``~s`` rendering (strings quoted and escaped, chars as ``#'c'``)."""
-    return _render(value, True, current().max_memory)
-
-
-def short_repr(value: Any, display: bool = False, limit: int = 120) -> str:
-    """A rendering for error messages: never fails, cut at ``limit`` characters."""
-    try:
-        return _render(value, not display, limit, cut=True)
-    except LimitError:
-        return "…"
 
 
 # --- format: parsing ---------------------------------------------------------------
@@ -249,11 +44,15 @@ def _fmt_error(message: str) -> EvalError:
 class _Dir:
     __slots__ = ("command", "at", "colon", "params")
 
-    def __init__(self, command: str, at: bool, colon: bool, params: list) -> None:
+    def __init__(self, command: str, at: bool, colon: bool, params: list[_Param]) -> None:
         self.command = command
         self.at = at
         self.colon = colon
         self.params = params
+
+
+#: A directive parameter: a number, a quoted character, ``v`` (the next argument) or ``#`` (arguments left), or empty.
+_Param: TypeAlias = "int | tuple[str, str] | str | None"
 
 
 class _Group:
@@ -261,18 +60,21 @@ class _Group:
 
     def __init__(self, open_dir: _Dir) -> None:
         self.open = open_dir
-        self.clauses: list[list] = [[]]
+        self.clauses: list[list[_Node]] = [[]]
         self.separators: list[_Dir] = []
         self.close: _Dir | None = None
 
+
+#: A parsed piece of a format string: literal text, a directive or a group.
+_Node: TypeAlias = "str | _Dir | _Group"
 
 _OPENERS = {"{": "}", "[": "]", "(": ")", "<": ">"}
 _CLOSERS = {"}", "]", ")", ">"}
 
 
-def _tokenize(fmt: str) -> list:
+def _tokenize(fmt: str) -> list[_Node]:
     """Text pieces and directives, in order."""
-    tokens: list = []
+    tokens: list[_Node] = []
     text: list[str] = []
     i = 0
     n = len(fmt)
@@ -283,7 +85,7 @@ def _tokenize(fmt: str) -> list:
             i += 1
             continue
         i += 1
-        params: list = []
+        params: list[_Param] = []
         # parameters: numbers, 'c, v or #, separated by commas (a field may be empty)
         while i < n:
             c = fmt[i]
@@ -343,7 +145,7 @@ def _tokenize(fmt: str) -> list:
     return tokens
 
 
-def _parse(tokens: list, pos: int, closer: str | None, group: _Group | None, depth: int) -> int:
+def _parse(tokens: list[_Node], pos: int, closer: str | None, group: _Group | None, depth: int) -> int:
     """Fill ``group`` (or the top-level list) from ``tokens[pos:]``; returns the next position."""
     if depth > _MAX_FORMAT_DEPTH:
         raise _fmt_error("format directives nested too deeply")
@@ -375,7 +177,7 @@ def _parse(tokens: list, pos: int, closer: str | None, group: _Group | None, dep
     return pos
 
 
-def _compile(fmt: str, depth: int = 0) -> list:
+def _compile(fmt: str, depth: int = 0) -> list[_Node]:
     # Parsing is a Python loop over every character: charge it like the text it reads.
     if len(fmt) >= _PARSE_CHARS_PER_STEP:
         current().budget.charge(len(fmt) // _PARSE_CHARS_PER_STEP)
@@ -499,6 +301,7 @@ def _exp_text(f: float, prec: int | None) -> str:
         return sign + "0e0"
     d = Decimal(repr(abs(f))).normalize()
     _, digits, exponent = d.as_tuple()
+    assert isinstance(exponent, int)  # finite: the non-finite floats are written above
     e = len(digits) - 1 + exponent
     mant = str(digits[0])
     if len(digits) > 1:
@@ -507,7 +310,7 @@ def _exp_text(f: float, prec: int | None) -> str:
 
 
 class _Formatter:
-    def __init__(self, args: tuple, out: _Out, depth: int) -> None:
+    def __init__(self, args: LispList, out: _Out, depth: int) -> None:
         self.args = args
         self.index = 0
         self.out = out
@@ -526,7 +329,13 @@ class _Formatter:
     def left(self) -> int:
         return max(len(self.args) - self.index, 0)
 
-    def int_param(self, params: list, i: int, default: int | None) -> int | None:
+    @overload
+    def int_param(self, params: list[_Param], i: int, default: int) -> int: ...
+
+    @overload
+    def int_param(self, params: list[_Param], i: int, default: None) -> int | None: ...
+
+    def int_param(self, params: list[_Param], i: int, default: int | None) -> int | None:
         p = params[i] if i < len(params) else None
         if p is None:
             return default
@@ -537,13 +346,13 @@ class _Formatter:
             if arg is None:
                 return default
             p = self.integer(arg)
-        if isinstance(p, tuple):
+        if not isinstance(p, int):
             raise _fmt_error("expected field of type integer; found char")
         if p < 0 or p > _MAX_FIELD:
             raise _fmt_error("integer overflow in field")
         return p
 
-    def char_param(self, params: list, i: int, default: str) -> str:
+    def char_param(self, params: list[_Param], i: int, default: str) -> str:
         p = params[i] if i < len(params) else None
         if p is None:
             return default
@@ -557,29 +366,27 @@ class _Formatter:
         raise _fmt_error("expected field of type char; found integer")
 
     @staticmethod
-    def no_more(params: list, count: int) -> None:
+    def no_more(params: list[_Param], count: int) -> None:
         if any(p is not None for p in params[count:]):
             raise _fmt_error("extraneous fields to directive")
 
     @staticmethod
-    def integer(v: Any) -> int:
-        t = type(v)
-        if t is int:
+    def integer(v: LispValue) -> int:
+        if type(v) is int:
             return v
-        if t is float:
+        if type(v) is float:
             if not math.isfinite(v):
                 raise _fmt_error("integer overflow")
             return math.trunc(v)
-        if t is Fraction:
+        if type(v) is Fraction:
             return math.trunc(v)
         raise _fmt_error(f"expected integer; found {_type(v)}")
 
     @staticmethod
-    def number_as_float(v: Any) -> float:
-        t = type(v)
-        if t is float:
+    def number_as_float(v: LispValue) -> float:
+        if type(v) is float:
             return v
-        if t is int or t is Fraction:
+        if type(v) is int or type(v) is Fraction:
             try:
                 return float(v)
             except OverflowError:
@@ -588,7 +395,7 @@ class _Formatter:
 
     # running
 
-    def run(self, nodes: list) -> None:
+    def run(self, nodes: list[_Node]) -> None:
         emit = self.out.emit
         self.out.spend(len(nodes) or 1)
         for node in nodes:
@@ -596,7 +403,7 @@ class _Formatter:
                 emit(node)
             elif type(node) is _Group:
                 self.group(node)
-            else:
+            elif type(node) is _Dir:
                 self.directive(node)
 
     def directive(self, d: _Dir) -> None:
@@ -610,7 +417,7 @@ class _Formatter:
             pad_char = self.char_param(p, 3, " ")
             self.no_more(p, 4)
             arg = self.next_arg()
-            text = _render(arg, c == "s", self.out.limit)
+            text = render(arg, c == "s", self.out.limit)
             emit(_pad(text, min_col, col_inc, min_pad, pad_char, d.at))
         elif c == "c":
             self.no_more(p, 0)
@@ -649,7 +456,7 @@ class _Formatter:
             elif math.isinf(f):
                 s = "inf" if f > 0 else "-inf"
             elif prec is None:
-                s = _plain_float(f)
+                s = plain_float(f)
             else:
                 s = f"{f:.{prec}f}"
             if d.at and not s.startswith("-") and s != "NaN":
@@ -751,7 +558,7 @@ class _Formatter:
         else:
             raise _fmt_error(f"unrecognized directive `{c}`")
 
-    def format_integer(self, d: _Dir, p: list, radix: int) -> None:
+    def format_integer(self, d: _Dir, p: list[_Param], radix: int) -> None:
         min_col = self.int_param(p, 0, 0)
         pad_char = self.char_param(p, 1, " ")
         comma = self.char_param(p, 2, ",")
@@ -1014,7 +821,7 @@ def _to_radix(n: int, radix: int) -> str:
     return "".join(reversed(out))
 
 
-def _as_args(v: Any) -> tuple:
+def _as_args(v: Any) -> LispList:
     if v is None:
         return ()
     if type(v) is tuple:
@@ -1023,12 +830,10 @@ def _as_args(v: Any) -> tuple:
 
 
 def _type(v: Any) -> str:
-    from ..values import type_name
-
     return type_name(v)
 
 
-def format_text(fmt: Any, args: tuple) -> str:
+def format_text(fmt: Any, args: LispList) -> str:
     """Run ``format`` on a format string and arguments."""
     if type(fmt) is not str:
         raise type_error("string", fmt)
