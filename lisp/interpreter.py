@@ -645,7 +645,7 @@ class _Guard:
     def __enter__(self) -> None:
         _recursion.acquire()
         self.previous = run_context.enter(self.interp.context)
-        self.interp.context.meter.open(self.interp, sys._getframe(1))
+        self.interp.context.meter.open(self.interp, sys._getframe(1))  # noqa: SLF001 (CPython's documented frame access)
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> Literal[False]:
         interp = self.interp

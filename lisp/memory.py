@@ -128,7 +128,7 @@ class Meter:
         if entry is None:
             return
         self.checks += 1
-        frames = _frames_below(sys._getframe(1), entry)
+        frames = _frames_below(sys._getframe(1), entry)  # noqa: SLF001 (CPython's documented frame access)
         hidden, records = self._hidden(frames, clock)
         allowed = self.limit - units - hidden
         if allowed < 0:
