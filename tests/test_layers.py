@@ -206,3 +206,28 @@ def test_the_private_name_check_sees_one() -> None:
             "tests/_layers_probe.py:1 imports _hidden", "tests/_layers_probe.py:2 imports _sibling_module"]
     finally:
         probe.unlink()
+
+
+def _declared_names(path: Path) -> list[str] | None:
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return list(ast.literal_eval(node.value))
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == "__all__":
+            return list(ast.literal_eval(node.value)) if node.value is not None else None
+    return None
+
+
+def test_every_module_lists_its_public_names() -> None:
+    import importlib
+
+    missing, wrong = [], []
+    for source in SOURCES:
+        for path in sorted(source.rglob("*.py")):
+            names = _declared_names(path)
+            if names is None:
+                missing.append(str(path.relative_to(ROOT)))
+                continue
+            module = importlib.import_module(_module_name(path))
+            wrong.extend(f"{module.__name__}.{name}" for name in names if not hasattr(module, name))
+    assert missing == []
+    assert wrong == []
