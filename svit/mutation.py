@@ -28,7 +28,6 @@ __all__ = [
     "apply_all",
     "apply_each",
     "check_path",
-    "from_node_record",
     "from_record",
     "touched_paths",
 ]
@@ -139,7 +138,7 @@ _FIELDS: dict[str, list[str]] = {
     "set": ["operation", "path", "value"],
     "remove": ["operation", "path"],
     "append": ["operation", "path", "values"],
-    "remove_front": ["operation", "path", "expected_value_hash"],
+    "remove_front": ["expected_value_hash", "operation", "path"],
 }
 
 
@@ -209,23 +208,6 @@ def from_record(item: Any, what: str) -> Mutation:
     if not _hex_hash(item["expected_value_hash"]):
         raise InvalidPersistence(f"{what}: malformed expected_value_hash")
     return RemoveFront(path, item["expected_value_hash"])
-
-
-def from_node_record(item: Mutation | dict[str, Any]) -> Mutation:
-    """A mutation from a record whose values are already tree nodes (what the store's
-    record decoder returns); a typed mutation is returned as it is."""
-    if isinstance(item, (Set, Remove, Append, RemoveFront)):
-        return item
-    operation = item["operation"]
-    if operation == "set":
-        return Set(item["path"], item["value"])
-    if operation == "remove":
-        return Remove(item["path"])
-    if operation == "append":
-        return Append(item["path"], tuple(item["values"]))
-    if operation == "remove_front":
-        return RemoveFront(item["path"], item["expected_value_hash"])
-    raise InvalidPersistence(f"unknown mutation operation {str(operation)[:64]!r}")
 
 
 def touched_paths(mutations: Iterable[Mutation]) -> list[str]:

@@ -22,13 +22,12 @@ from __future__ import annotations
 import functools
 import re
 import struct
-from typing import Any, Iterable
+from typing import Any
 
 import blake3
 
 from .. import cbor, tree
-from ..errors import InvalidPersistence, InvalidValue, SvitError
-from ..paths import format_path, parse
+from ..errors import InvalidPersistence, InvalidValue
 from ..tree import Node
 
 __all__ = [
@@ -53,11 +52,6 @@ __all__ = [
     "decode_record",
     "is_hex_hash",
     "is_u64",
-    "encode_mutation",
-    "check_mutation_path",
-    "decode_mutation",
-    "plain_mutation",
-    "touched_paths",
     "encode_node",
     "container_children",
     "verify_node",
@@ -205,81 +199,6 @@ def is_hex_hash(value: Any) -> bool:
 
 def is_u64(value: Any) -> bool:
     return type(value) is int and 0 <= value < 2**64
-
-
-# ---------------------------------------------------------------------------
-# Mutations
-
-
-def encode_mutation(mutation: dict[str, Any]) -> dict[str, Any]:
-    """A mutation as plain CBOR-able data in its fixed field order (values pre-encoded)."""
-    operation = mutation["operation"]
-    path = mutation["path"]
-    if operation == "set":
-        return {"operation": "set", "path": path, "value": cbor.Raw(tree.node_cbor(mutation["value"]))}
-    if operation == "remove":
-        return {"operation": "remove", "path": path}
-    if operation == "append":
-        return {"operation": "append", "path": path, "values": [cbor.Raw(tree.node_cbor(v)) for v in mutation["values"]]}
-    if operation == "remove_front":
-        return {"operation": "remove_front", "path": path, "expected_value_hash": mutation["expected_value_hash"]}
-    raise InvalidPersistence(f"unknown mutation operation {operation!r}")
-
-
-# Each operation's fields in the order a decoded record holds them (key order).
-_MUTATION_KEYS = {
-    "set": ["operation", "path", "value"],
-    "remove": ["operation", "path"],
-    "append": ["operation", "path", "values"],
-    "remove_front": ["expected_value_hash", "operation", "path"],
-}
-
-
-def check_mutation_path(path: Any, what: str) -> tuple[str, ...]:
-    """Absolute, non-root, canonical, no empty/./.. segments."""
-    try:
-        segments = parse(path) if type(path) is str else None
-    except SvitError:
-        segments = None
-    if not segments or format_path(segments) != path:
-        raise InvalidPersistence(f"{what}: invalid mutation path {str(path)[:128]!r}")
-    return segments
-
-
-def decode_mutation(item: Any, what: str) -> dict[str, Any]:
-    """A decoded mutation with tree nodes for its values."""
-    if type(item) is not dict or "operation" not in item or item["operation"] not in _MUTATION_KEYS:
-        raise InvalidPersistence(f"{what}: malformed mutation")
-    operation = item["operation"]
-    if list(item) != _MUTATION_KEYS[operation]:
-        raise InvalidPersistence(f"{what}: malformed {operation} mutation")
-    check_mutation_path(item["path"], what)
-    try:
-        if operation == "set":
-            return {"operation": "set", "path": item["path"], "value": tree.from_decoded(item["value"])}
-        if operation == "append":
-            if type(item["values"]) is not list:
-                raise InvalidPersistence(f"{what}: append values must be a list")
-            return {"operation": "append", "path": item["path"], "values": [tree.from_decoded(v) for v in item["values"]]}
-    except InvalidValue as exc:
-        raise InvalidPersistence(f"{what}: invalid mutation value: {exc.detail}") from None
-    if operation == "remove_front" and not is_hex_hash(item["expected_value_hash"]):
-        raise InvalidPersistence(f"{what}: malformed expected_value_hash")
-    return dict(item)
-
-
-def plain_mutation(mutation: dict[str, Any]) -> dict[str, Any]:
-    """A mutation with plain Python values (what queries hand to hosts)."""
-    out = dict(mutation)
-    if "value" in out:
-        out["value"] = out["value"].to_value()
-    if "values" in out:
-        out["values"] = [v.to_value() for v in out["values"]]
-    return out
-
-
-def touched_paths(mutations: Iterable[dict[str, Any]]) -> list[str]:
-    return sorted({m["path"] for m in mutations})
 
 
 # ---------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from ..errors import (
     SvitError,
 )
 from ..limits import Limits
+from ..mutation import Mutation
 from ..namespace import validate_root
 from ..paths import parse, validate_address
 from ..process import Process
@@ -38,7 +39,7 @@ MAX_FORK_DEPTH = 64
 MAX_QUERY_LIMIT = 4096
 
 #: Replays a transaction's mutations on a root (``root, mutations, what -> new root``).
-Replay = Callable[[Node, list[dict[str, Any]], str], Node]
+Replay = Callable[[Node, "list[Mutation]", str], Node]
 
 
 def _compiler(limits: Limits) -> Callable[[str, Any], None]:
@@ -231,7 +232,7 @@ class History:
                     raise InvalidPersistence(f"path index of {address} names transaction {position} wrongly; reset_index")
                 out.append(Transaction(
                     address, position, record["event_hash"], record["previous_hash"], record["process_version_before"],
-                    produced, [codec.plain_mutation(m) for m in record["mutations"]], list(record["touched_paths"]),
+                    produced, [m.plain() for m in record["mutations"]], list(record["touched_paths"]),
                     record["source"], record["resulting_root_hash"]))
                 if len(out) >= limit:
                     break

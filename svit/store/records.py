@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import mutation
 from .. import snapshot as snapshot_module
 from ..errors import InvalidPersistence, ResourceLimitExceeded
 from ..limits import Limits
@@ -259,7 +260,7 @@ def decode_transaction(address: str, position: int, raw: bytes) -> dict[str, Any
         raise InvalidPersistence(f"{what}: malformed source")
     if type(record["mutations"]) is not list:
         raise InvalidPersistence(f"{what}: malformed mutations")
-    record["mutations"] = [codec.decode_mutation(m, what) for m in record["mutations"]]
-    if record["touched_paths"] != codec.touched_paths(record["mutations"]):
+    record["mutations"] = [mutation.from_record(m, what) for m in record["mutations"]]
+    if record["touched_paths"] != mutation.touched_paths(record["mutations"]):
         raise InvalidPersistence(f"{what}: touched paths do not match its mutations")
     return record

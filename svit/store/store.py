@@ -84,14 +84,13 @@ _State = State
 _readable_snapshot = records.readable_snapshot
 
 
-def apply_mutations(root: Node, mutations: Iterable[Mutation | dict[str, Any]], what: str) -> Node:
+def apply_mutations(root: Node, mutations: Iterable[Mutation], what: str) -> Node:
     """Replay mutations on ``root`` (no guest code runs); any failure is InvalidPersistence.
 
     The same :func:`svit.mutation.apply` a process used to build each committed root, so a
-    log replays to exactly the roots it recorded. Records decoded with node values are
-    converted to typed mutations here.
+    log replays to exactly the roots it recorded.
     """
-    return mutation_module.apply_all(root, [mutation_module.from_node_record(m) for m in mutations], what)
+    return mutation_module.apply_all(root, mutations, what)
 
 
 class ProcessStore:
