@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from svit.lisp import context as lisp_context
 from svit.lisp.budget import Budget
 from svit.lisp.context import LispLimits
-from svit.lisp.errors import LispError
+from svit.lisp.errors import HostFunctionError, LispError
 from svit.lisp.interpreter import Interpreter
 
 from . import stdlib, tree
@@ -230,6 +230,11 @@ class WorkingState(GuestHelpers):
             result = interp.call("main", to_lisp(input_node))
             # Converting the output is paid from this activation's budget, like any conversion.
             return to_node(result, self.limits, self.budget)
+        except HostFunctionError as exc:
+            # A bug in a guest function's own code: the host's error, never the script's.
+            cause = exc.__cause__
+            raise InternalError(
+                f"guest function {exc.function} failed in the host ({type(cause).__name__})") from cause
         except LispError as exc:
             raise compile_error_to_svit(exc) from None
         except ScriptFailed as exc:
@@ -240,7 +245,7 @@ class WorkingState(GuestHelpers):
         # compile_check installs the same names (a test keeps the two equal).
         interp.define_value("input", to_lisp(input_node))
         interp.define_value("*svit-version*", SVIT_VERSION)
-        interp.define_functions(GUEST_FUNCTIONS, owner=GuardedFunctions(self))
+        interp.define_functions(GUEST_FUNCTIONS, owner=self)
 
     def fn_value_get(self, value: Any, path: Any) -> Any:
         segments = parse(_text(path, "value-get path"))
@@ -526,41 +531,6 @@ class WorkingState(GuestHelpers):
         return None
 
 
-class GuardedFunctions:
-    """What the interpreter looks guest functions up on: the working state's methods, each
-    guarded so that a failure of the host's own code (a Python exception that is neither a
-    Svit nor a Lisp error) is an :class:`~svit.errors.InternalError` chained to it, never
-    reported as the script's type error."""
-
-    __slots__ = ("_state",)
-
-    def __init__(self, state: WorkingState) -> None:
-        self._state = state
-
-    def __getattr__(self, name: str) -> Callable[..., Any]:
-        return guarded(getattr(self._state, name), _GUEST_NAMES.get(name, name))
-
-
-#: The guest name of each implementing method (``fn_log_info`` -> ``log-info!``).
-_GUEST_NAMES: dict[str, str] = {entry[1]: entry[0] for entry in GUEST_FUNCTIONS.values() if type(entry[1]) is str}
-
-
-def guarded(method: Callable[..., Any], name: str) -> Callable[..., Any]:
-    """``method`` with its own Python failures turned into internal errors (see above)."""
-
-    def call(*args: Any) -> Any:
-        try:
-            return method(*args)
-        except (SvitError, LispError, RecursionError, MemoryError):
-            raise
-        except Exception as exc:
-            raise InternalError(f"guest function {name} failed in the host ({type(exc).__name__})") from exc
-
-    call.arity_text = getattr(method, "arity_text", None)  # type: ignore[attr-defined]
-    call.takes_depth = getattr(method, "takes_depth", False)  # type: ignore[attr-defined]
-    return call
-
-
 def located(exc: ScriptFailed, name: str) -> ScriptFailed:
     """Prefix a script failure with the script's virtual path, once (nested execs keep theirs)."""
     if getattr(exc, "located", False):
@@ -598,13 +568,11 @@ def library_record(value: Any) -> Script:
 
 __all__ = [
     "Activation",
-    "GuardedFunctions",
     "INLINE_NAME",
     "PORT_INPUT_LIMIT",
     "SVIT_VERSION",
     "WorkingState",
     "compile_check",
-    "guarded",
     "held",
     "library_record",
     "lisp_limits",

@@ -3,8 +3,6 @@ arrays and maps (elements converted as `to_lisp` converts them, the list charged
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,15 +15,8 @@ from svit.lisp.context import Context, LispLimits, enter, leave
 from svit.lisp.errors import LimitError
 from svit.values import Script
 
-
-@pytest.fixture(autouse=True)
-def _run_context() -> Iterator[None]:
-    """This host code runs inside a script run; called directly, it gets a run context of its own."""
-    previous = enter(Context(LispLimits(), Budget(max_steps=1_000_000_000, max_millis=None)))
-    try:
-        yield
-    finally:
-        leave(previous)
+# This host code runs inside a script run; called directly, it gets a run context of its own.
+pytestmark = pytest.mark.usefixtures("host_context")
 
 
 def test_container_kind_and_entry_count() -> None:

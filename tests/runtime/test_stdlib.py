@@ -2,26 +2,16 @@
 
 import json
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from svit.errors import ExecutionLimitExceeded, InvalidValue, ScriptFailed
-from svit.lisp.budget import Budget
-from svit.lisp.context import Context, LispLimits, enter, leave
 from svit.mounts import Mount
 from svit.stdlib import run_jq, screen_jq_filter, search_mount, search_value
 from tests.conftest import make_files
 
-
-@pytest.fixture(autouse=True)
-def _run_context() -> Iterator[None]:
-    """This host code runs inside a script run; called directly, it gets a run context of its own."""
-    previous = enter(Context(LispLimits(), Budget(max_steps=1_000_000_000, max_millis=None)))
-    try:
-        yield
-    finally:
-        leave(previous)
+# This host code runs inside a script run; called directly, it gets a run context of its own.
+pytestmark = pytest.mark.usefixtures("host_context")
 
 
 TREE = {"tree": [{"type": "blob", "path": "a"}, {"type": "tree", "path": "d"}, {"type": "blob", "path": "b"}]}
