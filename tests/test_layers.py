@@ -163,13 +163,13 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
 
-def _private_name_imports(path: Path) -> list[str]:
+def _private_name_imports(path: Path, root: Path = ROOT) -> list[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             found.extend(
-                f"{path.relative_to(ROOT)}:{node.lineno} imports {alias.name}"
+                f"{path.relative_to(root)}:{node.lineno} imports {alias.name}"
                 for alias in node.names if _private(alias.name) and not _module_file(node, path, alias.name)
             )
     return found
@@ -198,14 +198,10 @@ def test_no_module_imports_a_private_name_of_another() -> None:
     assert found == []
 
 
-def test_the_private_name_check_sees_one() -> None:
-    probe = ROOT / "tests" / "_layers_probe.py"
+def test_the_private_name_check_sees_one(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
     probe.write_text("from svit.process import _hidden\nfrom . import _sibling_module\n", encoding="utf-8")
-    try:
-        assert _private_name_imports(probe) == [
-            "tests/_layers_probe.py:1 imports _hidden", "tests/_layers_probe.py:2 imports _sibling_module"]
-    finally:
-        probe.unlink()
+    assert _private_name_imports(probe, tmp_path) == ["probe.py:1 imports _hidden", "probe.py:2 imports _sibling_module"]
 
 
 def _declared_names(path: Path) -> list[str] | None:

@@ -7,16 +7,8 @@ import pytest
 
 from svit import Process, cbor, mutation, tree
 from svit.errors import InvalidPersistence
-from svit.store import ProcessStore
 
 ADDR = "svit://local/test/sink"
-
-
-@pytest.fixture
-def store(tmp_path):
-    opened = ProcessStore.open(tmp_path / "store")
-    yield opened
-    opened.close()
 
 
 def test_the_handle_commits_through_a_sink_given_to_its_process(store) -> None:
