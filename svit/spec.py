@@ -27,7 +27,7 @@ from .limits import LIMIT_FIELDS, Limits
 from .mounts import Mount
 from .process import Process
 from .snapshot import MAGIC, TRAILER_BYTES
-from .tree import CBOR_SCRIPT_TAG, cbor_default, from_decoded
+from .tree import CBOR_SCRIPT_TAG, from_decoded, script_default
 from .values import Script
 
 DEFAULT_ADDRESS = "svit://local/t/p"
@@ -397,7 +397,7 @@ def _tamper(data: bytes, spec: dict[str, Any]) -> bytes:
                 target[last] = expand(edit["value"])
         if spec.get("rehash"):
             envelope["root_hash"] = from_decoded(envelope["root"]).hash
-        body = cbor2.dumps(envelope, default=cbor_default)
+        body = cbor2.dumps(envelope, default=script_default)
         data = body + MAGIC + len(body).to_bytes(8, "big") + blake3.blake3(body).digest()
     if "replace_bytes_hex" in spec:
         data = bytes.fromhex(spec["replace_bytes_hex"])

@@ -35,7 +35,7 @@ import copyreg
 from typing import Any, Protocol
 
 from ._tree.build import build_python, empty_array, empty_map, other_child
-from ._tree.codec import CBOR_SCRIPT_TAG, Encoded, encode_head, key_cbor, leaf_cbor, node_cbor_python, script_default
+from ._tree.codec import CBOR_SCRIPT_TAG, encode_head, key_cbor, leaf_cbor, node_cbor_python, script_default
 from ._tree.edits import get, node_hash, remove_at, set_at
 from ._tree.node import (
     ARRAY,
@@ -69,9 +69,8 @@ __all__ = [
     "NUMBER",
     "SCRIPT",
     "STRING",
-    "Encoded",
     "Node",
-    "cbor_default",
+    "script_default",
     "cbor_head",
     "cbor_item_end",
     "decode_node",
@@ -173,15 +172,6 @@ copyreg.pickle(Node, _reduce_node)
 
 # ---------------------------------------------------------------------------
 # Canonical CBOR of a node (the snapshot's value encoding)
-
-
-def cbor_default(encoder: Any, obj: Any) -> None:
-    """``cbor2`` hook for what plain CBOR cannot express: embedded nodes and scripts."""
-    t = type(obj)
-    if t is Encoded:
-        encoder.write(node_cbor(obj.node))
-    else:
-        script_default(encoder, obj)  # a script record, or the unsupported-type error
 
 
 def node_cbor(node: Node) -> bytes:

@@ -15,20 +15,11 @@ from ..errors import InvalidValue
 from ..values import Script
 from .node import ARRAY, KEY_CACHE_MAX, MAP, Node, has_nodes
 
-__all__ = ["CBOR_SCRIPT_TAG", "Encoded", "encode_head", "key_cbor", "leaf_cbor", "node_cbor_python", "script_default"]
+__all__ = ["CBOR_SCRIPT_TAG", "encode_head", "key_cbor", "leaf_cbor", "node_cbor_python", "script_default"]
 
 #: CBOR tag of a script record ``[source, documentation]``. Chosen from the large
 #: unassigned part of the IANA tag space (it spells "SVIT" in ASCII); not registered.
 CBOR_SCRIPT_TAG = 0x53564954
-
-
-class Encoded:
-    """Marks a node for embedding, pre-encoded, inside a larger ``cbor2.dumps`` call."""
-
-    __slots__ = ("node",)
-
-    def __init__(self, node: Node) -> None:
-        self.node = node
 
 
 def script_default(encoder: Any, obj: Any) -> None:
