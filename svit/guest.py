@@ -66,33 +66,31 @@ class SvitValue(Foreign):
     # The collection protocol of lisp.values.Foreign.
 
     def container_kind(self) -> str | None:
-        kind = self.node[0]
-        if kind == tree.ARRAY:
+        code = self.node.code
+        if code == tree.ARRAY:
             return "array"
-        if kind == tree.MAP:
+        if code == tree.MAP:
             return "map"
         return None
 
     def entry_count(self) -> int | None:
-        kind = self.node[0]
-        if kind == tree.ARRAY or kind == tree.MAP:
-            return len(self.node[1])
+        code = self.node.code
+        if code == tree.ARRAY or code == tree.MAP:
+            return self.node.size
         return None
 
     def sequence_items(self) -> list[Any] | None:
-        if self.node[0] != tree.ARRAY:
+        if self.node.code != tree.ARRAY:
             return None
-        items = self.node[1]
         # Children are shared, not copied: the cost is the list that holds them.
-        current().allocate(_ITEM_UNITS * len(items))
-        return [_item_to_lisp(item) for item in items]
+        current().allocate(_ITEM_UNITS * self.node.size)
+        return [_item_to_lisp(item) for item in tree.children(self.node)]
 
     def mapping_items(self) -> list[tuple[str, Any]] | None:
-        if self.node[0] != tree.MAP:
+        if self.node.code != tree.MAP:
             return None
-        entries = self.node[1]
-        current().allocate(_ITEM_UNITS * 2 * len(entries))
-        return [(key, _item_to_lisp(item)) for key, item in entries.items()]
+        current().allocate(_ITEM_UNITS * 2 * self.node.size)
+        return [(key, _item_to_lisp(item)) for key, item in tree.entries(self.node)]
 
 
 NULL = tree.from_value(None, scripts_allowed=False)

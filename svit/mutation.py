@@ -94,8 +94,7 @@ class Append:
         target = tree.get(node, segments)
         if target is None or target.kind != "array":
             raise InvalidValue(f"append target {self.path} is not an array")
-        values = target.to_value() + [v.to_value() for v in self.values]
-        return tree.set_at(node, segments, tree.from_value(values, scripts_allowed=False))
+        return tree.set_at(node, segments, tree.append_items(target, self.values))
 
     def record(self) -> dict[str, Any]:
         return {"operation": "append", "path": self.path, "values": [Raw(tree.node_cbor(v)) for v in self.values]}

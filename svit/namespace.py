@@ -29,7 +29,6 @@ from .values import Script
 
 ROOT_KEYS = ("children", "inbox", "lib", "memory", "mounts", "ports", "system", "tasks", "thread")
 ROOT_KEY_SET = frozenset(ROOT_KEYS)
-ROOT_INDEX = {key: index for index, key in enumerate(ROOT_KEYS)}
 SYSTEM_KEYS = ("api", "capabilities", "identity", "limits", "lineage", "outbox", "runtime")
 LANGUAGE = "svit-lisp@2"
 SNAPSHOT_FORMAT = "svit-snapshot@1"
@@ -145,19 +144,16 @@ def validate_root(
         raise ResourceLimitExceeded("process tree text bytes")
     # 2. Exact key set.
     # Map keys are kept in canonical order, so the set decides the sequence too.
-    if root[0] != tree.MAP or root[1].keys() != ROOT_KEY_SET:
+    if root.code != tree.MAP or root.size != len(ROOT_KEYS) or set(root.child_names()) != ROOT_KEY_SET:
         raise error("process root does not match the conventional namespace")
 
-    # The root's key set is fixed and ordered, so child digests line up by position.
-    digests = root[7]
-    previous_digests = previous[7] if previous is not None else None
-
     def changed(key: str) -> Node | None:
-        if previous_digests is not None:
-            index = ROOT_INDEX[key]
-            if digests[index] == previous_digests[index]:
+        node = section(root, key)
+        if previous is not None and node is not None:
+            before = section(previous, key)
+            if before is not None and (before is node or before.digest == node.digest):
                 return None
-        return section(root, key)
+        return node
 
     # 3. Reserved nodes.
     for key in ("children", "tasks"):
@@ -310,7 +306,6 @@ __all__ = [
     "LANGUAGE",
     "MAX_THREAD_BYTES",
     "MAX_THREAD_RECORDS",
-    "ROOT_INDEX",
     "ROOT_KEYS",
     "ROOT_KEY_SET",
     "SNAPSHOT_FORMAT",

@@ -1,4 +1,4 @@
-"""The snapshot file format ``svit-snapshot@1``.
+"""The snapshot file format ``svit-snapshot@2``.
 
 Layout::
 
@@ -14,12 +14,15 @@ a pure function of the tree, so equal processes give byte-identical snapshots.
 
 The trailer lets restore reject any truncation or bit flip before one byte of the body
 is decoded. It is an integrity check, not an authenticity proof: anyone can recompute
-it, so the body is still decoded as untrusted input. Before anything is built, one
-pass over its item heads checks that it is the canonical encoding (the only bytes this
-module would write for it) and counts the tree's nodes, text bytes and depth against
-its limits and the host's bounds; then only our own tag is accepted, every value is
-checked, and the root hash is recomputed. docs/durability.md, "Restoring a snapshot",
-lists every check in order.
+it, so the body is still decoded as untrusted input. Before anything is built, the body
+must be bounded by its limits and the host's: either it is so short that no tree it
+encodes can exceed them (every node and every text byte costs at least one byte of the
+body), or one pass over its item heads counts the tree's nodes, text bytes and depth
+first. It must be the canonical encoding (the only bytes this module would write for
+it): a body that decodes is written again and compared; where it differs, the pass over
+the heads names the first difference. Only our own tag is accepted, every value is
+checked, the chunks are rebuilt (chunk boundaries are not in the file) and the root hash
+is recomputed. docs/durability.md, "Restoring a snapshot", lists every check in order.
 """
 
 from __future__ import annotations
@@ -28,16 +31,17 @@ from hmac import compare_digest
 from typing import Any
 
 import blake3
+import cbor2
 
 from . import cbor, tree
 from .errors import InvalidLimits, InvalidSnapshot, InvalidValue, SvitError
 from .limits import LIMIT_FIELDS, LIMIT_TABLE, Limits
 from .paths import validate_address
-from .tree import Node, from_decoded
+from .tree import Node, from_decoded, script_default
 from .values import MAX_NESTING
 
-FORMAT = "svit-snapshot@1"
-MAGIC = b"SVIT\x00sn1"
+FORMAT = "svit-snapshot@2"
+MAGIC = b"SVIT\x00sn2"
 TRAILER_BYTES = len(MAGIC) + 8 + 32
 MAX_SNAPSHOT_BYTES = 128 * 1024 * 1024
 U64_MAX = 2**64 - 1
@@ -336,29 +340,6 @@ def _decode_body(body: bytes) -> Any:
         raise InvalidSnapshot(f"snapshot body is malformed{suffix}") from None
 
 
-def _decoded_root(body: bytes) -> tuple[Node, int, int] | None:
-    """The envelope's ``root`` decoded natively, with where it lies in the body:
-    ``(root, start, end)``. None when the native module is absent or anything at all is
-    unexpected; the general path then decodes the whole body and reports the problem, so
-    both paths fail with the same error."""
-    if not tree.NATIVE_BUILDER:
-        return None
-    try:
-        major, count, position = tree.cbor_head(body, 0)
-        if major != 5 or count > len(_ENVELOPE_KEYS):
-            return None
-        for _ in range(count):
-            key_major, key_length, key_start = tree.cbor_head(body, position)
-            value_start = tree.cbor_item_end(body, position)
-            if key_major == 3 and value_start - key_start == 4 and body[key_start:value_start] == b"root":
-                root, end = tree.decode_node(body, value_start)
-                return root, value_start, end
-            position = tree.cbor_item_end(body, value_start)
-    except (ValueError, InvalidValue):
-        return None
-    return None
-
-
 def decode_snapshot(
     data: bytes,
     *,
@@ -423,20 +404,13 @@ def _decode(
     if type(data) is not bytes:
         data = bytes(data)
     body_length = _check_trailer(data)
-    _scan_body(data, body_length, max_tree_nodes, max_tree_text_bytes)
+    nodes_bound, text_bound, depth_bound = _root_bounds(data, body_length, max_tree_nodes, max_tree_text_bytes)
+    short = body_length <= nodes_bound and body_length <= text_bound
     body = data[:body_length]
-
-    # The root (nearly all of the bytes) goes straight to nodes; the small rest of
-    # the envelope, with a null in the root's place, goes through cbor2.
-    native = _decoded_root(body)
-    envelope = None
-    if native is not None:
-        decoded_root, start, end = native
-        try:
-            envelope = _decode_body(body[:start] + b"\xf6" + body[end:])
-        except InvalidSnapshot:
-            native = None  # let the general path name the problem
-    if native is None:
+    if short:
+        envelope = _decode_canonical(data, body, max_tree_nodes, max_tree_text_bytes)
+    else:
+        _scan_body(data, body_length, max_tree_nodes, max_tree_text_bytes)
         envelope = _decode_body(body)
     if type(envelope) is not dict:
         raise InvalidSnapshot("snapshot envelope must be a map")
@@ -460,10 +434,85 @@ def _decode(
         raise InvalidSnapshot("snapshot root_hash must be text")
     limits = Limits.from_dict(envelope["limits"])
     try:
-        root = from_decoded(envelope["root"]) if native is None else decoded_root
+        root = from_decoded(envelope["root"])
     except InvalidValue as exc:
+        if short:  # keys out of order or a negative zero: the scan names where
+            _scan_body(data, body_length, max_tree_nodes, max_tree_text_bytes)
         raise InvalidSnapshot(f"invalid root value: {exc.detail}") from None
+    if root.height > depth_bound:
+        raise InvalidSnapshot("snapshot nesting is too deep")
     return address, version, root, limits, claimed
+
+
+def _root_bounds(data: bytes, end: int, max_tree_nodes: int | None, max_tree_text_bytes: int | None) -> tuple[int, int, int]:
+    """(nodes, text bytes, depth) the root may hold at most: the snapshot's limits, which the
+    envelope states before the root, capped by the host's bounds. Hard maxima when the
+    limits cannot be read cheaply (the scan then reports what is wrong)."""
+    limits = Limits(**{name: LIMIT_TABLE[name][1] for name in LIMIT_FIELDS})
+    envelope_limits = _peek_limits(data, end)  # the fields before the root, within the envelope's budget
+    if envelope_limits is not None:
+        limits = envelope_limits
+    nodes, text = limits.max_tree_nodes, limits.max_tree_text_bytes
+    if max_tree_nodes is not None:
+        nodes = min(nodes, max_tree_nodes)
+    if max_tree_text_bytes is not None:
+        text = min(text, max_tree_text_bytes)
+    return nodes, text, min(limits.max_value_depth + ROOT_DEPTH_ALLOWANCE, MAX_NESTING)
+
+
+def _peek_limits(data: bytes, end: int) -> Limits | None:
+    """The envelope's limits when they come before the root (they do: keys are sorted)."""
+    major, _info, count, position = _head(data, 0, end)
+    if major != 5 or count > len(_ENVELOPE_KEYS) + 1:
+        return None
+    remaining = _Budget(ENVELOPE_MAX_ITEMS, ENVELOPE_MAX_TEXT_BYTES, 4, "the envelope item limit", "the envelope text limit")
+    for _ in range(count):
+        key, value_start = _text_at(data, position, end)
+        if key is None or key == b"root":
+            return None
+        position, _items, _text = _scan_item(data, value_start, end, remaining)
+        if key == b"limits":
+            return Limits.from_dict(_decode_body(data[value_start:position]))
+    return None
+
+
+def _decode_canonical(data: bytes, body: bytes, max_tree_nodes: int | None, max_tree_text_bytes: int | None) -> Any:
+    """The decoded envelope, once its bytes are proven to be the one encoding of it."""
+    try:
+        envelope = cbor.decode_item(body, max_depth=_MAX_CBOR_DEPTH - 1)
+        canonical = _written_as(envelope, body)
+    except cbor.CBORDecodeError:
+        envelope, canonical = None, False
+    if not canonical:
+        _scan_body(data, len(body), max_tree_nodes, max_tree_text_bytes)  # names the problem
+        if envelope is None:
+            envelope = _decode_body(body)
+        raise InvalidSnapshot("snapshot body is not canonical CBOR")
+    return envelope
+
+
+def _written_as(envelope: Any, body: bytes) -> bool:
+    """Whether ``body`` is what encoding ``envelope`` (in its decoded key order) writes, with
+    the envelope's keys in order; the tree's key order and zeros are checked as it is built."""
+    if type(envelope) is not dict or not _keys_in_order(envelope, skip="root"):
+        return False
+    try:
+        return bool(cbor2.dumps(envelope, default=script_default) == body)
+    except (ValueError, TypeError, cbor2.CBOREncodeError):
+        return False
+
+
+def _keys_in_order(value: Any, skip: str | None = None) -> bool:
+    """Whether every map in ``value`` (the small envelope fields; not the ``skip`` field,
+    whose maps the tree builder checks) holds text keys in code-point order."""
+    if type(value) is dict:
+        keys = list(value)
+        if any(type(key) is not str for key in keys) or keys != sorted(keys):
+            return False
+        return all(_keys_in_order(item) for key, item in value.items() if key != skip)
+    if type(value) is list:
+        return all(_keys_in_order(item) for item in value)
+    return True
 
 
 def check_root_hash(root: Node, claimed: str) -> None:

@@ -1,98 +1,107 @@
-"""Deterministic CBOR of a tree node (the snapshot's value encoding), written in Python.
+"""A tree's two encodings: plain CBOR of its values, and its chunks one by one.
 
-Definite lengths, minimal integer heads, floats as binary64, maps in code-point key
-order, scripts as tag :data:`CBOR_SCRIPT_TAG`. The native module writes the same bytes;
-this is the reference and the fallback without it.
+* :func:`node_cbor` is the value as plain deterministic CBOR (:mod:`svit.cbor`): what a
+  snapshot and a mutation record hold. Chunk boundaries do not appear in it; restore
+  rebuilds them.
+* :func:`new_chunks` yields the chunks of a tree that a store does not hold yet, each with
+  the bytes its digest covers (:func:`svit._tree.chunks.chunk_cbor`), and
+  :func:`verify_chunk` checks stored bytes against a digest and names the chunks they
+  refer to, so a stored tree is verified top-down without rebuilding it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import blake3
 import cbor2
 
-from ..errors import InvalidValue
 from ..values import Script
-from .node import ARRAY, KEY_CACHE_MAX, MAP, Node, has_nodes
+from .chunks import chunk_cbor
+from .node import CHUNK_REF_TAG, SCRIPT_TAG, Chunk, Node, plain, script_default
 
-__all__ = ["CBOR_SCRIPT_TAG", "encode_head", "key_cbor", "leaf_cbor", "node_cbor_python", "script_default"]
-
-#: CBOR tag of a script record ``[source, documentation]``. Chosen from the large
-#: unassigned part of the IANA tag space (it spells "SVIT" in ASCII); not registered.
-CBOR_SCRIPT_TAG = 0x53564954
+__all__ = ["ChunkError", "chunk_children", "new_chunks", "node_cbor", "verify_chunk"]
 
 
-def script_default(encoder: Any, obj: Any) -> None:
-    """``cbor2`` hook for the one leaf plain CBOR cannot express: a script record."""
-    if type(obj) is Script:
-        encoder.encode(cbor2.CBORTag(CBOR_SCRIPT_TAG, [obj.source, obj.documentation]))
-    else:
-        raise InvalidValue(f"unsupported value type: {type(obj).__name__}")
+def node_cbor(node: Node) -> bytes:
+    """Deterministic CBOR of a node's value: maps in code-point key order, floats as
+    binary64, scripts as tag :data:`svit._tree.node.SCRIPT_TAG`."""
+    return cbor2.dumps(plain(node), default=script_default)
 
 
-def encode_head(major: int, length: int) -> bytes:
-    """The CBOR initial byte(s) for ``major`` type with a definite ``length`` (minimal form)."""
-    top = major << 5
-    if length < 24:
-        return bytes((top | length,))
-    if length < 0x100:
-        return bytes((top | 24, length))
-    if length < 0x10000:
-        return bytes((top | 25,)) + length.to_bytes(2, "big")
-    if length < 0x100000000:
-        return bytes((top | 26,)) + length.to_bytes(4, "big")
-    return bytes((top | 27,)) + length.to_bytes(8, "big")
+def chunk_children(chunk: Chunk) -> list[Chunk]:
+    """The chunks one step below ``chunk`` in the store's graph: an inner chunk's children,
+    or the root chunks of the containers a leaf holds."""
+    if chunk.level:
+        return list(chunk.items)
+    if not chunk.nested:
+        return []
+    return [item.value for item in chunk.items if type(item) is Node]
 
 
-_KEY_CBOR: dict[str, bytes] = {}
+def new_chunks(root: Chunk, known: Callable[[bytes], bool]) -> Iterator[tuple[bytes, bytes]]:
+    """``(digest, bytes)`` of every chunk reachable from ``root`` that ``known`` does not
+    hold; a known chunk's whole subtree is taken as held."""
+    stack = [root]
+    seen: set[bytes] = set()
+    while stack:
+        chunk = stack.pop()
+        digest = chunk.digest
+        if digest in seen or known(digest):
+            continue
+        seen.add(digest)
+        yield digest, chunk_cbor(chunk)
+        stack.extend(chunk_children(chunk))
 
 
-def key_cbor(key: str) -> bytes:
-    """The CBOR text item of a map key; memoized (bounded) because keys repeat a lot."""
-    found = _KEY_CBOR.get(key)
-    if found is None:
-        raw = key.encode("utf-8")
-        found = encode_head(3, len(raw)) + raw
-        if len(_KEY_CBOR) >= KEY_CACHE_MAX:
-            _KEY_CBOR.clear()
-        _KEY_CBOR[key] = found
-    return found
+class ChunkError(ValueError):
+    """Stored chunk bytes that are not a chunk, or do not match their digest."""
 
 
-def leaf_cbor(value: Any) -> bytes:
-    """The CBOR item of a raw stored leaf (scalar, text or script)."""
-    return cbor2.dumps(value, default=script_default)
+def _ref(value: Any) -> bytes:
+    if type(value) is not bytes or len(value) != 32:
+        raise ValueError("malformed chunk reference")
+    return value
 
 
-def node_cbor_python(node: Node) -> bytes:
-    """The reference encoder (and the fallback without the native module).
+def _script(value: Any) -> Script:
+    if type(value) not in (list, tuple) or len(value) != 2 or type(value[0]) is not str or type(value[1]) is not str:
+        raise ValueError("malformed script record")
+    return Script(value[0], value[1])
 
-    A container whose children are all leaves is encoded by ``cbor2`` once and the
-    bytes are cached on the node; a container holding nodes is assembled from its
-    children's encodings (the same bytes ``cbor2`` would write), so a repeated snapshot
-    re-encodes nothing below an unchanged leaf-only container.
+
+_TAGS: dict[int, Callable[[Any], Any]] = {CHUNK_REF_TAG: _ref, SCRIPT_TAG: _script}
+
+
+def _tag_hook(tag: Any, _immutable: bool = False) -> Any:
+    build = _TAGS.get(tag.tag)
+    if build is None:
+        raise ValueError("unsupported CBOR tag")
+    return build(tag.value)
+
+
+def verify_chunk(digest: bytes, data: bytes) -> list[bytes]:
+    """Check a stored chunk against ``digest``; return the digests it refers to.
+
+    The digest covers the bytes, so a match proves them to be what was stored; they are
+    still decoded strictly, so that only a well-formed chunk names children.
     """
-    kind = node[0]
-    if kind != MAP and kind != ARRAY:
-        return leaf_cbor(node[1])
+    if blake3.blake3(data).digest() != digest:
+        raise ChunkError("content does not match its digest")
     try:
-        return node.cached_cbor
-    except AttributeError:
-        pass
-    value = node[1]
-    if kind == MAP:
-        if has_nodes(value.values()):
-            parts = [encode_head(5, len(value))]
-            append = parts.append
-            for key, child in value.items():
-                append(key_cbor(key))
-                append(node_cbor_python(child) if type(child) is Node else leaf_cbor(child))
-            return b"".join(parts)
-        encoded = node.cached_cbor = cbor2.dumps(value, default=script_default)
-        return encoded
-    if has_nodes(value):
-        parts = [encode_head(4, len(value))]
-        parts.extend(node_cbor_python(child) if type(child) is Node else leaf_cbor(child) for child in value)
-        return b"".join(parts)
-    encoded = node.cached_cbor = cbor2.dumps(value, default=script_default)
-    return encoded
+        decoded = cbor2.loads(data, tag_hook=_tag_hook, allow_indefinite=False, allow_duplicate_keys=False,
+                              str_errors="strict")
+    except Exception as exc:  # the decoder's and the hooks' errors alike: the bytes are not a chunk
+        raise ChunkError(f"malformed chunk ({type(exc).__name__})") from None
+    if type(decoded) is not list or len(decoded) != 2 or decoded[0] not in ("m", "a", "M", "A"):
+        raise ChunkError("malformed chunk record")
+    kind, body = decoded
+    if kind in ("M", "A"):
+        if type(body) is not bytes or not body or len(body) % 32:
+            raise ChunkError("malformed inner chunk")
+        return [body[i:i + 32] for i in range(0, len(body), 32)]
+    values = body.values() if kind == "m" and type(body) is dict else body if kind == "a" and type(body) is list else None
+    if values is None:
+        raise ChunkError("malformed leaf chunk")
+    return [value for value in values if type(value) is bytes]

@@ -1,24 +1,32 @@
-"""The tree node type, its leaves, and the one definition of every structural digest.
+"""The tree node type, its scalar leaves, and the digest of a scalar.
 
-A :class:`Node` is a tuple subclass (so it cannot be mutated) holding::
+A :class:`Node` is one immutable value of the tree. A scalar node holds its Python value
+(``None``, ``bool``, ``int``, ``float``, ``str`` or a frozen :class:`Script`); a container
+node (map or array) holds the root of its chunk tree (:mod:`svit._tree.chunks`). Every
+node carries the aggregates the limits are checked against, so validating a value costs
+O(1) whatever its size:
 
-    (kind, value, digest, count, text, height, max_script, child_digests)
+* ``count``: nodes in the subtree (a container counts 1 plus its entries' counts);
+* ``text``: UTF-8 bytes of strings, map keys, script sources and documentation;
+* ``height``: depth of the deepest node below (a scalar or an empty container is 0);
+* ``max_script``: the largest script source in bytes, -1 if none.
 
-See :mod:`svit.tree` for what each field means. Every digest rule (reference §8.2, with
-BLAKE3 in place of SHA-256) is written here once: scalars, text, scripts, arrays and
-maps; the builders and the path-copying edits call these functions.
+Inside a container, scalars are kept as raw Python values, not nodes: :func:`leaf`
+wraps one when it is read on its own. A scalar's digest is BLAKE3 of its canonical CBOR
+(:mod:`svit.cbor`), computed only when asked; a container's digest is the digest of its
+root chunk. Scalar CBOR is never an array, and a chunk's encoding always is, so the two
+kinds of digest cannot collide.
 """
 
 from __future__ import annotations
 
 import math
-import struct
-from collections.abc import Iterable
+from collections.abc import Iterator
 from itertools import chain
-from operator import itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import blake3
+import cbor2
 
 from ..errors import InvalidPath, InvalidValue, ResourceLimitExceeded
 from ..limits import Limits
@@ -28,40 +36,28 @@ __all__ = [
     "ARRAY",
     "BAD_TEXT",
     "BOOL",
-    "FALSE_DIGEST",
+    "CHUNK_REF_TAG",
     "INTEGER",
-    "INT_DIGESTS",
-    "KEY_CACHE_MAX",
-    "KEY_HEADS",
     "KIND_NAMES",
     "MAP",
     "NESTING",
     "NULL",
-    "NULL_DIGEST",
     "NUMBER",
     "SCRIPT",
+    "SCRIPT_TAG",
     "STRING",
-    "TRUE_DIGEST",
+    "Chunk",
     "Node",
-    "array_digest",
-    "as_item",
-    "digest_from_heads",
-    "encode_keys",
+    "chunk_keys",
     "encode_text",
-    "float_digest",
-    "has_nodes",
     "hash_bytes",
-    "hash_many",
-    "int_digest",
-    "item_info",
-    "key_head",
     "leaf",
-    "leaf_node",
-    "make_node",
-    "map_digest",
-    "pack_u64",
+    "leaf_cbor",
+    "leaves",
+    "make_container",
     "plain",
-    "script_info",
+    "script_default",
+    "script_sizes",
     "validate_value",
 ]
 
@@ -71,10 +67,12 @@ KIND_NAMES = ("null", "bool", "integer", "number", "string", "array", "map", "sc
 NESTING = "maximum nesting depth exceeded"
 BAD_TEXT = "text must be valid Unicode (no lone surrogates)"
 
+#: CBOR tag of a script record ``[source, documentation]`` ("SVIT"; unregistered).
+SCRIPT_TAG = 0x53564954
+#: CBOR tag of a reference to a child container (its digest) inside a chunk ("SVND").
+CHUNK_REF_TAG = 0x53564E44
+
 _H = blake3.blake3
-pack_u64 = struct.Struct(">Q").pack
-_pack_i64 = struct.Struct(">q").pack
-_pack_f64 = struct.Struct(">d").pack
 
 
 def hash_bytes(data: bytes) -> bytes:
@@ -83,179 +81,17 @@ def hash_bytes(data: bytes) -> bytes:
     return digest
 
 
-def hash_many(prefix: bytes, blobs: list[bytes]) -> list[bytes]:
-    """Digests of ``prefix + blob`` for many blobs, reusing one hasher (thread-local by construction)."""
-    hasher = _H()
-    update, digest, reset = hasher.update, hasher.digest, hasher.reset
-    out: list[bytes] = []
-    append = out.append
-    for blob in blobs:
-        update(prefix)
-        update(blob)
-        append(digest())
-        reset()
-    return out
-
-
-NULL_DIGEST = hash_bytes(b"\x00")
-TRUE_DIGEST = hash_bytes(b"\x01\x01")
-FALSE_DIGEST = hash_bytes(b"\x01\x00")
-INT_DIGESTS = {i: hash_bytes(b"\x02" + _pack_i64(i)) for i in range(-256, 1025)}
-
-
-def int_digest(value: int) -> bytes:
-    found = INT_DIGESTS.get(value)
-    return found if found is not None else hash_bytes(b"\x02" + _pack_i64(value))
-
-
-def float_digest(value: float) -> bytes:
-    return hash_bytes(b"\x03" + _pack_f64(value or 0.0))
-
-
-def map_digest(key_bytes: list[bytes], digests: list[bytes]) -> bytes:
-    """The digest of a map from its encoded keys (code-point order) and child digests."""
-    return hash_bytes(
-        b"".join(
-            chain(
-                (b"\x06", pack_u64(len(key_bytes))),
-                chain.from_iterable(zip(map(pack_u64, map(len, key_bytes)), key_bytes, digests)),
-            )
-        )
-    )
-
-
-def digest_from_heads(heads: list[bytes], digests: list[bytes]) -> bytes:
-    """The map digest from precomputed key heads (``u64be(len(key)) || key``)."""
-    return hash_bytes(b"".join(chain((b"\x06", pack_u64(len(heads))), chain.from_iterable(zip(heads, digests)))))
-
-
-def array_digest(digests: list[bytes]) -> bytes:
-    return hash_bytes(b"\x05" + pack_u64(len(digests)) + b"".join(digests))
-
-
-def encode_keys(keys: list[str]) -> list[bytes]:
-    try:
-        return list(map(str.encode, keys))
-    except UnicodeEncodeError:
-        raise InvalidValue(BAD_TEXT) from None
-
-
-#: ``u64be(len(key)) || key`` by key; bounded, cleared when full.
-KEY_HEADS: dict[str, bytes] = {}
-KEY_CACHE_MAX = 1 << 16
-
-
-def key_head(key: str) -> bytes:
-    """``u64be(len(key)) || key`` for the map digest; memoized because keys repeat a lot."""
-    head = KEY_HEADS.get(key)
-    if head is None:
-        raw = encode_text(key)
-        head = pack_u64(len(raw)) + raw
-        if len(KEY_HEADS) >= KEY_CACHE_MAX:
-            KEY_HEADS.clear()
-        KEY_HEADS[key] = head
-    return head
-
-
-class Node(tuple[Any, ...]):
-    """One immutable node of the tree; compare and hash by content digest."""
-
-    # No __slots__: the instance dict (created lazily) caches the CBOR encoding of
-    # leaf-only containers and a map's key heads; everything that defines the node lives
-    # in the tuple. Those caches (bytes, lists of bytes) are the only attributes ever set:
-    # trees are acyclic, which is why the native builder can leave its nodes untracked
-    # by the cycle collector.
-    cached_heads: list[bytes]
-    cached_cbor: bytes
-
-    if TYPE_CHECKING:  # what the fields are; at run time, C-level item getters
-
-        @property
-        def digest(self) -> bytes: ...
-        @property
-        def count(self) -> int: ...  # type: ignore[override]  # the field shadows tuple.count
-        @property
-        def text(self) -> int: ...
-        @property
-        def height(self) -> int: ...
-        @property
-        def max_script(self) -> int: ...
-
+def script_default(encoder: Any, obj: Any) -> None:
+    """``cbor2`` hook for the one leaf plain CBOR cannot express: a script record."""
+    if type(obj) is Script:
+        encoder.encode(cbor2.CBORTag(SCRIPT_TAG, [obj.source, obj.documentation]))
     else:
-        digest = property(itemgetter(2), doc="32-byte BLAKE3 structural hash")
-        count = property(itemgetter(3), doc="nodes in the subtree")
-        text = property(itemgetter(4), doc="text bytes in the subtree")
-        height = property(itemgetter(5), doc="depth of the deepest node below")
-        max_script = property(itemgetter(6), doc="largest script source in bytes, -1 if none")
-
-    @property
-    def kind(self) -> str:
-        return KIND_NAMES[self[0]]
-
-    @property
-    def hash(self) -> str:
-        """The content hash as lowercase hex (what the API reports)."""
-        digest: bytes = self[2]
-        return digest.hex()
-
-    @property
-    def is_container(self) -> bool:
-        return bool(self[0] == MAP or self[0] == ARRAY)
-
-    @property
-    def size(self) -> int:
-        """Entries of a map/array; UTF-8 bytes of a string; source bytes of a script; else 0."""
-        kind = self[0]
-        if kind == MAP or kind == ARRAY:
-            return len(self[1])
-        if kind == STRING:
-            text: int = self[4]
-            return text
-        if kind == SCRIPT:
-            source: int = self[6]
-            return source
-        return 0
-
-    def child_names(self) -> list[str]:
-        """Map keys in canonical order, or ``"0".."n-1"`` for an array."""
-        if self[0] == MAP:
-            return list(self[1])
-        if self[0] == ARRAY:
-            return [str(i) for i in range(len(self[1]))]
-        raise InvalidPath("only maps and arrays have children")
-
-    def to_value(self) -> Any:
-        """Fresh plain Python data (dict keys in canonical order)."""
-        return plain(self)
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is Node and bool(self[2] == other[2])
-
-    def __ne__(self, other: object) -> bool:
-        return not self.__eq__(other)
-
-    def __hash__(self) -> int:
-        return hash(self[2])
-
-    def __repr__(self) -> str:
-        return f"Node({KIND_NAMES[self[0]]}, {self[2].hex()[:16]}…, count={self[3]})"
+        raise InvalidValue(f"unsupported value type: {type(obj).__name__}")
 
 
-_new = tuple.__new__
-
-
-def make_node(fields: tuple[Any, ...]) -> Node:
-    """A node from its eight fields (trusted: the caller computed them)."""
-    return _new(Node, fields)
-
-
-def has_nodes(items: Iterable[Any]) -> bool:
-    """Whether any child is a container node (C-level scan, no per-item Python call)."""
-    return Node in set(map(type, items))
-
-
-# ---------------------------------------------------------------------------
-# Leaves
+def leaf_cbor(value: Any) -> bytes:
+    """The canonical CBOR item of a scalar, text or script value."""
+    return cbor2.dumps(value, default=script_default)
 
 
 def encode_text(text: str) -> bytes:
@@ -265,81 +101,206 @@ def encode_text(text: str) -> bytes:
         raise InvalidValue(BAD_TEXT) from None
 
 
-def script_info(script: Script) -> tuple[bytes, int, int]:
-    """(digest, text bytes, source bytes) of a script record."""
-    source = encode_text(script.source)
-    documentation = encode_text(script.documentation)
-    digest = hash_bytes(b"\x07" + pack_u64(len(source)) + source + documentation)
-    return digest, len(source) + len(documentation), len(source)
+def script_sizes(script: Script) -> tuple[int, int]:
+    """(text bytes, source bytes) of a script record."""
+    source = len(encode_text(script.source))
+    return source + len(encode_text(script.documentation)), source
 
 
-def leaf(value: Any, scripts_allowed: bool) -> Node:
-    """A node for one scalar, string or script value (validated)."""
-    t = type(value)
-    if t is str:
-        raw = encode_text(value)
-        return make_node((STRING, value, hash_bytes(b"\x04" + raw), 1, len(raw), 0, -1, None))
-    if t is int:
-        if not I64_MIN <= value <= I64_MAX:
-            raise InvalidValue("integer is outside signed 64-bit range")
-        return make_node((INTEGER, value, int_digest(value), 1, 0, 0, -1, None))
-    if t is float:
-        if not math.isfinite(value):
-            raise InvalidValue("numbers must be finite")
-        value = value or 0.0  # -0.0 is stored as 0.0: they hash alike, so keep them one value
-        return make_node((NUMBER, value, float_digest(value), 1, 0, 0, -1, None))
-    if t is bool:
-        return make_node((BOOL, value, TRUE_DIGEST if value else FALSE_DIGEST, 1, 0, 0, -1, None))
-    if value is None:
-        return make_node((NULL, None, NULL_DIGEST, 1, 0, 0, -1, None))
-    if t is Script:
-        if not scripts_allowed:
-            raise InvalidValue("script records are only valid below /lib")
-        digest, text, source = script_info(value)
-        return make_node((SCRIPT, value, digest, 1, text, 0, source, None))
-    raise InvalidValue(f"unsupported value type: {t.__name__}")
+class Node:
+    """One immutable value of the tree; equal content means equal digest and ``==``."""
+
+    __slots__ = ("code", "value", "_digest", "count", "text", "height", "max_script")
+
+    code: int
+    value: Any
+    count: int
+    text: int
+    height: int
+    max_script: int
+
+    def __init__(self, code: int, value: Any, digest: bytes | None, count: int, text: int, height: int,
+                 max_script: int) -> None:
+        self.code = code
+        self.value = value
+        self._digest = digest
+        self.count = count
+        self.text = text
+        self.height = height
+        self.max_script = max_script
+
+    @property
+    def digest(self) -> bytes:
+        """32-byte BLAKE3 structural hash (a scalar's is computed on first use)."""
+        digest = self._digest
+        if digest is None:
+            digest = self._digest = hash_bytes(leaf_cbor(self.value))
+        return digest
+
+    @property
+    def kind(self) -> str:
+        return KIND_NAMES[self.code]
+
+    @property
+    def hash(self) -> str:
+        """The content hash as lowercase hex (what the API reports)."""
+        return self.digest.hex()
+
+    @property
+    def is_container(self) -> bool:
+        return self.code == MAP or self.code == ARRAY
+
+    @property
+    def size(self) -> int:
+        """Entries of a map/array; UTF-8 bytes of a string; source bytes of a script; else 0."""
+        code = self.code
+        if code == MAP or code == ARRAY:
+            entries: int = self.value.size
+            return entries
+        if code == STRING:
+            return self.text
+        if code == SCRIPT:
+            return self.max_script
+        return 0
+
+    def child_names(self) -> list[str]:
+        """Map keys in canonical order, or ``"0".."n-1"`` for an array."""
+        if self.code == MAP:
+            return chunk_keys(self.value)
+        if self.code == ARRAY:
+            return [str(i) for i in range(self.value.size)]
+        raise InvalidPath("only maps and arrays have children")
+
+    def to_value(self) -> Any:
+        """Fresh plain Python data (dict keys in canonical order)."""
+        return plain(self)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Node:
+            return False
+        if self is other:
+            return True
+        if self.code != other.code:
+            return False
+        if self.code == MAP or self.code == ARRAY:
+            return bool(self._digest == other._digest)
+        return bool(self.value == other.value)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    def __hash__(self) -> int:
+        return hash(self.digest)
+
+    def __repr__(self) -> str:
+        return f"Node({KIND_NAMES[self.code]}, {self.digest.hex()[:16]}…, count={self.count})"
 
 
-def leaf_node(value: Any) -> Node:
-    """Wrap a raw stored leaf (already valid) as a node."""
-    return leaf(value, True)
+class Chunk:
+    """One chunk of a container's chunk tree (built by :mod:`svit._tree.chunks`).
+
+    A leaf chunk (``level`` 0) holds entries: ``keys`` (maps only) and ``items``, each a
+    raw scalar or a child container :class:`Node`. An inner chunk holds chunks one level
+    down in ``items``, and ``bounds`` routes a lookup: the last key of each child (maps)
+    or the running entry count at the end of each child (arrays). The aggregates cover
+    the entries below; ``height`` is the tallest entry's height, -1 when empty. ``rank``
+    is what the chunk's last key says about boundaries above it (maps; 0 for arrays), and
+    ``nested`` whether a leaf holds any container.
+    """
+
+    __slots__ = ("code", "level", "keys", "items", "bounds", "size", "count", "text", "height", "max_script",
+                 "rank", "nested", "digest")
+
+    code: int
+    level: int
+    keys: tuple[str, ...] | None
+    items: tuple[Any, ...]
+    bounds: tuple[Any, ...] | None
+    size: int
+    count: int
+    text: int
+    height: int
+    max_script: int
+    rank: int
+    nested: bool
+    digest: bytes
+
+    def __repr__(self) -> str:
+        return f"Chunk({KIND_NAMES[self.code]}, level={self.level}, items={len(self.items)}, size={self.size})"
 
 
-def item_info(item: Any) -> tuple[int, int, int, int]:
-    """(count, text, height, max_script) of a stored child."""
-    if type(item) is Node:
-        return item[3], item[4], item[5], item[6]
-    t = type(item)
-    if t is str:
-        return 1, len(encode_text(item)), 0, -1
-    if t is Script:
-        _digest, text, source = script_info(item)
-        return 1, text, 0, source
-    return 1, 0, 0, -1
+def leaves(chunk: Chunk) -> Iterator[Chunk]:
+    """The leaf chunks below ``chunk``, in order."""
+    if chunk.level == 0:
+        yield chunk
+        return
+    if chunk.level == 1:
+        yield from chunk.items
+        return
+    for child in chunk.items:
+        yield from leaves(child)
 
 
-def as_item(node: Node) -> Any:
-    """What a container stores for this node: the node itself or its raw leaf value."""
-    kind = node[0]
-    return node if kind == MAP or kind == ARRAY else node[1]
+def chunk_keys(chunk: Chunk) -> list[str]:
+    """Every key of a map's chunk tree, in canonical order."""
+    if chunk.level == 0:
+        return list(chunk.keys or ())
+    return list(chain.from_iterable(leaf.keys or () for leaf in leaves(chunk)))
 
 
 def plain(item: Any) -> Any:
     """Fresh plain data for a stored item (a node or a raw leaf)."""
     if type(item) is not Node:
         return item
-    kind = item[0]
-    if kind == MAP:
-        mapping = item[1]
-        if not has_nodes(mapping.values()):
-            return dict(mapping)
-        return {key: (plain(child) if type(child) is Node else child) for key, child in mapping.items()}
-    if kind == ARRAY:
-        values = item[1]
-        if not has_nodes(values):
-            return list(values)
-        return [(plain(child) if type(child) is Node else child) for child in values]
-    return item[1]
+    code = item.code
+    if code == MAP:
+        mapping: dict[str, Any] = {}
+        for part in leaves(item.value):
+            if part.nested:
+                mapping.update(zip(part.keys, [plain(x) if type(x) is Node else x for x in part.items]))
+            else:
+                mapping.update(zip(part.keys, part.items))
+        return mapping
+    if code == ARRAY:
+        values: list[Any] = []
+        for part in leaves(item.value):
+            if part.nested:
+                values.extend(plain(x) if type(x) is Node else x for x in part.items)
+            else:
+                values.extend(part.items)
+        return values
+    return item.value
+
+
+def make_container(code: int, root: Chunk) -> Node:
+    """The map or array node over a root chunk (its aggregates are the chunk's)."""
+    return Node(code, root, root.digest, root.count + 1, root.text, root.height + 1, root.max_script)
+
+
+def leaf(value: Any, scripts_allowed: bool) -> Node:
+    """A node for one scalar, string or script value (validated)."""
+    t = type(value)
+    if t is str:
+        return Node(STRING, value, None, 1, len(encode_text(value)), 0, -1)
+    if t is int:
+        if not I64_MIN <= value <= I64_MAX:
+            raise InvalidValue("integer is outside signed 64-bit range")
+        return Node(INTEGER, value, None, 1, 0, 0, -1)
+    if t is float:
+        if not math.isfinite(value):
+            raise InvalidValue("numbers must be finite")
+        # -0.0 is stored as 0.0: for hashing they are one value, so keep them one value.
+        return Node(NUMBER, value or 0.0, None, 1, 0, 0, -1)
+    if t is bool:
+        return Node(BOOL, value, None, 1, 0, 0, -1)
+    if value is None:
+        return Node(NULL, None, None, 1, 0, 0, -1)
+    if t is Script:
+        if not scripts_allowed:
+            raise InvalidValue("script records are only valid below /lib")
+        text, source = script_sizes(value)
+        return Node(SCRIPT, value, None, 1, text, 0, source)
+    raise InvalidValue(f"unsupported value type: {t.__name__}")
 
 
 # ---------------------------------------------------------------------------
@@ -348,13 +309,13 @@ def plain(item: Any) -> Any:
 
 def validate_value(node: Node, limits: Limits, *, scripts_allowed: bool) -> None:
     """Reference §3.2 checks of one value, in O(1) from the cached aggregates."""
-    if node[6] >= 0 and not scripts_allowed:
+    if node.max_script >= 0 and not scripts_allowed:
         raise InvalidValue("script records are only valid below /lib")
-    if node[5] > limits.max_value_depth:
+    if node.height > limits.max_value_depth:
         raise InvalidValue(NESTING)
-    if node[3] > limits.max_value_entries:
+    if node.count > limits.max_value_entries:
         raise InvalidValue("maximum value entries exceeded")
-    if node[4] > limits.max_text_bytes:
+    if node.text > limits.max_text_bytes:
         raise InvalidValue("maximum text bytes exceeded")
-    if node[6] > limits.max_script_bytes:
+    if node.max_script > limits.max_script_bytes:
         raise ResourceLimitExceeded("script source")

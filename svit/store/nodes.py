@@ -1,9 +1,10 @@
-"""Content-addressed tree nodes in the store: staging new ones, verifying, sweeping.
+"""Content-addressed tree chunks in the store: staging new ones, verifying, sweeping.
 
-A committed tree is stored as its container nodes (:func:`svit.store.codec.encode_node`)
-under ``n/<digest>`` in the ``nodes`` key space; leaves live inline in their parent.
-Nodes are shared between versions and processes, so a commit stages only the
-containers its tree introduces, and a removed address's nodes stay until
+A committed tree is stored as its chunks (:func:`svit.tree.new_chunks`: the bytes each
+chunk's digest covers) under ``n/<digest>`` in the ``nodes`` key space; scalar leaves
+live inline in their chunk. Chunks are shared between versions and processes, so a
+commit stages only the chunks its tree introduces (one per level of each changed
+container, typically), and a removed address's chunks stay until
 :meth:`StoredNodes.sweep`.
 """
 
@@ -12,10 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from .. import tree
-from ..errors import InvalidPersistence, SvitError
-from ..paths import parse
+from ..errors import InvalidPersistence
 from ..tree import Node
-from . import codec, keys
+from . import keys
 from .engine import StorageEngine, WriteBatch
 from .keys import CF_NODES
 
@@ -26,7 +26,7 @@ KNOWN_NODES_MAX = 1 << 18
 
 
 class StoredNodes:
-    """The tree nodes of one engine, with a bounded memory of digests known to be stored."""
+    """The tree chunks of one engine, with a bounded memory of digests known to be stored."""
 
     def __init__(self, engine: StorageEngine) -> None:
         self.engine = engine
@@ -37,49 +37,24 @@ class StoredNodes:
             return True
         return self.engine.get(CF_NODES, keys.node_key(digest)) is not None
 
-    def stage_subtree(self, batch: WriteBatch, node: Node, pending: set[bytes]) -> None:
-        """Stage every container of ``node``'s subtree that is not stored yet."""
-        stack = [node]
-        while stack:
-            current = stack.pop()
-            if not current.is_container or self.present(current.digest, pending):
-                continue
-            batch.put(CF_NODES, keys.node_key(current.digest), codec.encode_node(current))
-            pending.add(current.digest)
-            stack.extend(codec.container_children(current))
+    def stage(self, batch: WriteBatch, root: Node, mutations: Any = None) -> set[bytes]:
+        """Stage every chunk of ``root``'s tree that is not stored yet; returns their digests.
 
-    def stage(self, batch: WriteBatch, root: Node, mutations: list[dict[str, Any]] | None) -> set[bytes]:
-        """Stage the containers ``root`` introduces; returns their digests.
-
-        With ``mutations``, only nodes at or above a mutation path can be new (the
-        previous root is fully stored): whole subtrees at mutation paths first, then the
-        ancestors on each path (whose other children are unchanged, hence stored).
+        A chunk known to be stored stands for its whole subtree (chunks are content
+        addressed and a stored chunk's children were stored with it), so a commit visits
+        only the new chunks and their direct children. ``mutations`` is accepted for
+        callers that name what changed; the walk does not need it.
         """
         pending: set[bytes] = set()
-        if mutations is None:
-            self.stage_subtree(batch, root, pending)
+        if not root.is_container:
             return pending
-        chains: list[Node] = []
-        for mutation in mutations:
-            segments = parse(mutation["path"])
-            current: Node | None = root
-            for depth in range(len(segments) + 1):
-                if current is None or not current.is_container:
-                    break
-                if depth == len(segments):
-                    self.stage_subtree(batch, current, pending)
-                    break
-                chains.append(current)
-                try:
-                    current = tree.get(current, (segments[depth],))
-                except SvitError:
-                    current = None
-        for node in chains:
-            # Ancestors of a change are new in all but rare cases; writing a node that
-            # exists rewrites identical bytes (content addressed), cheaper than a lookup.
-            if node.digest not in pending:
-                batch.put(CF_NODES, keys.node_key(node.digest), codec.encode_node(node))
-                pending.add(node.digest)
+
+        def known(digest: bytes) -> bool:
+            return self.present(digest, pending)
+
+        for digest, data in tree.new_chunks(root.value, known):
+            batch.put(CF_NODES, keys.node_key(digest), data)
+            pending.add(digest)
         return pending
 
     def remember(self, digests: set[bytes]) -> None:
@@ -89,11 +64,17 @@ class StoredNodes:
         self._known |= digests
 
     def forget(self) -> None:
-        """Drop the memory (after nodes may have been deleted)."""
+        """Drop the memory (after chunks may have been deleted)."""
         self._known.clear()
 
+    def _children(self, digest: bytes, raw: bytes) -> list[bytes]:
+        try:
+            return tree.verify_chunk(digest, raw)
+        except tree.ChunkError as exc:
+            raise InvalidPersistence(f"tree node {digest.hex()[:16]}: {exc}") from None
+
     def verify(self, address: str, root_hash: str) -> None:
-        """Walk the stored tree of a head and check every node against its digest."""
+        """Walk the stored tree of a head and check every chunk against its digest."""
         seen: set[bytes] = set()
         stack = [bytes.fromhex(root_hash)]
         while stack:
@@ -104,11 +85,11 @@ class StoredNodes:
             raw = self.engine.get(CF_NODES, keys.node_key(digest))
             if raw is None:
                 raise InvalidPersistence(f"{address}: tree node {digest.hex()[:16]} is missing")
-            stack.extend(codec.verify_node(digest, raw))
+            stack.extend(self._children(digest, raw))
         self.remember(seen)
 
     def reachable(self, root_hashes: list[str]) -> set[bytes]:
-        """Every stored node digest reachable from ``root_hashes`` (each node verified)."""
+        """Every stored chunk digest reachable from ``root_hashes`` (each chunk verified)."""
         live: set[bytes] = set()
         for root_hash in root_hashes:
             stack = [bytes.fromhex(root_hash)]
@@ -119,7 +100,7 @@ class StoredNodes:
                 live.add(digest)
                 raw = self.engine.get(CF_NODES, keys.node_key(digest))
                 if raw is not None:
-                    stack.extend(codec.verify_node(digest, raw))
+                    stack.extend(self._children(digest, raw))
         return live
 
     def sweep(self, root_hashes: list[str]) -> int:

@@ -76,7 +76,7 @@ __all__ = [
     "apply_mutations",
 ]
 
-STORE_FORMAT = b"svit-store@2"
+STORE_FORMAT = b"svit-store@3"
 MAX_TRANSACTION_BYTES = 16 * 1024 * 1024
 U64_MAX = 2**64 - 1
 # The names the commit path and the handle operations use for the record pieces.

@@ -141,7 +141,7 @@ def test_tampered_value_with_fresh_trailer_is_a_hash_mismatch():
 @pytest.mark.parametrize(
     "changes, message",
     [
-        ({"format": "svit-snapshot@2"}, "unsupported format"),
+        ({"format": "svit-snapshot@1"}, "unsupported format .svit-snapshot@1."),
         ({"format": 10}, "unsupported format"),
         ({"extra": 1}, "unknown field"),
         ({"version": _DROP}, "missing field"),

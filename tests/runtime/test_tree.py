@@ -1,8 +1,9 @@
 """The immutable tree: hashes, aggregates, path-copying updates, validation."""
 
-import struct
+import zlib
 
 import blake3
+import cbor2
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -26,32 +27,62 @@ PLAIN = st.recursive(
 CONTAINER = st.dictionaries(KEY, PLAIN, max_size=8)
 
 
+def _crc_rank(key: str) -> int:
+    code = zlib.crc32(key.encode())
+    if code & 31 != 31:
+        return 0
+    rank, code = 1, code >> 5
+    while code & 15 == 15 and rank < 7:
+        rank, code = rank + 1, code >> 4
+    return rank
+
+
+def _cuts(ranks: list[int], level: int, minimum: int, cap: int) -> list[list[int]]:
+    """Positions grouped into chunks, written as the rule reads: scan left to right, cut
+    after an item whose rank exceeds ``level`` once the chunk holds ``minimum``, or at ``cap``."""
+    groups: list[list[int]] = [[]]
+    for position, rank in enumerate(ranks):
+        groups[-1].append(position)
+        size = len(groups[-1])
+        if (size >= minimum and rank > level) or size == cap:
+            groups.append([])
+    return [group for group in groups if group]
+
+
 def reference_hash(value) -> bytes:
-    """§8.2 written out directly, independent of the tree's fast paths."""
+    """DESIGN §5.2 written out directly, independent of the tree's own code: chunk the
+    entries, BLAKE3 each chunk's CBOR, a container's digest is its root chunk's."""
     H = lambda b: blake3.blake3(b).digest()
     t = type(value)
-    if value is None:
-        return H(b"\x00")
-    if t is bool:
-        return H(b"\x01" + (b"\x01" if value else b"\x00"))
-    if t is int:
-        return H(b"\x02" + struct.pack(">q", value))
-    if t is float:
-        return H(b"\x03" + struct.pack(">d", 0.0 if value == 0 else value))
-    if t is str:
-        return H(b"\x04" + value.encode())
-    if t is list:
-        return H(b"\x05" + struct.pack(">Q", len(value)) + b"".join(reference_hash(v) for v in value))
+    if t not in (list, dict):
+        if t is float and value == 0:
+            value = 0.0
+        if t is Script:
+            return H(cbor2.dumps(cbor2.CBORTag(0x53564954, [value.source, value.documentation])))
+        return H(cbor2.dumps(value))
+
+    def item(v):
+        if type(v) in (list, dict):
+            return cbor2.CBORTag(0x53564E44, reference_hash(v))
+        if type(v) is Script:
+            return cbor2.CBORTag(0x53564954, [v.source, v.documentation])
+        return 0.0 if type(v) is float and v == 0 else v
+
     if t is dict:
-        parts = [b"\x06", struct.pack(">Q", len(value))]
-        for k in sorted(value):
-            kb = k.encode()
-            parts += [struct.pack(">Q", len(kb)), kb, reference_hash(value[k])]
-        return H(b"".join(parts))
-    if t is Script:
-        s = value.source.encode()
-        return H(b"\x07" + struct.pack(">Q", len(s)) + s + value.documentation.encode())
-    raise AssertionError(t)
+        keys = sorted(value)
+        groups = _cuts([_crc_rank(k) for k in keys], 0, 8, 128)
+        level = [(H(cbor2.dumps(["m", {keys[i]: item(value[keys[i]]) for i in g}])), _crc_rank(keys[g[-1]])) for g in groups] if keys else [(H(cbor2.dumps(["m", {}])), 0)]
+        height = 1
+        while len(level) > 1:
+            groups = _cuts([rank for _, rank in level], height, 4, 64)
+            level = [(H(cbor2.dumps(["M", b"".join(level[i][0] for i in g)])), level[g[-1]][1]) for g in groups]
+            height += 1
+        return level[0][0]
+    groups = [list(range(i, min(i + 32, len(value)))) for i in range(0, len(value), 32)] or [[]]
+    digests = [H(cbor2.dumps(["a", [item(value[i]) for i in g]])) for g in groups]
+    while len(digests) > 1:
+        digests = [H(cbor2.dumps(["A", b"".join(digests[i:i + 16])])) for i in range(0, len(digests), 16)]
+    return digests[0]
 
 
 def reference_aggregates(value, depth=0):

@@ -11,6 +11,7 @@ import pytest
 from svit import Process
 from svit.errors import InvalidPersistence, PersistenceUnavailable
 from svit.store import ProcessStore, keys, records
+from svit.store.store import STORE_FORMAT
 from svit.store.engine import StorageEngine, WriteBatch
 from svit.store.faults import FailingWrites
 from svit.store.keys import CF_DEFAULT, CF_INDEX, CF_RECORD, REBUILDABLE
@@ -109,7 +110,7 @@ def test_a_store_runs_over_an_engine_it_is_given(tmp_path):
     store = ProcessStore.over(RocksDBEngine.open(tmp_path / "db"))
     h = store.create(Process.builder(ADDR).memory("n", 1).build())
     h.write("/memory/n", 2)
-    assert store.engine.get(CF_DEFAULT, keys.FORMAT_KEY) == b"svit-store@2"
+    assert store.engine.get(CF_DEFAULT, keys.FORMAT_KEY) == STORE_FORMAT
     store.close()
     again = ProcessStore.open(tmp_path / "db")
     assert again.resume(ADDR).read("/memory/n") == 2
@@ -127,7 +128,7 @@ def test_a_store_of_the_previous_format_is_refused_naming_it(tmp_path):
     engine.close()
     with pytest.raises(InvalidPersistence) as caught:
         ProcessStore.open(tmp_path / "db")
-    assert "'svit-store@1'" in caught.value.message and "svit-store@2" in caught.value.message
+    assert "'svit-store@1'" in caught.value.message and STORE_FORMAT.decode() in caught.value.message
     # the refusal released the lock: the directory opens again
     RocksDBEngine.open(tmp_path / "db").close()
 

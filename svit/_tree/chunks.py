@@ -1,0 +1,517 @@
+"""Containers as trees of chunks whose boundaries are a function of the contents alone.
+
+A map's entries, in key order, are cut into leaf chunks; the leaf chunks are cut into
+inner chunks one level up, and so on until one chunk, the root, remains. Where a map is
+cut depends only on its keys: an entry ends a leaf chunk when CRC-32 of its key has its
+low 5 bits set (one key in 32) and the chunk holds at least :data:`LEAF_MIN` entries;
+an inner chunk at level ``L`` ends after a child whose last key's *rank* exceeds ``L``
+(each further 4 set bits raise the rank by one, so one child in 16 qualifies) and holds
+at least :data:`INNER_MIN` children. A chunk that reaches its cap (:data:`LEAF_CAP`,
+:data:`INNER_CAP`) is cut there whatever the keys say, so keys chosen to avoid every
+boundary make full chunks, never a huge one. Arrays are cut by position: leaves of
+:data:`ARRAY_LEAF` items, inner chunks of :data:`ARRAY_INNER` children.
+
+Because the cuts are made left to right and each depends only on the entries since the
+previous cut, one tree exists for a given content, whatever history of inserts and
+removes built it; and an edit changes only the chunks from the edited one up to the
+first old boundary the new cuts agree with, plus one chunk per level above. Changing a
+value (not a key) never moves a boundary.
+
+A chunk's digest is BLAKE3 of its canonical CBOR, which is also how the store keeps it:
+
+* map leaf ``["m", {key: item, ...}]``, array leaf ``["a", [item, ...]]``, where an item
+  is a scalar's own CBOR or ``tag(CHUNK_REF_TAG, digest)`` of a child container;
+* map inner ``["M", digests]``, array inner ``["A", digests]``, ``digests`` being the
+  children's 32-byte digests concatenated into one byte string.
+
+So a commit or a restore hashes once per chunk, not once per leaf.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterator
+from itertools import accumulate
+from typing import Any
+from zlib import crc32
+
+import blake3
+import cbor2
+
+from ..values import Script
+from .node import ARRAY, CHUNK_REF_TAG, MAP, Chunk, Node, leaves, script_default, script_sizes
+
+__all__ = [
+    "ABSENT",
+    "ARRAY_INNER",
+    "ARRAY_LEAF",
+    "INNER_CAP",
+    "INNER_MIN",
+    "LEAF_CAP",
+    "LEAF_MIN",
+    "array_append",
+    "array_find",
+    "array_items",
+    "array_remove",
+    "array_set",
+    "build_array_root",
+    "build_map_root",
+    "chunk_cbor",
+    "empty_root",
+    "key_rank",
+    "make_inner",
+    "make_leaf",
+    "map_find",
+    "map_items",
+    "map_remove",
+    "map_set",
+]
+
+LEAF_MIN, LEAF_CAP = 8, 128
+INNER_MIN, INNER_CAP = 4, 64
+ARRAY_LEAF, ARRAY_INNER = 32, 16
+
+#: What a lookup returns for a missing key or index (``None`` is a value).
+ABSENT: Any = object()
+
+_TAG = cbor2.CBORTag
+_H = blake3.blake3
+_MAX_RANK = 7
+
+
+def key_rank(key: str) -> int:
+    """How high in the chunk tree ``key`` can end a chunk: 0 never, 1 a leaf, 2 a level-1 chunk, ..."""
+    code = crc32(key.encode("utf-8"))
+    if code & 31 != 31:
+        return 0
+    rank = 1
+    code >>= 5
+    while code & 15 == 15 and rank < _MAX_RANK:
+        rank += 1
+        code >>= 4
+    return rank
+
+
+# ---------------------------------------------------------------------------
+# Making chunks
+
+
+def _leaf_body(chunk_items: tuple[Any, ...], nested: bool) -> Any:
+    if not nested:
+        return chunk_items
+    return [_TAG(CHUNK_REF_TAG, x.digest) if type(x) is Node else x for x in chunk_items]
+
+
+def make_leaf(code: int, keys: tuple[str, ...] | None, chunk_items: tuple[Any, ...]) -> Chunk:
+    """A leaf chunk over valid entries (keys sorted, scalars normalized)."""
+    types = set(map(type, chunk_items))
+    count = n = len(chunk_items)
+    height = 0 if n else -1
+    max_script = -1
+    text = sum(map(len, map(str.encode, keys))) if keys else 0
+    nested = Node in types
+    if str in types:
+        text += sum(map(len, map(str.encode, [x for x in chunk_items if type(x) is str])))
+    if nested or Script in types:
+        for x in chunk_items:
+            t = type(x)
+            if t is Node:
+                count += x.count - 1
+                text += x.text
+                if x.height > height:
+                    height = x.height
+                if x.max_script > max_script:
+                    max_script = x.max_script
+            elif t is Script:
+                script_text, source = script_sizes(x)
+                text += script_text
+                if source > max_script:
+                    max_script = source
+    body = _leaf_body(chunk_items, nested)
+    if code == MAP:
+        data = cbor2.dumps(["m", dict(zip(keys or (), body))], default=script_default)
+        rank = key_rank(keys[-1]) if keys else 0
+    else:
+        data = cbor2.dumps(["a", list(body)], default=script_default)
+        rank = 0
+    chunk = Chunk()
+    chunk.code = code
+    chunk.level = 0
+    chunk.keys = keys
+    chunk.items = chunk_items
+    chunk.bounds = None
+    chunk.size = n
+    chunk.count = count
+    chunk.text = text
+    chunk.height = height
+    chunk.max_script = max_script
+    chunk.rank = rank
+    chunk.nested = nested
+    chunk.digest = _H(data).digest()
+    return chunk
+
+
+def _last_key(chunk: Chunk) -> str:
+    if chunk.level == 0:
+        return chunk.keys[-1]  # type: ignore[index]  # a map leaf that has a parent is never empty
+    return chunk.bounds[-1]  # type: ignore[index]
+
+
+def make_inner(code: int, level: int, children: tuple[Chunk, ...]) -> Chunk:
+    """An inner chunk at ``level`` over its children (one level down)."""
+    chunk = Chunk()
+    chunk.code = code
+    chunk.level = level
+    chunk.keys = None
+    chunk.items = children
+    if code == MAP:
+        chunk.bounds = tuple(map(_last_key, children))
+        tag = "M"
+    else:
+        chunk.bounds = tuple(accumulate(child.size for child in children))
+        tag = "A"
+    chunk.size = sum(child.size for child in children)
+    chunk.count = sum(child.count for child in children)
+    chunk.text = sum(child.text for child in children)
+    chunk.height = max(child.height for child in children)
+    chunk.max_script = max(child.max_script for child in children)
+    chunk.rank = children[-1].rank
+    chunk.nested = True
+    chunk.digest = _H(cbor2.dumps([tag, b"".join(child.digest for child in children)])).digest()
+    return chunk
+
+
+def empty_root(code: int) -> Chunk:
+    return make_leaf(code, () if code == MAP else None, ())
+
+
+def chunk_cbor(chunk: Chunk) -> bytes:
+    """The canonical CBOR of one chunk: what its digest covers and what the store keeps."""
+    if chunk.level:
+        tag = "M" if chunk.code == MAP else "A"
+        return cbor2.dumps([tag, b"".join(child.digest for child in chunk.items)])
+    body = _leaf_body(chunk.items, chunk.nested)
+    if chunk.code == MAP:
+        return cbor2.dumps(["m", dict(zip(chunk.keys or (), body))], default=script_default)
+    return cbor2.dumps(["a", list(body)], default=script_default)
+
+
+# ---------------------------------------------------------------------------
+# Where to cut
+
+
+def _rules(code: int, level: int) -> tuple[int, int]:
+    """(minimum, cap) of a chunk's size at ``level``."""
+    if code == MAP:
+        return (LEAF_MIN, LEAF_CAP) if level == 0 else (INNER_MIN, INNER_CAP)
+    return (1, ARRAY_LEAF) if level == 0 else (1, ARRAY_INNER)
+
+
+def _split(n: int, candidates: list[int], minimum: int, cap: int) -> tuple[list[tuple[int, int]], bool]:
+    """Spans cutting positions ``0..n-1``, and whether the last cut is a real boundary.
+
+    ``candidates`` are the positions after which the contents allow a cut (sorted). The
+    last span ends at ``n`` either by a rule (a candidate, or the cap) or only because the
+    sequence ended; in the second case the sequence's next items would join it.
+    """
+    spans: list[tuple[int, int]] = []
+    start = 0
+    closed = True
+    index = 0
+    available = len(candidates)
+    while start < n:
+        index = bisect_left(candidates, start + minimum - 1, index)
+        limit = start + cap
+        if index < available and candidates[index] < limit:
+            end = candidates[index] + 1
+            closed = True
+        elif limit <= n:
+            end = limit
+            closed = True
+        else:
+            end = n
+            closed = False
+        spans.append((start, end))
+        start = end
+    return spans, closed
+
+
+def _leaf_candidates(keys: list[str]) -> list[int]:
+    return [i for i, code in enumerate(map(crc32, map(str.encode, keys))) if code & 31 == 31]
+
+
+def _inner_candidates(children: list[Chunk], level: int) -> list[int]:
+    return [i for i, child in enumerate(children) if child.rank > level]
+
+
+def build_map_root(keys: list[str], map_items: list[Any]) -> Chunk:
+    """The root chunk of a map from its entries (valid, keys sorted and distinct)."""
+    n = len(keys)
+    if n <= LEAF_MIN:
+        return make_leaf(MAP, tuple(keys), tuple(map_items))
+    spans, _ = _split(n, _leaf_candidates(keys), LEAF_MIN, LEAF_CAP)
+    return _build_up(MAP, [make_leaf(MAP, tuple(keys[a:b]), tuple(map_items[a:b])) for a, b in spans], 1)
+
+
+def build_array_root(values: list[Any]) -> Chunk:
+    """The root chunk of an array from its (valid) items."""
+    n = len(values)
+    if n <= ARRAY_LEAF:
+        return make_leaf(ARRAY, None, tuple(values))
+    return _build_up(ARRAY, [make_leaf(ARRAY, None, tuple(values[a:a + ARRAY_LEAF])) for a in range(0, n, ARRAY_LEAF)], 1)
+
+
+def _build_up(code: int, chunks: list[Chunk], level: int) -> Chunk:
+    """Cut ``chunks`` (one level below ``level``) level by level until one remains."""
+    if not chunks:
+        return empty_root(code)
+    while len(chunks) > 1:
+        minimum, cap = _rules(code, level)
+        candidates = _inner_candidates(chunks, level) if code == MAP else []
+        spans, _ = _split(len(chunks), candidates, minimum, cap)
+        chunks = [make_inner(code, level, tuple(chunks[a:b])) for a, b in spans]
+        level += 1
+    return chunks[0]
+
+
+# ---------------------------------------------------------------------------
+# Reading
+
+
+def map_find(root: Chunk, key: str) -> Any:
+    """The item at ``key``, or :data:`ABSENT`."""
+    chunk = root
+    while chunk.level:
+        bounds: Any = chunk.bounds
+        i = bisect_left(bounds, key)
+        if i == len(bounds):
+            return ABSENT
+        chunk = chunk.items[i]
+    keys: Any = chunk.keys
+    i = bisect_left(keys, key)
+    if i < len(keys) and keys[i] == key:
+        return chunk.items[i]
+    return ABSENT
+
+
+def array_find(root: Chunk, index: int) -> Any:
+    """The item at ``index``, or :data:`ABSENT`."""
+    if index >= root.size:
+        return ABSENT
+    chunk = root
+    while chunk.level:
+        bounds: Any = chunk.bounds
+        i = bisect_right(bounds, index)
+        if i:
+            index -= bounds[i - 1]
+        chunk = chunk.items[i]
+    return chunk.items[index]
+
+
+def map_items(root: Chunk) -> Iterator[tuple[str, Any]]:
+    for part in leaves(root):
+        yield from zip(part.keys or (), part.items)
+
+
+def array_items(root: Chunk) -> Iterator[Any]:
+    for part in leaves(root):
+        yield from part.items
+
+
+# ---------------------------------------------------------------------------
+# Editing
+
+
+Route = list[int]
+
+
+def _map_route(root: Chunk, key: str) -> tuple[list[Chunk], Route, Chunk, int, bool]:
+    """(inner chunks from the root down, child index in each, leaf, position, found)."""
+    path: list[Chunk] = []
+    route: Route = []
+    chunk = root
+    while chunk.level:
+        bounds: Any = chunk.bounds
+        i = bisect_left(bounds, key)
+        if i == len(bounds):
+            i -= 1  # past every key: the last leaf is where it would go
+        path.append(chunk)
+        route.append(i)
+        chunk = chunk.items[i]
+    keys: Any = chunk.keys
+    position = bisect_left(keys, key)
+    return path, route, chunk, position, position < len(keys) and keys[position] == key
+
+
+def _array_route(root: Chunk, index: int) -> tuple[list[Chunk], Route, Chunk, int]:
+    path: list[Chunk] = []
+    route: Route = []
+    chunk = root
+    while chunk.level:
+        bounds: Any = chunk.bounds
+        i = bisect_right(bounds, index)
+        if i == len(bounds):
+            i -= 1  # one past the end (an append): the last leaf
+        if i:
+            index -= bounds[i - 1]
+        path.append(chunk)
+        route.append(i)
+        chunk = chunk.items[i]
+    return path, route, chunk, index
+
+
+def _replace(code: int, path: list[Chunk], route: Route, leaf: Chunk, position: int, item: Any) -> Chunk:
+    """A new root with one leaf entry's item replaced: no boundary moves."""
+    updated = list(leaf.items)
+    updated[position] = item
+    chunk = make_leaf(code, leaf.keys, tuple(updated))
+    for parent, i in zip(reversed(path), reversed(route)):
+        children = list(parent.items)
+        children[i] = chunk
+        chunk = make_inner(code, parent.level, tuple(children))
+    return chunk
+
+
+def _at_depth(chunk: Chunk, depth: int) -> Iterator[Chunk]:
+    if depth == 0:
+        yield chunk
+    elif depth == 1:
+        yield from chunk.items
+    else:
+        for child in chunk.items:
+            yield from _at_depth(child, depth - 1)
+
+
+def _chunks_from(chunk: Chunk, route: Route) -> Iterator[Chunk]:
+    """The chunks ``len(route)`` levels below ``chunk``, in order, from the one ``route`` reaches."""
+    if not route:
+        yield chunk
+        return
+    first = route[0]
+    children = chunk.items
+    yield from _chunks_from(children[first], route[1:])
+    for child in children[first + 1:]:
+        yield from _at_depth(child, len(route) - 1)
+
+
+def _entries(code: int, level: int, chunk: Chunk) -> list[Any]:
+    if level == 0 and code == MAP:
+        return list(zip(chunk.keys or (), chunk.items))
+    return list(chunk.items)
+
+
+def _make(code: int, level: int, part: list[Any]) -> Chunk:
+    if level:
+        return make_inner(code, level, tuple(part))
+    if code == MAP:
+        return make_leaf(MAP, tuple(key for key, _ in part), tuple(item for _, item in part))
+    return make_leaf(ARRAY, None, tuple(part))
+
+
+def _rechunk(code: int, level: int, sequence: list[Any], following: Iterator[Chunk]) -> tuple[list[Chunk], int]:
+    """Cut ``sequence`` (which starts at a boundary and ends where an old chunk ended),
+    taking in the old chunks that follow until a new cut falls on an old boundary.
+    Returns the new chunks and how many following chunks were taken in."""
+    made: list[Chunk] = []
+    taken = 0
+    minimum, cap = _rules(code, level)
+    while True:
+        if code != MAP:
+            candidates: list[int] = []
+        elif level == 0:
+            candidates = _leaf_candidates([key for key, _ in sequence])
+        else:
+            candidates = _inner_candidates(sequence, level)
+        spans, closed = _split(len(sequence), candidates, minimum, cap)
+        if not closed:
+            after = next(following, None)
+            if after is not None:
+                start = spans[-1][0]
+                made.extend(_make(code, level, sequence[a:b]) for a, b in spans[:-1])
+                sequence = sequence[start:] + _entries(code, level, after)
+                taken += 1
+                continue
+        made.extend(_make(code, level, sequence[a:b]) for a, b in spans)
+        return made, taken
+
+
+def _splice(code: int, root: Chunk, route: Route, edit: Callable[[list[Any]], list[Any]]) -> Chunk:
+    """A new root after ``edit`` changes the entries of the leaf ``route`` reaches (an
+    insert or a removal), re-cutting only what the change can move."""
+    height = root.level
+    following = _chunks_from(root, route)
+    leaf = next(following)
+    made, taken = _rechunk(code, 0, edit(_entries(code, 0, leaf)), following)
+    replaced = 1 + taken
+    for level in range(1, height + 1):
+        following = _chunks_from(root, route[: height - level])
+        parent = next(following)
+        offset = route[height - level]
+        rest = list(parent.items[offset:])
+        sequence = list(parent.items[:offset]) + made
+        parents = 1
+        while replaced > len(rest):  # the replaced children ran on into the next parents
+            replaced -= len(rest)
+            rest = list(next(following).items)
+            parents += 1
+        made, taken = _rechunk(code, level, sequence + rest[replaced:], following)
+        replaced = parents + taken
+    new_root = _build_up(code, made, height + 1)
+    while new_root.level and len(new_root.items) == 1:
+        new_root = new_root.items[0]
+    return new_root
+
+
+def map_set(root: Chunk, key: str, item: Any) -> Chunk:
+    """A new root with ``key`` set to ``item`` (inserted when absent)."""
+    path, route, leaf, position, found = _map_route(root, key)
+    if found:
+        return _replace(MAP, path, route, leaf, position, item)
+
+    def insert(entries: list[Any]) -> list[Any]:
+        entries.insert(position, (key, item))
+        return entries
+
+    return _splice(MAP, root, route, insert)
+
+
+def map_remove(root: Chunk, key: str) -> Chunk | None:
+    """A new root without ``key``, or None when it is absent."""
+    _path, route, _leaf, position, found = _map_route(root, key)
+    if not found:
+        return None
+
+    def delete(entries: list[Any]) -> list[Any]:
+        del entries[position]
+        return entries
+
+    return _splice(MAP, root, route, delete)
+
+
+def array_set(root: Chunk, index: int, item: Any) -> Chunk:
+    """A new root with the existing ``index`` replaced."""
+    path, route, leaf, position = _array_route(root, index)
+    return _replace(ARRAY, path, route, leaf, position, item)
+
+
+def array_remove(root: Chunk, index: int) -> Chunk:
+    """A new root without the existing ``index`` (later items shift down)."""
+    _path, route, _leaf, position = _array_route(root, index)
+
+    def delete(entries: list[Any]) -> list[Any]:
+        del entries[position]
+        return entries
+
+    return _splice(ARRAY, root, route, delete)
+
+
+def array_append(root: Chunk, values: list[Any]) -> Chunk:
+    """A new root with ``values`` added at the end."""
+    if not values:
+        return root
+    _path, route, _leaf, _position = _array_route(root, root.size)
+
+    def extend(entries: list[Any]) -> list[Any]:
+        return entries + values
+
+    return _splice(ARRAY, root, route, extend)
