@@ -12,25 +12,14 @@ Run: python benchmarks/runtime.py [--repeat N]
 from __future__ import annotations
 
 import argparse
-import contextlib
 import time
 
 import cbor2
 from common import build
 from common import median_time as median
 
-from svit import Process, tree
+from svit import Process
 
-
-@contextlib.contextmanager
-def python_builder_only():
-    """What restore costs where the native tree module could not be built."""
-    saved = tree._native, tree.NATIVE_BUILDER
-    tree._native, tree.NATIVE_BUILDER = None, False
-    try:
-        yield
-    finally:
-        tree._native, tree.NATIVE_BUILDER = saved
 
 def nested_memory(records: int, fields: int) -> dict:
     return {f"r{i:05d}": {f"f{j:03d}": j for j in range(fields)} for i in range(records)}
@@ -77,12 +66,7 @@ def main() -> None:
         print(f"  snapshot (first, cold caches) [{label}]: {first * 1e3:.3f} ms -> ratio {first / base:.2f}")
         ours = median(lambda: Process.restore(blob), max(5, repeat // 3))
         base = median(lambda: cbor2.loads(encoded), repeat)
-        builder = "native" if tree.NATIVE_BUILDER else "pure-Python: svit._treecore is not built"
-        report(f"  restore with validation + hash check [{label}] ({builder})", ours, base, "cbor2.loads", "<= 4")
-        if tree.NATIVE_BUILDER:
-            with python_builder_only():
-                ours = median(lambda: Process.restore(blob), max(5, repeat // 3))
-            report(f"  restore on the pure-Python builder (fallback) [{label}]", ours, base, "cbor2.loads", "printed")
+        report(f"  restore with validation + hash check [{label}]", ours, base, "cbor2.loads", "<= 4")
 
 
 if __name__ == "__main__":

@@ -121,16 +121,9 @@ def test_cycle_finder_finds_a_cycle() -> None:
     assert _cycles({"a": ["b"], "b": []}) == []
 
 
-def _native_only(graph: grimp.ImportGraph, importer: str, imported: str) -> bool:
-    """The optional native module is no Python source, so grimp files ``from . import
-    _treecore`` as an import of the package itself; that edge is not a cycle."""
-    details = graph.get_import_details(importer=importer, imported=imported)
-    return bool(details) and all("_treecore" in detail["line_contents"] for detail in details)
-
-
 def test_no_module_imports_itself_through_others(graph: grimp.ImportGraph) -> None:
     edges = {
-        m: sorted(i for i in graph.find_modules_directly_imported_by(m) if not _native_only(graph, m, i))
+        m: sorted(i for i in graph.find_modules_directly_imported_by(m))
         for m in graph.modules
     }
     assert _cycles(edges) == []
@@ -176,7 +169,7 @@ def _private_name_imports(path: Path, root: Path = ROOT) -> list[str]:
 
 
 def _module_file(node: ast.ImportFrom, path: Path, name: str) -> bool:
-    """``from . import _treecore``: the name is a private module of the importer's own package."""
+    """``from . import _name``: the name is a private module of the importer's own package."""
     if node.level == 0:
         return False
     package = path.parent
@@ -187,7 +180,7 @@ def _module_file(node: ast.ImportFrom, path: Path, name: str) -> bool:
             package = package / part
     if package != path.parent:
         return False
-    return any((package / f"{name}{suffix}").exists() for suffix in (".py", "")) or any(package.glob(f"{name}.*.so"))
+    return any((package / f"{name}{suffix}").exists() for suffix in (".py", ""))
 
 
 def test_no_module_imports_a_private_name_of_another() -> None:

@@ -114,7 +114,7 @@ def test_the_wheel_installs_only_the_svit_package(wheel: Path) -> None:
 def test_the_wheel_carries_the_grammar_and_the_type_markers(wheel: Path) -> None:
     names = set(_names(wheel))
     assert "svit/lisp/grammar.lark" in names
-    assert {"svit/py.typed", "svit/lisp/py.typed", "svit/ports/py.typed", "svit/_treecore.pyi"} <= names
+    assert {"svit/py.typed", "svit/lisp/py.typed", "svit/ports/py.typed"} <= names
 
 
 def test_the_wheel_carries_every_conformance_fixture(wheel: Path) -> None:

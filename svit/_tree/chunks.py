@@ -152,9 +152,9 @@ def make_leaf(code: int, keys: tuple[str, ...] | None, chunk_items: tuple[Any, .
 
 
 def _last_key(chunk: Chunk) -> str:
-    if chunk.level == 0:
-        return chunk.keys[-1]  # type: ignore[index]  # a map leaf that has a parent is never empty
-    return chunk.bounds[-1]  # type: ignore[index]
+    """A map chunk's greatest key (a chunk that has a parent is never empty)."""
+    last: str = chunk.keys[-1] if chunk.level == 0 else chunk.bounds[-1]  # type: ignore[index]
+    return last
 
 
 def make_inner(code: int, level: int, children: tuple[Chunk, ...]) -> Chunk:

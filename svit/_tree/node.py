@@ -257,9 +257,9 @@ def plain(item: Any) -> Any:
         mapping: dict[str, Any] = {}
         for part in leaves(item.value):
             if part.nested:
-                mapping.update(zip(part.keys, [plain(x) if type(x) is Node else x for x in part.items]))
+                mapping.update(zip(part.keys or (), [plain(x) if type(x) is Node else x for x in part.items]))
             else:
-                mapping.update(zip(part.keys, part.items))
+                mapping.update(zip(part.keys or (), part.items))
         return mapping
     if code == ARRAY:
         values: list[Any] = []

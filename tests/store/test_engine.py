@@ -11,11 +11,11 @@ import pytest
 from svit import Process
 from svit.errors import InvalidPersistence, PersistenceUnavailable
 from svit.store import ProcessStore, keys, records
-from svit.store.store import STORE_FORMAT
 from svit.store.engine import StorageEngine, WriteBatch
 from svit.store.faults import FailingWrites
 from svit.store.keys import CF_DEFAULT, CF_INDEX, CF_RECORD, REBUILDABLE
 from svit.store.rocksdb import RocksDBEngine
+from svit.store.store import STORE_FORMAT
 
 STORE_PACKAGE = Path(__file__).resolve().parents[2] / "svit" / "store"
 ADDR = "svit://local/test/engine"

@@ -639,24 +639,3 @@ DurableMachine.TestCase.settings = settings(
     max_examples=12, stateful_step_count=12, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 TestDurableMachine = DurableMachine.TestCase
-
-
-def test_direct_node_encoding_matches_cbor2() -> None:
-    from hypothesis import given, settings
-    from hypothesis import strategies as st
-
-    from svit import tree
-    from svit.store import codec
-    from svit.values import Script
-
-    leaves = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False, allow_infinity=False),
-                       st.text(max_size=30), st.builds(Script, st.text(max_size=10), st.text(max_size=5)))
-    values = st.recursive(leaves, lambda c: st.one_of(st.lists(c, max_size=5), st.dictionaries(st.text(max_size=8), c, max_size=5)), max_leaves=20)
-
-    @settings(max_examples=300, deadline=None)
-    @given(st.one_of(st.lists(values, max_size=6), st.dictionaries(st.text(max_size=300), values, max_size=30)))
-    def check(value) -> None:
-        node = tree.from_value(value, scripts_allowed=True)
-        assert codec.encode_node(node) == codec._encode_node_reference(node)
-
-    check()
