@@ -144,16 +144,18 @@ def validate_root(
         raise ResourceLimitExceeded("process tree text bytes")
     # 2. Exact key set.
     # Map keys are kept in canonical order, so the set decides the sequence too.
-    if root.code != tree.MAP or root.size != len(ROOT_KEYS) or set(root.child_names()) != ROOT_KEY_SET:
+    current = dict(tree.entries(root)) if root.code == tree.MAP else {}
+    if current.keys() != ROOT_KEY_SET:
         raise error("process root does not match the conventional namespace")
+    before = dict(tree.entries(previous)) if previous is not None else None
 
     def changed(key: str) -> Node | None:
-        node = section(root, key)
-        if previous is not None and node is not None:
-            before = section(previous, key)
-            if before is not None and (before is node or before.digest == node.digest):
+        item = current[key]
+        if before is not None:
+            old = before.get(key)
+            if old is item or (type(old) is Node and type(item) is Node and old.digest == item.digest):
                 return None
-        return node
+        return item if type(item) is Node else tree.leaf_node(item)
 
     # 3. Reserved nodes.
     for key in ("children", "tasks"):

@@ -77,10 +77,6 @@ def _map(mapping: dict[Any, Any], scripts_allowed: bool, depth: int, strict: boo
     keys = list(mapping)
     if list(map(type, keys)).count(str) != len(keys):
         raise InvalidValue("map keys must be text")
-    try:
-        list(map(str.encode, keys))
-    except UnicodeEncodeError:
-        raise InvalidValue(BAD_TEXT) from None
     ordered = sorted(keys)
     if ordered != keys:
         if strict:
@@ -89,7 +85,11 @@ def _map(mapping: dict[Any, Any], scripts_allowed: bool, depth: int, strict: boo
         values = list(map(mapping.__getitem__, keys))
     else:
         values = list(mapping.values())
-    return make_container(MAP, build_map_root(keys, _children(values, scripts_allowed, depth, strict)))
+    try:
+        raw_keys = list(map(str.encode, keys))
+    except UnicodeEncodeError:
+        raise InvalidValue(BAD_TEXT) from None
+    return make_container(MAP, build_map_root(keys, _children(values, scripts_allowed, depth, strict), raw_keys))
 
 
 def _array(values: list[Any], scripts_allowed: bool, depth: int, strict: bool) -> Node:

@@ -81,7 +81,10 @@ _MAX_RANK = 7
 
 def key_rank(key: str) -> int:
     """How high in the chunk tree ``key`` can end a chunk: 0 never, 1 a leaf, 2 a level-1 chunk, ..."""
-    code = crc32(key.encode("utf-8"))
+    return _rank_of(crc32(key.encode("utf-8")))
+
+
+def _rank_of(code: int) -> int:
     if code & 31 != 31:
         return 0
     rank = 1
@@ -102,13 +105,18 @@ def _leaf_body(chunk_items: tuple[Any, ...], nested: bool) -> Any:
     return [_TAG(CHUNK_REF_TAG, x.digest) if type(x) is Node else x for x in chunk_items]
 
 
-def make_leaf(code: int, keys: tuple[str, ...] | None, chunk_items: tuple[Any, ...]) -> Chunk:
-    """A leaf chunk over valid entries (keys sorted, scalars normalized)."""
+def make_leaf(code: int, keys: tuple[str, ...] | None, chunk_items: tuple[Any, ...],
+              key_text: int | None = None, rank: int | None = None) -> Chunk:
+    """A leaf chunk over valid entries (keys sorted, scalars normalized); a builder that
+    has the keys' UTF-8 lengths and the last key's rank at hand passes them."""
     types = set(map(type, chunk_items))
     count = n = len(chunk_items)
     height = 0 if n else -1
     max_script = -1
-    text = sum(map(len, map(str.encode, keys))) if keys else 0
+    if key_text is not None:
+        text = key_text
+    else:
+        text = sum(map(len, map(str.encode, keys))) if keys else 0
     nested = Node in types
     if str in types:
         text += sum(map(len, map(str.encode, [x for x in chunk_items if type(x) is str])))
@@ -130,7 +138,8 @@ def make_leaf(code: int, keys: tuple[str, ...] | None, chunk_items: tuple[Any, .
     body = _leaf_body(chunk_items, nested)
     if code == MAP:
         data = cbor2.dumps(["m", dict(zip(keys or (), body))], default=script_default)
-        rank = key_rank(keys[-1]) if keys else 0
+        if rank is None:
+            rank = key_rank(keys[-1]) if keys else 0
     else:
         data = cbor2.dumps(["a", list(body)], default=script_default)
         rank = 0
@@ -177,7 +186,7 @@ def make_inner(code: int, level: int, children: tuple[Chunk, ...]) -> Chunk:
     chunk.max_script = max(child.max_script for child in children)
     chunk.rank = children[-1].rank
     chunk.nested = True
-    chunk.digest = _H(cbor2.dumps([tag, b"".join(child.digest for child in children)])).digest()
+    chunk.digest = _H(cbor2.dumps([tag, b"".join([child.digest for child in children])])).digest()
     return chunk
 
 
@@ -189,7 +198,7 @@ def chunk_cbor(chunk: Chunk) -> bytes:
     """The canonical CBOR of one chunk: what its digest covers and what the store keeps."""
     if chunk.level:
         tag = "M" if chunk.code == MAP else "A"
-        return cbor2.dumps([tag, b"".join(child.digest for child in chunk.items)])
+        return cbor2.dumps([tag, b"".join([child.digest for child in chunk.items])])
     body = _leaf_body(chunk.items, chunk.nested)
     if chunk.code == MAP:
         return cbor2.dumps(["m", dict(zip(chunk.keys or (), body))], default=script_default)
@@ -244,13 +253,22 @@ def _inner_candidates(children: list[Chunk], level: int) -> list[int]:
     return [i for i, child in enumerate(children) if child.rank > level]
 
 
-def build_map_root(keys: list[str], map_items: list[Any]) -> Chunk:
-    """The root chunk of a map from its entries (valid, keys sorted and distinct)."""
+def build_map_root(keys: list[str], map_items: list[Any], raw_keys: list[bytes] | None = None) -> Chunk:
+    """The root chunk of a map from its entries (valid, keys sorted and distinct);
+    ``raw_keys`` are the keys in UTF-8 when the caller has them."""
     n = len(keys)
     if n <= LEAF_MIN:
         return make_leaf(MAP, tuple(keys), tuple(map_items))
-    spans, _ = _split(n, _leaf_candidates(keys), LEAF_MIN, LEAF_CAP)
-    return _build_up(MAP, [make_leaf(MAP, tuple(keys[a:b]), tuple(map_items[a:b])) for a, b in spans], 1)
+    if raw_keys is None:
+        raw_keys = list(map(str.encode, keys))
+    codes = list(map(crc32, raw_keys))
+    lengths = list(map(len, raw_keys))
+    spans, _ = _split(n, [i for i, code in enumerate(codes) if code & 31 == 31], LEAF_MIN, LEAF_CAP)
+    leaf_chunks = [
+        make_leaf(MAP, tuple(keys[a:b]), tuple(map_items[a:b]), sum(lengths[a:b]), _rank_of(codes[b - 1]))
+        for a, b in spans
+    ]
+    return _build_up(MAP, leaf_chunks, 1)
 
 
 def build_array_root(values: list[Any]) -> Chunk:
@@ -360,15 +378,73 @@ def _array_route(root: Chunk, index: int) -> tuple[list[Chunk], Route, Chunk, in
     return path, route, chunk, index
 
 
+def _item_aggregates(item: Any) -> tuple[int, int, int, int]:
+    """(count, text, height, max_script) of one stored item."""
+    t = type(item)
+    if t is Node:
+        return item.count, item.text, item.height, item.max_script
+    if t is str:
+        return 1, len(item.encode("utf-8")), 0, -1
+    if t is Script:
+        text, source = script_sizes(item)
+        return 1, text, 0, source
+    return 1, 0, 0, -1
+
+
+def _after_replacing(current: int, old: int, new: int) -> int | None:
+    """A maximum after one contributor changes from ``old`` to ``new``; None when only a
+    rescan can tell (the old value was the maximum and the new one is lower)."""
+    if new >= current:
+        return new
+    if old < current:
+        return current
+    return None
+
+
+def _copy(chunk: Chunk, chunk_items: tuple[Any, ...], old: Any, new: Any,
+          old_aggregates: tuple[int, int, int, int], new_aggregates: tuple[int, int, int, int]) -> Chunk:
+    """``chunk`` with one item replaced: the aggregates are updated, not recounted."""
+    copy = Chunk()
+    copy.code = chunk.code
+    copy.level = chunk.level
+    copy.keys = chunk.keys
+    copy.items = chunk_items
+    copy.bounds = chunk.bounds
+    copy.size = chunk.size
+    copy.count = chunk.count - old_aggregates[0] + new_aggregates[0]
+    copy.text = chunk.text - old_aggregates[1] + new_aggregates[1]
+    height = _after_replacing(chunk.height, old_aggregates[2], new_aggregates[2])
+    if height is None:
+        height = max(_item_aggregates(x)[2] for x in chunk_items) if chunk.level == 0 else max(
+            child.height for child in chunk_items)
+    copy.height = height
+    max_script = _after_replacing(chunk.max_script, old_aggregates[3], new_aggregates[3])
+    if max_script is None:
+        max_script = max(_item_aggregates(x)[3] for x in chunk_items) if chunk.level == 0 else max(
+            child.max_script for child in chunk_items)
+    copy.max_script = max_script
+    copy.rank = chunk.rank
+    if chunk.level:
+        copy.nested = True
+    elif (type(old) is Node) == (type(new) is Node):
+        copy.nested = chunk.nested
+    else:
+        copy.nested = Node in set(map(type, chunk_items))
+    copy.digest = _H(chunk_cbor(copy)).digest()
+    return copy
+
+
 def _replace(code: int, path: list[Chunk], route: Route, leaf: Chunk, position: int, item: Any) -> Chunk:
-    """A new root with one leaf entry's item replaced: no boundary moves."""
-    updated = list(leaf.items)
-    updated[position] = item
-    chunk = make_leaf(code, leaf.keys, tuple(updated))
+    """A new root with one leaf entry's item replaced: no boundary moves, and each chunk on
+    the way up changes in one place."""
+    old = leaf.items[position]
+    chunk = _copy(leaf, leaf.items[:position] + (item,) + leaf.items[position + 1:], old, item,
+                  _item_aggregates(old), _item_aggregates(item))
     for parent, i in zip(reversed(path), reversed(route)):
-        children = list(parent.items)
-        children[i] = chunk
-        chunk = make_inner(code, parent.level, tuple(children))
+        before = parent.items[i]
+        chunk = _copy(parent, parent.items[:i] + (chunk,) + parent.items[i + 1:], before, chunk,
+                      (before.count, before.text, before.height, before.max_script),
+                      (chunk.count, chunk.text, chunk.height, chunk.max_script))
     return chunk
 
 

@@ -17,17 +17,40 @@ from typing import Any
 import blake3
 import cbor2
 
+from .. import cbor
 from ..values import Script
 from .chunks import chunk_cbor
-from .node import CHUNK_REF_TAG, SCRIPT_TAG, Chunk, Node, plain, script_default
+from .node import ARRAY, CHUNK_REF_TAG, MAP, SCRIPT_TAG, Chunk, Node, leaves, script_default
 
 __all__ = ["ChunkError", "chunk_children", "new_chunks", "node_cbor", "verify_chunk"]
 
 
 def node_cbor(node: Node) -> bytes:
     """Deterministic CBOR of a node's value: maps in code-point key order, floats as
-    binary64, scripts as tag :data:`svit._tree.node.SCRIPT_TAG`."""
-    return cbor2.dumps(plain(node), default=script_default)
+    binary64, scripts as tag :data:`svit._tree.node.SCRIPT_TAG`.
+
+    Written leaf chunk by leaf chunk, each by ``cbor2`` in one call, with the chunk's own
+    head dropped: no plain copy of a wide container is made on the way.
+    """
+    code = node.code
+    if code != MAP and code != ARRAY:
+        return cbor2.dumps(node.value, default=script_default)
+    root = node.value
+    parts = [cbor.head(5 if code == MAP else 4, root.size)]
+    append = parts.append
+    for part in leaves(root):
+        body: Any = dict(zip(part.keys or (), part.items)) if code == MAP else list(part.items)
+        data = cbor2.dumps(body, default=_write_nested) if part.nested else cbor2.dumps(body, default=script_default)
+        append(data[len(cbor.head(5, len(part.items))):])
+    return b"".join(parts)
+
+
+def _write_nested(encoder: Any, item: Any) -> None:
+    """``cbor2`` hook inside :func:`node_cbor`: a child container is written as its own CBOR."""
+    if type(item) is Node:
+        encoder.write(node_cbor(item))
+    else:
+        script_default(encoder, item)
 
 
 def chunk_children(chunk: Chunk) -> list[Chunk]:
