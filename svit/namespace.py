@@ -147,12 +147,12 @@ def validate_root(
     current = dict(tree.entries(root)) if root.code == tree.MAP else {}
     if current.keys() != ROOT_KEY_SET:
         raise error("process root does not match the conventional namespace")
-    before = dict(tree.entries(previous)) if previous is not None else None
+    previous_sections = dict(tree.entries(previous)) if previous is not None else None
 
     def changed(key: str) -> Node | None:
         item = current[key]
-        if before is not None:
-            old = before.get(key)
+        if previous_sections is not None:
+            old = previous_sections.get(key)
             if old is item or (type(old) is Node and type(item) is Node and old.digest == item.digest):
                 return None
         return item if type(item) is Node else tree.leaf_node(item)
@@ -208,7 +208,7 @@ def validate_root(
                 raise InvalidValue("library writes require a script record")
             if known is not None and known.kind == "map":
                 before = tree.get(known, (name,))
-                if before is not None and before.digest == entry.digest:
+                if before is not None and before == entry:  # equal scripts: compared by value
                     continue
             compile_script(name, entry.to_value())
     # 10. System metadata.
