@@ -1,8 +1,8 @@
 """The one deterministic CBOR encoding of Svit, its strict decoder and its hash seal.
 
-Everything Svit writes as CBOR uses this encoding: process snapshots, tree nodes (their
-encoder in :mod:`svit.tree` and the native module emit exactly these bytes), every store
-record and every memory-archive record. Equal values give byte-identical encodings, so
+Everything Svit writes as CBOR uses this encoding: process snapshots, tree values and
+chunks (written by ``cbor2`` in :mod:`svit.tree`, which keeps maps in this key order),
+every store record and every memory-archive record. Equal values give byte-identical encodings, so
 the bytes can be hashed and compared.
 
 The encoding:
