@@ -160,6 +160,39 @@ def make_leaf(code: int, keys: tuple[str, ...] | None, chunk_items: tuple[Any, .
     return chunk
 
 
+def _scalar_leaf(code: int, keys: tuple[str, ...] | None, chunk_items: tuple[Any, ...], text: int, rank: int) -> Chunk:
+    """A leaf of scalars other than scripts whose text bytes the builder already counted."""
+    if code == MAP:
+        data = cbor2.dumps(["m", dict(zip(keys or (), chunk_items))])
+    else:
+        data = cbor2.dumps(["a", list(chunk_items)])
+    chunk = Chunk()
+    chunk.code = code
+    chunk.level = 0
+    chunk.keys = keys
+    chunk.items = chunk_items
+    chunk.bounds = None
+    chunk.size = chunk.count = len(chunk_items)
+    chunk.text = text
+    chunk.height = 0 if chunk_items else -1
+    chunk.max_script = -1
+    chunk.rank = rank
+    chunk.nested = False
+    chunk.digest = _H(data).digest()
+    return chunk
+
+
+def _text_lengths(values: list[Any]) -> list[int] | None:
+    """UTF-8 lengths of the strings among ``values`` (0 for other scalars), or None when
+    some value is a container or a script (then each chunk counts for itself)."""
+    types = set(map(type, values))
+    if Node in types or Script in types:
+        return None
+    if str not in types:
+        return [0] * len(values)
+    return [len(x.encode("utf-8")) if type(x) is str else 0 for x in values]
+
+
 def _last_key(chunk: Chunk) -> str:
     """A map chunk's greatest key (a chunk that has a parent is never empty)."""
     last: str = chunk.keys[-1] if chunk.level == 0 else chunk.bounds[-1]  # type: ignore[index]
@@ -264,10 +297,18 @@ def build_map_root(keys: list[str], map_items: list[Any], raw_keys: list[bytes] 
     codes = list(map(crc32, raw_keys))
     lengths = list(map(len, raw_keys))
     spans, _ = _split(n, [i for i, code in enumerate(codes) if code & 31 == 31], LEAF_MIN, LEAF_CAP)
-    leaf_chunks = [
-        make_leaf(MAP, tuple(keys[a:b]), tuple(map_items[a:b]), sum(lengths[a:b]), _rank_of(codes[b - 1]))
-        for a, b in spans
-    ]
+    value_text = _text_lengths(map_items)
+    if value_text is not None:
+        leaf_chunks = [
+            _scalar_leaf(MAP, tuple(keys[a:b]), tuple(map_items[a:b]), sum(lengths[a:b]) + sum(value_text[a:b]),
+                         _rank_of(codes[b - 1]))
+            for a, b in spans
+        ]
+    else:
+        leaf_chunks = [
+            make_leaf(MAP, tuple(keys[a:b]), tuple(map_items[a:b]), sum(lengths[a:b]), _rank_of(codes[b - 1]))
+            for a, b in spans
+        ]
     return _build_up(MAP, leaf_chunks, 1)
 
 
@@ -276,7 +317,14 @@ def build_array_root(values: list[Any]) -> Chunk:
     n = len(values)
     if n <= ARRAY_LEAF:
         return make_leaf(ARRAY, None, tuple(values))
-    return _build_up(ARRAY, [make_leaf(ARRAY, None, tuple(values[a:a + ARRAY_LEAF])) for a in range(0, n, ARRAY_LEAF)], 1)
+    value_text = _text_lengths(values)
+    starts = range(0, n, ARRAY_LEAF)
+    if value_text is not None:
+        leaf_chunks = [_scalar_leaf(ARRAY, None, tuple(values[a:a + ARRAY_LEAF]), sum(value_text[a:a + ARRAY_LEAF]), 0)
+                       for a in starts]
+    else:
+        leaf_chunks = [make_leaf(ARRAY, None, tuple(values[a:a + ARRAY_LEAF])) for a in starts]
+    return _build_up(ARRAY, leaf_chunks, 1)
 
 
 def _build_up(code: int, chunks: list[Chunk], level: int) -> Chunk:

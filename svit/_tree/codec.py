@@ -12,12 +12,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from itertools import chain
 from typing import Any
 
 import blake3
 import cbor2
 
-from .. import cbor
 from ..values import Script
 from .chunks import chunk_cbor
 from .node import ARRAY, CHUNK_REF_TAG, MAP, SCRIPT_TAG, Chunk, Node, leaves, script_default
@@ -29,20 +29,25 @@ def node_cbor(node: Node) -> bytes:
     """Deterministic CBOR of a node's value: maps in code-point key order, floats as
     binary64, scripts as tag :data:`svit._tree.node.SCRIPT_TAG`.
 
-    Written leaf chunk by leaf chunk, each by ``cbor2`` in one call, with the chunk's own
-    head dropped: no plain copy of a wide container is made on the way.
+    Each container is written by ``cbor2`` in one call over its entries gathered from
+    its leaf chunks; a child container is written in place by the same function, so no
+    plain copy of a nested value is made on the way.
     """
     code = node.code
     if code != MAP and code != ARRAY:
         return cbor2.dumps(node.value, default=script_default)
     root = node.value
-    parts = [cbor.head(5 if code == MAP else 4, root.size)]
-    append = parts.append
-    for part in leaves(root):
-        body: Any = dict(zip(part.keys or (), part.items)) if code == MAP else list(part.items)
-        data = cbor2.dumps(body, default=_write_nested) if part.nested else cbor2.dumps(body, default=script_default)
-        append(data[len(cbor.head(5, len(part.items))):])
-    return b"".join(parts)
+    if root.level == 0:
+        parts: list[Any] = [root]
+    else:
+        parts = list(leaves(root))
+    nested = any(part.nested for part in parts)
+    if code == MAP:
+        body: Any = dict(zip(chain.from_iterable(part.keys or () for part in parts),
+                             chain.from_iterable(part.items for part in parts)))
+    else:
+        body = list(chain.from_iterable(part.items for part in parts))
+    return cbor2.dumps(body, default=_write_nested if nested else script_default)
 
 
 def _write_nested(encoder: Any, item: Any) -> None:
