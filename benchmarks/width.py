@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.repeat is not None:
         sizes = dataclasses.replace(sizes, repeat=max(1, args.repeat))
     began = time.perf_counter()
-    # Today's tree core may run on a C module; the targets are for pure Python.
+    # The tree core may run on a C module; the restore and snapshot targets are for pure Python.
     native = "svit._treecore" in sys.modules
     print(f"  (native C tree module loaded: {'yes' if native else 'no, pure Python'})")
     work = tempfile.mkdtemp(prefix="svit-width-bench-")

@@ -1,7 +1,7 @@
 """The width benchmark runs end to end at tiny sizes and prints every row it promises.
 
 Timing is never asserted: the numbers of a --quick run mean nothing. What is checked is
-that the run completes, that each row of issue's width, restore, snapshot and fork
+that the run completes, that each width, bytes, restore, snapshot and fork row
 targets is printed once with its target and verdict, and that the byte counters saw
 the engine's writes and RocksDB's write-ahead log.
 """
