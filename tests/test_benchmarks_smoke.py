@@ -1,8 +1,8 @@
 """The width benchmark runs end to end at tiny sizes and prints every row it promises.
 
 Timing is never asserted: the numbers of a --quick run mean nothing. What is checked is
-that the run completes, that each width, bytes, restore, snapshot and fork row
-targets is printed once with its target and verdict, and that the byte counters saw
+that the run completes, that each width, bytes, restore, snapshot and fork row is
+printed once with its target and verdict, and that the byte counters saw
 the engine's writes and RocksDB's write-ahead log.
 """
 
