@@ -8,6 +8,8 @@ from typing import Any, Callable
 
 from svit import Limits, Process
 
+__all__ = ["COUNTER", "BIG_LIMITS", "build", "median_time", "paired_medians"]
+
 COUNTER = """
 (define (main input)
   (let ((next (+ (read "/memory/count") 1)))
@@ -35,3 +37,21 @@ def median_time(fn: Callable[[], Any], repeat: int) -> float:
         fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def paired_medians(first: Callable[[], Any], second: Callable[[], Any], repeat: int,
+                   budget_seconds: float = float("inf"), minimum: int = 3) -> tuple[float, float]:
+    """Median seconds of ``first`` and of ``second``, called alternately so both see the same
+    machine conditions: ``repeat`` pairs, or fewer (never under ``minimum``) once the pairs
+    have taken ``budget_seconds``, so a slow case cannot stretch the whole run."""
+    first_times: list[float] = []
+    second_times: list[float] = []
+    began = time.perf_counter()
+    for done in range(repeat):
+        if done >= minimum and time.perf_counter() - began > budget_seconds:
+            break
+        for fn, times in ((first, first_times), (second, second_times)):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+    return statistics.median(first_times), statistics.median(second_times)
