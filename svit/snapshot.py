@@ -19,8 +19,9 @@ must be bounded by its limits and the host's: either it is so short that no tree
 encodes can exceed them (every node and every text byte costs at least one byte of the
 body), or one pass over its item heads counts the tree's nodes, text bytes and depth
 first. It must be the canonical encoding (the only bytes this module would write for
-it): a body that decodes is written again and compared; where it differs, the pass over
-the heads names the first difference. Only our own tag is accepted, every value is
+it): the scan checks every head, or, for a short body, the restored tree is written
+again (from its chunks' own encodings) and compared, and where it differs the scan names
+the first difference. Only our own tag is accepted, every value is
 checked, the chunks are rebuilt (chunk boundaries are not in the file) and the root hash
 is recomputed. docs/durability.md, "Restoring a snapshot", lists every check in order.
 """
@@ -31,13 +32,12 @@ from hmac import compare_digest
 from typing import Any
 
 import blake3
-import cbor2
 
 from . import cbor, tree
 from .errors import InvalidLimits, InvalidSnapshot, InvalidValue, SvitError
 from .limits import LIMIT_FIELDS, LIMIT_TABLE, Limits
 from .paths import validate_address
-from .tree import Node, from_decoded, script_default
+from .tree import Node, from_decoded
 from .values import MAX_NESTING
 
 FORMAT = "svit-snapshot@2"
@@ -408,7 +408,11 @@ def _decode(
     short = body_length <= nodes_bound and body_length <= text_bound
     body = data[:body_length]
     if short:
-        envelope = _decode_canonical(data, body, max_tree_nodes, max_tree_text_bytes)
+        try:
+            envelope = cbor.decode_item(body, max_depth=_MAX_CBOR_DEPTH - 1)
+        except cbor.CBORDecodeError:
+            _scan_body(data, body_length, max_tree_nodes, max_tree_text_bytes)  # names the problem
+            envelope = _decode_body(body)
     else:
         _scan_body(data, body_length, max_tree_nodes, max_tree_text_bytes)
         envelope = _decode_body(body)
@@ -441,6 +445,10 @@ def _decode(
         raise InvalidSnapshot(f"invalid root value: {exc.detail}") from None
     if root.height > depth_bound:
         raise InvalidSnapshot("snapshot nesting is too deep")
+    if short and cbor.encode(dict(envelope, root=cbor.Raw(tree.node_cbor(root)))) != body:
+        # Not the one encoding of what it holds: the scan names the first difference.
+        _scan_body(data, body_length, max_tree_nodes, max_tree_text_bytes)
+        raise InvalidSnapshot("snapshot body is not canonical CBOR")
     return address, version, root, limits, claimed
 
 
@@ -474,45 +482,6 @@ def _peek_limits(data: bytes, end: int) -> Limits | None:
         if key == b"limits":
             return Limits.from_dict(_decode_body(data[value_start:position]))
     return None
-
-
-def _decode_canonical(data: bytes, body: bytes, max_tree_nodes: int | None, max_tree_text_bytes: int | None) -> Any:
-    """The decoded envelope, once its bytes are proven to be the one encoding of it."""
-    try:
-        envelope = cbor.decode_item(body, max_depth=_MAX_CBOR_DEPTH - 1)
-        canonical = _written_as(envelope, body)
-    except cbor.CBORDecodeError:
-        envelope, canonical = None, False
-    if not canonical:
-        _scan_body(data, len(body), max_tree_nodes, max_tree_text_bytes)  # names the problem
-        if envelope is None:
-            envelope = _decode_body(body)
-        raise InvalidSnapshot("snapshot body is not canonical CBOR")
-    return envelope
-
-
-def _written_as(envelope: Any, body: bytes) -> bool:
-    """Whether ``body`` is what encoding ``envelope`` (in its decoded key order) writes, with
-    the envelope's keys in order; the tree's key order and zeros are checked as it is built."""
-    if type(envelope) is not dict or not _keys_in_order(envelope, skip="root"):
-        return False
-    try:
-        return bool(cbor2.dumps(envelope, default=script_default) == body)
-    except (ValueError, TypeError, cbor2.CBOREncodeError):
-        return False
-
-
-def _keys_in_order(value: Any, skip: str | None = None) -> bool:
-    """Whether every map in ``value`` (the small envelope fields; not the ``skip`` field,
-    whose maps the tree builder checks) holds text keys in code-point order."""
-    if type(value) is dict:
-        keys = list(value)
-        if any(type(key) is not str for key in keys) or keys != sorted(keys):
-            return False
-        return all(_keys_in_order(item) for key, item in value.items() if key != skip)
-    if type(value) is list:
-        return all(_keys_in_order(item) for item in value)
-    return True
 
 
 def check_root_hash(root: Node, claimed: str) -> None:

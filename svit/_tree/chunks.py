@@ -38,17 +38,22 @@ from zlib import crc32
 import blake3
 import cbor2
 
+from .. import cbor
 from ..values import Script
 from .node import ARRAY, CHUNK_REF_TAG, MAP, Chunk, Node, leaves, script_default, script_sizes
 
 __all__ = [
     "ABSENT",
     "ARRAY_INNER",
+    "ARRAY_INNER_PREFIX",
     "ARRAY_LEAF",
+    "ARRAY_LEAF_PREFIX",
     "INNER_CAP",
     "INNER_MIN",
     "LEAF_CAP",
     "LEAF_MIN",
+    "MAP_INNER",
+    "MAP_LEAF",
     "array_append",
     "array_find",
     "array_items",
@@ -70,6 +75,9 @@ __all__ = [
 LEAF_MIN, LEAF_CAP = 8, 128
 INNER_MIN, INNER_CAP = 4, 64
 ARRAY_LEAF, ARRAY_INNER = 32, 16
+
+#: The first bytes of each kind of chunk: a CBOR array of 2 and its one-letter tag.
+MAP_LEAF, ARRAY_LEAF_PREFIX, MAP_INNER, ARRAY_INNER_PREFIX = b"\x82\x61m", b"\x82\x61a", b"\x82\x61M", b"\x82\x61A"
 
 #: What a lookup returns for a missing key or index (``None`` is a value).
 ABSENT: Any = object()
@@ -137,11 +145,11 @@ def make_leaf(code: int, keys: tuple[str, ...] | None, chunk_items: tuple[Any, .
                     max_script = source
     body = _leaf_body(chunk_items, nested)
     if code == MAP:
-        data = cbor2.dumps(["m", dict(zip(keys or (), body))], default=script_default)
+        data = MAP_LEAF + cbor2.dumps(dict(zip(keys or (), body)), default=script_default)
         if rank is None:
             rank = key_rank(keys[-1]) if keys else 0
     else:
-        data = cbor2.dumps(["a", list(body)], default=script_default)
+        data = ARRAY_LEAF_PREFIX + cbor2.dumps(list(body), default=script_default)
         rank = 0
     chunk = Chunk()
     chunk.code = code
@@ -157,15 +165,16 @@ def make_leaf(code: int, keys: tuple[str, ...] | None, chunk_items: tuple[Any, .
     chunk.rank = rank
     chunk.nested = nested
     chunk.digest = _H(data).digest()
+    chunk.data = data
     return chunk
 
 
 def _scalar_leaf(code: int, keys: tuple[str, ...] | None, chunk_items: tuple[Any, ...], text: int, rank: int) -> Chunk:
     """A leaf of scalars other than scripts whose text bytes the builder already counted."""
     if code == MAP:
-        data = cbor2.dumps(["m", dict(zip(keys or (), chunk_items))])
+        data = MAP_LEAF + cbor2.dumps(dict(zip(keys or (), chunk_items)))
     else:
-        data = cbor2.dumps(["a", list(chunk_items)])
+        data = ARRAY_LEAF_PREFIX + cbor2.dumps(list(chunk_items))
     chunk = Chunk()
     chunk.code = code
     chunk.level = 0
@@ -179,6 +188,7 @@ def _scalar_leaf(code: int, keys: tuple[str, ...] | None, chunk_items: tuple[Any
     chunk.rank = rank
     chunk.nested = False
     chunk.digest = _H(data).digest()
+    chunk.data = data
     return chunk
 
 
@@ -208,10 +218,8 @@ def make_inner(code: int, level: int, children: tuple[Chunk, ...]) -> Chunk:
     chunk.items = children
     if code == MAP:
         chunk.bounds = tuple(map(_last_key, children))
-        tag = "M"
     else:
         chunk.bounds = tuple(accumulate(child.size for child in children))
-        tag = "A"
     chunk.size = sum(child.size for child in children)
     chunk.count = sum(child.count for child in children)
     chunk.text = sum(child.text for child in children)
@@ -219,8 +227,15 @@ def make_inner(code: int, level: int, children: tuple[Chunk, ...]) -> Chunk:
     chunk.max_script = max(child.max_script for child in children)
     chunk.rank = children[-1].rank
     chunk.nested = True
-    chunk.digest = _H(cbor2.dumps([tag, b"".join([child.digest for child in children])])).digest()
+    data = _inner_cbor(code, children)
+    chunk.digest = _H(data).digest()
+    chunk.data = data
     return chunk
+
+
+def _inner_cbor(code: int, children: tuple[Chunk, ...]) -> bytes:
+    digests = b"".join([child.digest for child in children])
+    return (MAP_INNER if code == MAP else ARRAY_INNER_PREFIX) + cbor.head(2, len(digests)) + digests
 
 
 def empty_root(code: int) -> Chunk:
@@ -229,13 +244,17 @@ def empty_root(code: int) -> Chunk:
 
 def chunk_cbor(chunk: Chunk) -> bytes:
     """The canonical CBOR of one chunk: what its digest covers and what the store keeps."""
+    return chunk.data
+
+
+def _encode(chunk: Chunk) -> bytes:
+    """Encode a chunk whose fields are set (after one item was replaced)."""
     if chunk.level:
-        tag = "M" if chunk.code == MAP else "A"
-        return cbor2.dumps([tag, b"".join([child.digest for child in chunk.items])])
+        return _inner_cbor(chunk.code, chunk.items)
     body = _leaf_body(chunk.items, chunk.nested)
     if chunk.code == MAP:
-        return cbor2.dumps(["m", dict(zip(chunk.keys or (), body))], default=script_default)
-    return cbor2.dumps(["a", list(body)], default=script_default)
+        return MAP_LEAF + cbor2.dumps(dict(zip(chunk.keys or (), body)), default=script_default)
+    return ARRAY_LEAF_PREFIX + cbor2.dumps(list(body), default=script_default)
 
 
 # ---------------------------------------------------------------------------
@@ -478,7 +497,8 @@ def _copy(chunk: Chunk, chunk_items: tuple[Any, ...], old: Any, new: Any,
         copy.nested = chunk.nested
     else:
         copy.nested = Node in set(map(type, chunk_items))
-    copy.digest = _H(chunk_cbor(copy)).digest()
+    copy.data = _encode(copy)
+    copy.digest = _H(copy.data).digest()
     return copy
 
 

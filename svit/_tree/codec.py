@@ -12,12 +12,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from itertools import chain
 from typing import Any
 
 import blake3
 import cbor2
 
+from .. import cbor
 from ..values import Script
 from .chunks import chunk_cbor
 from .node import ARRAY, CHUNK_REF_TAG, MAP, SCRIPT_TAG, Chunk, Node, leaves, script_default
@@ -29,25 +29,28 @@ def node_cbor(node: Node) -> bytes:
     """Deterministic CBOR of a node's value: maps in code-point key order, floats as
     binary64, scripts as tag :data:`svit._tree.node.SCRIPT_TAG`.
 
-    Each container is written by ``cbor2`` in one call over its entries gathered from
-    its leaf chunks; a child container is written in place by the same function, so no
-    plain copy of a nested value is made on the way.
+    Assembled from the leaf chunks' own encodings (their entries are already this CBOR);
+    only a leaf that holds containers is written again, with each child container
+    assembled in place.
     """
     code = node.code
     if code != MAP and code != ARRAY:
         return cbor2.dumps(node.value, default=script_default)
-    root = node.value
-    if root.level == 0:
-        parts: list[Any] = [root]
-    else:
-        parts = list(leaves(root))
-    nested = any(part.nested for part in parts)
-    if code == MAP:
-        body: Any = dict(zip(chain.from_iterable(part.keys or () for part in parts),
-                             chain.from_iterable(part.items for part in parts)))
-    else:
-        body = list(chain.from_iterable(part.items for part in parts))
-    return cbor2.dumps(body, default=_write_nested if nested else script_default)
+    root: Chunk = node.value
+    if root.level == 0 and not root.nested:
+        return root.data[3:]
+    parts = [cbor.head(5 if code == MAP else 4, root.size)]
+    parts.extend(map(_entries_cbor, leaves(root)))
+    return b"".join(parts)
+
+
+def _entries_cbor(leaf: Chunk) -> bytes:
+    """A leaf's entries as they appear inside their container's CBOR (no head)."""
+    skip = len(cbor.head(5, len(leaf.items)))
+    if not leaf.nested:
+        return leaf.data[3 + skip:]
+    body: Any = dict(zip(leaf.keys or (), leaf.items)) if leaf.code == MAP else list(leaf.items)
+    return cbor2.dumps(body, default=_write_nested)[skip:]
 
 
 def _write_nested(encoder: Any, item: Any) -> None:

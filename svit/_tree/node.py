@@ -204,12 +204,14 @@ class Chunk:
     down in ``items``, and ``bounds`` routes a lookup: the last key of each child (maps)
     or the running entry count at the end of each child (arrays). The aggregates cover
     the entries below; ``height`` is the tallest entry's height, -1 when empty. ``rank``
-    is what the chunk's last key says about boundaries above it (maps; 0 for arrays), and
-    ``nested`` whether a leaf holds any container.
+    is what the chunk's last key says about boundaries above it (maps; 0 for arrays),
+    ``nested`` whether a leaf holds any container, and ``data`` the canonical CBOR the
+    digest covers (kept: it is what the store writes, and a snapshot of an unchanged
+    leaf copies it instead of encoding the leaf again).
     """
 
     __slots__ = ("code", "level", "keys", "items", "bounds", "size", "count", "text", "height", "max_script",
-                 "rank", "nested", "digest")
+                 "rank", "nested", "digest", "data")
 
     code: int
     level: int
@@ -224,6 +226,7 @@ class Chunk:
     rank: int
     nested: bool
     digest: bytes
+    data: bytes
 
     def __repr__(self) -> str:
         return f"Chunk({KIND_NAMES[self.code]}, level={self.level}, items={len(self.items)}, size={self.size})"
