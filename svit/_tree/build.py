@@ -35,13 +35,14 @@ def _children(values: list[Any], scripts_allowed: bool, depth: int, strict: bool
     """What a container stores for ``values``: raw valid scalars, nodes for containers."""
     types = set(map(type, values))
     if types <= _SIMPLE:
+        # Checked by C-level passes where the values are all of one type.
         if str in types:
             try:
-                list(map(str.encode, [x for x in values if type(x) is str]))
+                list(map(str.encode, values if len(types) == 1 else [x for x in values if type(x) is str]))
             except UnicodeEncodeError:
                 raise InvalidValue(BAD_TEXT) from None
         if int in types:
-            integers = [x for x in values if type(x) is int]
+            integers = values if len(types) == 1 else [x for x in values if type(x) is int]
             if min(integers) < I64_MIN or max(integers) > I64_MAX:
                 raise InvalidValue("integer is outside signed 64-bit range")
         return values

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator
-from itertools import accumulate
+from itertools import accumulate, compress
 from typing import Any
 from zlib import crc32
 
@@ -200,6 +200,8 @@ def _text_lengths(values: list[Any]) -> list[int] | None:
         return None
     if str not in types:
         return [0] * len(values)
+    if len(types) == 1:
+        return list(map(len, map(str.encode, values)))
     return [len(x.encode("utf-8")) if type(x) is str else 0 for x in values]
 
 
@@ -315,7 +317,8 @@ def build_map_root(keys: list[str], map_items: list[Any], raw_keys: list[bytes] 
         raw_keys = list(map(str.encode, keys))
     codes = list(map(crc32, raw_keys))
     lengths = list(map(len, raw_keys))
-    spans, _ = _split(n, [i for i, code in enumerate(codes) if code & 31 == 31], LEAF_MIN, LEAF_CAP)
+    candidates = list(compress(range(n), map((31).__eq__, map((31).__and__, codes))))  # low 5 bits set
+    spans, _ = _split(n, candidates, LEAF_MIN, LEAF_CAP)
     value_text = _text_lengths(map_items)
     if value_text is not None:
         leaf_chunks = [
