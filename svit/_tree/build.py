@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import InvalidValue
 from ..values import I64_MAX, I64_MIN, MAX_NESTING, Script
-from .chunks import build_array_root, build_map_root, empty_root
+from .chunks import LEAF_MIN, build_array_root, build_map_root, empty_root, scalar_leaf
 from .node import ARRAY, BAD_TEXT, MAP, NESTING, Node, leaf, make_container
 
 __all__ = ["build", "empty_array", "empty_map"]
@@ -51,7 +51,8 @@ def _children(values: list[Any], scripts_allowed: bool, depth: int, strict: bool
     for value in values:
         t = type(value)
         if t is dict:
-            add(_map(value, scripts_allowed, depth + 1, strict))
+            small = _small_map(value, strict) if len(value) <= LEAF_MIN and depth + 1 < MAX_NESTING else None
+            add(small if small is not None else _map(value, scripts_allowed, depth + 1, strict))
         elif t is list:
             add(_array(value, scripts_allowed, depth + 1, strict))
         elif t is float:
@@ -70,6 +71,36 @@ def _children(values: list[Any], scripts_allowed: bool, depth: int, strict: bool
         else:
             raise InvalidValue(f"unsupported value type: {t.__name__}")
     return items
+
+
+def _small_map(mapping: dict[Any, Any], strict: bool) -> Node | None:
+    """A map of one leaf chunk holding only plain scalars, built in one pass (records are
+    the common case of a nested value); None when it is anything else, or not valid,
+    for the general path to build or to name the problem."""
+    values = list(mapping.values())
+    types = set(map(type, values))
+    if not types <= _SIMPLE:
+        return None
+    keys = list(mapping)
+    if list(map(type, keys)).count(str) != len(keys):
+        return None
+    try:
+        key_text = sum(map(len, map(str.encode, keys)))
+        text = sum(map(len, map(str.encode, [x for x in values if type(x) is str]))) if str in types else 0
+    except UnicodeEncodeError:
+        return None
+    if int in types:
+        integers = [x for x in values if type(x) is int]
+        if min(integers) < I64_MIN or max(integers) > I64_MAX:
+            return None
+    ordered = sorted(keys)
+    if ordered != keys:
+        if strict:
+            return None
+        keys = ordered
+        values = list(map(mapping.__getitem__, keys))
+        mapping = dict(zip(keys, values))
+    return make_container(MAP, scalar_leaf(MAP, tuple(keys), tuple(values), key_text + text, None, mapping))
 
 
 def _map(mapping: dict[Any, Any], scripts_allowed: bool, depth: int, strict: bool) -> Node:

@@ -66,6 +66,7 @@ __all__ = [
     "key_rank",
     "make_inner",
     "make_leaf",
+    "scalar_leaf",
     "map_find",
     "map_items",
     "map_remove",
@@ -169,10 +170,14 @@ def make_leaf(code: int, keys: tuple[str, ...] | None, chunk_items: tuple[Any, .
     return chunk
 
 
-def _scalar_leaf(code: int, keys: tuple[str, ...] | None, chunk_items: tuple[Any, ...], text: int, rank: int) -> Chunk:
-    """A leaf of scalars other than scripts whose text bytes the builder already counted."""
+def scalar_leaf(code: int, keys: tuple[str, ...] | None, chunk_items: tuple[Any, ...], text: int,
+                rank: int | None, mapping: dict[str, Any] | None = None) -> Chunk:
+    """A leaf of scalars other than scripts whose text bytes the builder already counted
+    (``mapping``: the entries as a dict in key order, when the caller has one)."""
     if code == MAP:
-        data = MAP_LEAF + cbor2.dumps(dict(zip(keys or (), chunk_items)))
+        data = MAP_LEAF + cbor2.dumps(mapping if mapping is not None else dict(zip(keys or (), chunk_items)))
+        if rank is None:
+            rank = key_rank(keys[-1]) if keys else 0
     else:
         data = ARRAY_LEAF_PREFIX + cbor2.dumps(list(chunk_items))
     chunk = Chunk()
@@ -185,7 +190,7 @@ def _scalar_leaf(code: int, keys: tuple[str, ...] | None, chunk_items: tuple[Any
     chunk.text = text
     chunk.height = 0 if chunk_items else -1
     chunk.max_script = -1
-    chunk.rank = rank
+    chunk.rank = rank if rank is not None else 0
     chunk.nested = False
     chunk.digest = _H(data).digest()
     chunk.data = data
@@ -322,7 +327,7 @@ def build_map_root(keys: list[str], map_items: list[Any], raw_keys: list[bytes] 
     value_text = _text_lengths(map_items)
     if value_text is not None:
         leaf_chunks = [
-            _scalar_leaf(MAP, tuple(keys[a:b]), tuple(map_items[a:b]), sum(lengths[a:b]) + sum(value_text[a:b]),
+            scalar_leaf(MAP, tuple(keys[a:b]), tuple(map_items[a:b]), sum(lengths[a:b]) + sum(value_text[a:b]),
                          _rank_of(codes[b - 1]))
             for a, b in spans
         ]
@@ -342,7 +347,7 @@ def build_array_root(values: list[Any]) -> Chunk:
     value_text = _text_lengths(values)
     starts = range(0, n, ARRAY_LEAF)
     if value_text is not None:
-        leaf_chunks = [_scalar_leaf(ARRAY, None, tuple(values[a:a + ARRAY_LEAF]), sum(value_text[a:a + ARRAY_LEAF]), 0)
+        leaf_chunks = [scalar_leaf(ARRAY, None, tuple(values[a:a + ARRAY_LEAF]), sum(value_text[a:a + ARRAY_LEAF]), 0)
                        for a in starts]
     else:
         leaf_chunks = [make_leaf(ARRAY, None, tuple(values[a:a + ARRAY_LEAF])) for a in starts]
