@@ -712,8 +712,9 @@ class MemoryArchive:
             try:
                 return self.read(path, restore_snapshots=restore_snapshots), tuple(skipped)
             except (OSError, InvalidArchive) as exc:
-                skipped.append(SkippedGeneration(number, _describe(exc)))
-                log.warning("memory archive: skipping generation %s: %s", os.path.basename(path), _describe(exc))
+                reason = exc.detail if isinstance(exc, InvalidArchive) else _describe(exc)
+                skipped.append(SkippedGeneration(number, reason))
+                log.warning("memory archive: skipping generation %s: %s", os.path.basename(path), reason)
         return None, tuple(skipped)
 
     def newest_valid(self) -> tuple[Generation | None, list[str]]:
@@ -729,16 +730,21 @@ class MemoryArchive:
         acknowledged commits (bit rot in the WAL that point-in-time recovery dropped, an
         older copy of the store directory put back). An empty store, or one in the
         middle of a restore (marker ``partial``), is the restore's business, not a
-        rollback; a newest generation written by an unrelated store says nothing about
-        this one (its exports are refused as ``refused_foreign``). Each finding is
-        logged at ERROR. Store read errors raise: unreadable is not "no rollback".
+        rollback. The comparison does not depend on the store id: the id is one more
+        write that the same lost WAL tail can take away, and a store behind an archive
+        written by another store is just as wrong (the log line names both ids). Each
+        finding is logged at ERROR. Store read errors raise: unreadable is not "no rollback".
         """
         if not store.addresses() or decode_marker(store.read_restore_marker()) == "partial":
             return ()
         generation, _ = self.newest_verified(restore_snapshots=False)
-        if generation is None or generation.store_id not in lineage(store):
+        if generation is None:
             return ()
         found = tuple(behind_archive(generation, store.archive_heads(), store.archive_tombstones(), include_absent=True))
+        if found and generation.store_id not in lineage(store):
+            log.error("memory archive: generation %s was written by store %s, this store is %s (its id was lost "
+                      "with the rest, or two stores share the archive)", generation.generation, generation.store_id,
+                      store.store_id())
         for rollback in found:
             log.error("memory archive: the store rolled back below an acknowledged version: %s", rollback.describe())
         return found
