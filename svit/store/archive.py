@@ -11,7 +11,7 @@ gesture does not reach, and puts it back when the store comes up empty.
     ...                                                        # periodic exports run
     archive.close(store); store.close()                        # final bounded export
 
-Generation file ``generation-<20 digits>.svarc`` (format major 2, minor 0)::
+Generation file ``generation-<20 digits>.svarc`` (format major 3, minor 0)::
 
     magic  b"SVARCHV1" (8) | major u16be | minor u16be | header length u32be
     header {cut_time, generation, sequence, store_id, writer}
@@ -22,12 +22,21 @@ Generation file ``generation-<20 digits>.svarc`` (format major 2, minor 0)::
 
 The header and every record are in the one deterministic CBOR encoding of
 :mod:`svit.cbor` (map keys in UTF-8 byte order, as listed above), and a reader accepts
-nothing else. Major 1 wrote the same maps in length-first key order; it is refused
-(``unknown major version 1``).
+nothing else. In major 3 the header's ``generation`` and ``store_id`` are load-bearing:
+the sealed header, not the file name, says which generation a file is (a file whose
+name disagrees is refused) and which store wrote it (exports refuse to publish over
+another store's generations, or below what the newest one holds, without an explicit
+``supersede``). Major 2 (readers trusted the name) and major 1 (another key order) are
+refused by number.
 
 A reader checks the magic, the major version, the trailer magic, the digest, the
 count, every record's fields, and restores every process snapshot (matching its
 address, version and root hash) before it applies a single record.
+
+Rollbacks: the archive only ever holds acknowledged state, so a store that holds an
+address below the newest generation lost acknowledged commits (a damaged write-ahead
+log that point-in-time recovery cut short, an older copy of the store directory).
+:func:`open_store_with_archive` checks for that at open and fails loudly by default.
 
 The join (restore is the join of the store and the generation, per address): an
 address's state is absent, a tombstone ``(version, root_hash)`` or live
