@@ -917,11 +917,23 @@ class MemoryArchive:
                     pass
 
     def _prune(self) -> None:
-        """Delete the oldest generations beyond N (only ever after the new one is durable)."""
+        """Delete what is older than the N newest generations that verify (only after the new one is durable).
+
+        Counting only files that verify (seal, header, and a name that agrees with it)
+        keeps a damaged or misnamed newer file from pushing good generations out; such a
+        file is itself kept while it is newer than the N-th good one, as evidence.
+        """
         try:
-            files = self._generation_files()
-            for _, path in files[: max(0, len(files) - self.generations)]:
-                self.fs.unlink(path, "prune")
+            good = 0
+            for _, path in reversed(self._generation_files()):
+                if good >= self.generations:
+                    self.fs.unlink(path, "prune")
+                    continue
+                try:
+                    self.read(path, restore_snapshots=False)
+                except (OSError, InvalidArchive):
+                    continue
+                good += 1
         except OSError as exc:
             log.warning("memory archive: pruning failed (old generations kept): %s", _describe(exc))
 

@@ -143,6 +143,21 @@ def test_an_old_generation_copied_under_a_newer_name_is_refused(exported, paths,
     control.close()
 
 
+def test_a_misnamed_file_does_not_push_good_generations_out(exported, paths):
+    _, archive_path = paths
+    archive = MemoryArchive(archive_path)
+    for _ in range(2):
+        write_a(exported, 1)
+        assert archive.export(exported).outcome == "written"  # generations 2 and 3
+    shutil.copyfile(os.path.join(archive_path, generation_name(1)), os.path.join(archive_path, generation_name(4)))
+    write_a(exported, 1)
+    assert archive.export(exported).outcome == "written"  # generation 5
+    names = sorted(generation_files(archive_path))
+    # three good generations (2, 3, 5) are kept, and the misnamed 4 as evidence; only 1 is pruned
+    assert names == [generation_name(n) for n in (2, 3, 4, 5)]
+    assert [g.valid for g in archive.list_generations()] == [True, True, False, True]
+
+
 # ---------------------------------------------------------------------- store id and versions
 def test_a_second_store_exporting_into_the_same_archive_is_refused(exported, paths, tmp_path):
     _, archive_path = paths
