@@ -315,19 +315,36 @@ def archive_for(args: argparse.Namespace) -> MemoryArchive:
     return MemoryArchive(os.path.abspath(os.path.expanduser(directory)))
 
 
+def _archive_warning(text: str) -> None:
+    """A finding the operator must see even when stdout goes to a file: one line on stderr."""
+    sys.stderr.write(f"svit: warning: {text}\n")
+
+
+def _report_rollbacks(rollbacks: Sequence[Any]) -> None:
+    for rollback in rollbacks:
+        _archive_warning(f"store rolled back below an acknowledged version: {rollback.describe()}")
+
+
 def cmd_archive_export(args: argparse.Namespace) -> int:
     archive = archive_for(args)
-    result = archive.export(open_store(args))
-    output(args, {key: value for key, value in result.__dict__.items()})
+    result = archive.export(open_store(args), supersede=args.supersede)
+    output(args, result.as_dict())
     if result.outcome != "written":
         raise CliError(f"archive_{result.outcome}", result.message or f"export {result.outcome}")
     return 0
 
 
 def cmd_archive_restore(args: argparse.Namespace) -> int:
+    from dataclasses import replace  # noqa: PLC0415 - only this command needs it
+
     archive = archive_for(args)
-    result = archive.restore(open_store(args), mode=args.mode)
-    output(args, {key: value for key, value in result.__dict__.items()})
+    store = open_store(args)
+    rollbacks = archive.check_rollback(store)
+    _report_rollbacks(rollbacks)
+    result = replace(archive.restore(store, mode=args.mode), rollbacks=rollbacks)
+    if result.fell_back:
+        _archive_warning(result.message)
+    output(args, result.as_dict())
     if result.outcome in ("failed", "partial"):
         raise CliError(f"archive_restore_{result.outcome}", result.message or f"restore {result.outcome}")
     return 0
@@ -335,7 +352,12 @@ def cmd_archive_restore(args: argparse.Namespace) -> int:
 
 def cmd_archive_status(args: argparse.Namespace) -> int:
     archive = archive_for(args)
-    output(args, archive.status(str(store_path(args))))
+    status = archive.status(str(store_path(args)))
+    if (store_path(args) / "CURRENT").exists():  # an existing store: is it behind the archive?
+        rollbacks = archive.check_rollback(open_store(args))
+        _report_rollbacks(rollbacks)
+        status["rollbacks"] = [rollback.__dict__ for rollback in rollbacks]
+    output(args, status)
     return 0
 
 
@@ -411,6 +433,8 @@ def build_parser() -> argparse.ArgumentParser:
     archive_common = _Parser(add_help=False)
     archive_common.add_argument("--archive", default=None, help="the archive directory (or SVIT_ARCHIVE); never defaulted")
     p = archive_sub.add_parser("export", help="write a new verified generation of every process", parents=[common, archive_common])
+    p.add_argument("--supersede", action="store_true",
+                   help="publish even though the archive holds another store's or newer state (on purpose only)")
     p.set_defaults(run=cmd_archive_export)
     p = archive_sub.add_parser("restore", help="restore processes from the newest valid generation", parents=[common, archive_common])
     p.add_argument("--mode", default="auto", choices=["auto", "always", "off"],

@@ -11,7 +11,7 @@ gesture does not reach, and puts it back when the store comes up empty.
     ...                                                        # periodic exports run
     archive.close(store); store.close()                        # final bounded export
 
-Generation file ``generation-<20 digits>.svarc`` (format major 2, minor 0)::
+Generation file ``generation-<20 digits>.svarc`` (format major 3, minor 0)::
 
     magic  b"SVARCHV1" (8) | major u16be | minor u16be | header length u32be
     header {cut_time, generation, sequence, store_id, writer}
@@ -22,12 +22,21 @@ Generation file ``generation-<20 digits>.svarc`` (format major 2, minor 0)::
 
 The header and every record are in the one deterministic CBOR encoding of
 :mod:`svit.cbor` (map keys in UTF-8 byte order, as listed above), and a reader accepts
-nothing else. Major 1 wrote the same maps in length-first key order; it is refused
-(``unknown major version 1``).
+nothing else. In major 3 the header's ``generation`` and ``store_id`` are load-bearing:
+the sealed header, not the file name, says which generation a file is (a file whose
+name disagrees is refused) and which store wrote it (exports refuse to publish over
+another store's generations, or below what the newest one holds, without an explicit
+``supersede``). Major 2 (readers trusted the name) and major 1 (another key order) are
+refused by number.
 
 A reader checks the magic, the major version, the trailer magic, the digest, the
 count, every record's fields, and restores every process snapshot (matching its
 address, version and root hash) before it applies a single record.
+
+Rollbacks: the archive only ever holds acknowledged state, so a store that holds an
+address below the newest generation lost acknowledged commits (a damaged write-ahead
+log that point-in-time recovery cut short, an older copy of the store directory).
+:func:`open_store_with_archive` checks for that at open and fails loudly by default.
 
 The join (restore is the join of the store and the generation, per address): an
 address's state is absent, a tombstone ``(version, root_hash)`` or live
@@ -53,7 +62,7 @@ import struct
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, TypeGuard
 
 import blake3
@@ -69,7 +78,7 @@ log = logging.getLogger("svit.store.archive")
 
 MAGIC = b"SVARCHV1"
 TRAILER_MAGIC = b"SVAREND1"
-MAJOR = 2
+MAJOR = 3
 MINOR = 0
 _PREFIX = struct.Struct(">8sHHI")
 _LENGTH = struct.Struct(">I")
@@ -90,7 +99,8 @@ RESTORE_MODES = ("auto", "always", "off")
 _MODE_ALIASES = {"on-empty": "auto", "none": "off", "false": "off"}
 MARKER_FORMAT = "svit-restore-marker@1"
 
-EXPORT_OUTCOMES = ("written", "refused_empty", "refused_shrink", "incomplete", "failed")
+EXPORT_OUTCOMES = ("written", "refused_empty", "refused_shrink", "refused_foreign", "refused_older", "incomplete",
+                   "failed")
 RESTORE_OUTCOMES = ("restored", "partial", "nothing_to_restore", "not_attempted", "failed")
 ONLY_IN_STORE = "state written since the last good export exists only in the live store"
 
@@ -120,6 +130,20 @@ class ArchiveRestoreFailed(ArchiveError):
     def __init__(self, detail: str, result: RestoreResult | None = None) -> None:
         super().__init__(detail)
         self.result = result
+
+
+class StoreRolledBack(ArchiveError):
+    """At open, the store held addresses below what the archive recorded as acknowledged.
+
+    Raised by :func:`open_store_with_archive` (``on_rollback="fail"``, the default) after
+    closing the store; ``rollbacks`` names every address and both versions.
+    """
+
+    code, prefix = "store_rolled_back", "the store is behind its memory archive"
+
+    def __init__(self, detail: str, rollbacks: tuple[Rollback, ...] = ()) -> None:
+        super().__init__(detail)
+        self.rollbacks = rollbacks
 
 
 class _Cancelled(Exception):
@@ -235,11 +259,14 @@ def _is_hash(value: Any) -> TypeGuard[str]:
     return type(value) is str and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
 
 
-def decode_generation(data: bytes) -> Generation:
+def decode_generation(data: bytes, *, restore_snapshots: bool = True) -> Generation:
     """Verify the WHOLE file, then return it; any defect raises :class:`InvalidArchive`.
 
     Minor versions above ours decode (unknown header fields are ignored); a missing
     optional header field takes its documented default (``cut_time`` 0, ``writer`` "").
+    ``restore_snapshots=False`` checks the seal, the header and every record's fields
+    but does not rebuild the process snapshots: enough to trust the sealed versions
+    (the rollback check at open), not enough to restore from.
     """
     if type(data) is not bytes:
         raise InvalidArchive("generation is not bytes")
@@ -249,7 +276,9 @@ def decode_generation(data: bytes) -> Generation:
     if magic != MAGIC:
         raise InvalidArchive("bad magic")
     if major != MAJOR:
-        raise InvalidArchive(f"unknown major version {major}")
+        older = (f" (major {major} generations are refused: before major 3 a generation's file name, not its "
+                 "sealed header, said which one it was; export again with this version)") if major < MAJOR else ""
+        raise InvalidArchive(f"unknown major version {major}{older}")
     trailer = data[-TRAILER_BYTES:]
     if trailer[: len(TRAILER_MAGIC)] != TRAILER_MAGIC:
         raise InvalidArchive("missing trailer")
@@ -286,7 +315,7 @@ def decode_generation(data: bytes) -> Generation:
         except cbor.CBORDecodeError:
             raise InvalidArchive(f"record {seen} does not decode") from None
         position += length
-        _check_record(record, seen, processes, tombstones)
+        _check_record(record, seen, processes, tombstones, restore_snapshots)
         seen += 1
     if seen != count:
         raise InvalidArchive(f"count mismatch: trailer says {count}, body holds {seen}")
@@ -295,7 +324,7 @@ def decode_generation(data: bytes) -> Generation:
 
 
 def _check_record(record: Any, index: int, processes: dict[str, ProcessRecord],
-                  tombstones: dict[str, Tombstone]) -> None:
+                  tombstones: dict[str, Tombstone], restore_snapshots: bool) -> None:
     what = f"record {index}"
     if type(record) is not dict:
         raise InvalidArchive(f"{what} is not a map")
@@ -309,12 +338,13 @@ def _check_record(record: Any, index: int, processes: dict[str, ProcessRecord],
         data = record["process_snapshot"]
         if type(data) is not bytes:
             raise InvalidArchive(f"{what}: process snapshot is not bytes")
-        try:
-            process = Process.restore(data)
-        except SvitError as exc:
-            raise InvalidArchive(f"{what}: process snapshot does not restore: {exc.message}") from None
-        if process.address != address or process.version != version or process.root_hash != root_hash:
-            raise InvalidArchive(f"{what}: process snapshot does not match its address, version or root hash")
+        if restore_snapshots:
+            try:
+                process = Process.restore(data)
+            except SvitError as exc:
+                raise InvalidArchive(f"{what}: process snapshot does not restore: {exc.message}") from None
+            if process.address != address or process.version != version or process.root_hash != root_hash:
+                raise InvalidArchive(f"{what}: process snapshot does not match its address, version or root hash")
         processes[address] = ProcessRecord(address, version, root_hash, data)
     elif kind == "tombstone" and set(record) == {"kind", "address", "version", "root_hash", "removed_at"}:
         if not _is_u64(record["removed_at"]):
@@ -330,6 +360,37 @@ def generation_name(number: int) -> str:
 
 # ---------------------------------------------------------------------- results
 @dataclass(frozen=True)
+class SkippedGeneration:
+    """A generation file that a reader passed over, and why (it applied nothing from it)."""
+
+    number: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Rollback:
+    """An address the store holds below what an archive generation recorded for it.
+
+    ``store_version`` is None when the store does not hold the address at all. At equal
+    versions the root hashes differ: the store and the archive diverged.
+    """
+
+    address: str
+    store_version: int | None
+    archived_version: int
+    generation: int
+
+    def describe(self) -> str:
+        if self.store_version is None:
+            held = "the store does not hold it"
+        elif self.store_version == self.archived_version:
+            held = f"the store holds version {self.store_version} with other contents"
+        else:
+            held = f"the store holds version {self.store_version}"
+        return f"{self.address}: {held}, archive generation {self.generation} holds version {self.archived_version}"
+
+
+@dataclass(frozen=True)
 class ExportResult:
     outcome: str
     generation: int | None = None
@@ -338,6 +399,11 @@ class ExportResult:
     digest: str | None = None
     message: str = ""
     missing: tuple[str, ...] = ()
+    #: For ``refused_older``: the addresses the store holds below the newest generation.
+    behind: tuple[Rollback, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -347,9 +413,21 @@ class RestoreResult:
     written: tuple[str, ...] = ()
     missing: tuple[str, ...] = ()
     message: str = ""
+    #: Newer generation files passed over before ``generation`` (newest first): a fallback.
+    skipped: tuple[SkippedGeneration, ...] = ()
+    #: Addresses the store held below the archive when it was opened (see :meth:`MemoryArchive.check_rollback`).
+    rollbacks: tuple[Rollback, ...] = ()
+
+    @property
+    def fell_back(self) -> bool:
+        """True when the generation used is not the newest file (newer ones failed verification)."""
+        return bool(self.skipped) and self.generation is not None
 
     def as_tuple(self) -> tuple[str, int | None, tuple[str, ...], tuple[str, ...]]:
         return (self.outcome, self.generation, self.written, self.missing)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "fell_back": self.fell_back}
 
 
 @dataclass(frozen=True)
@@ -363,6 +441,7 @@ class GenerationInfo:
     digest: str | None = None
     sequence: int | None = None
     cut_time: int | None = None
+    store_id: str | None = None
 
 
 # ---------------------------------------------------------------------- configuration helpers
@@ -396,13 +475,13 @@ def normalize_restore_mode(value: Any) -> tuple[str, str | None]:
     return "auto", f"restore mode {value!r} is unknown; using auto"
 
 
-def encode_marker(state: str, generation: int | None, digest: str | None, now: int) -> bytes:
+def encode_marker(state: str, generation: int | None, digest: str | None, now: int, store_id: str = "") -> bytes:
+    """The restore marker; ``store_id`` is the id of the store that wrote the restored generation."""
     return _canonical({"digest": digest or "", "format": MARKER_FORMAT, "generation": generation or 0,
-                       "state": state, "time": now})
+                       "state": state, "store_id": store_id, "time": now})
 
 
-def decode_marker(raw: bytes | None) -> str | None:
-    """``"partial"`` / ``"restored"``, or None when absent or unreadable (unreadable counts as absent)."""
+def _marker_fields(raw: bytes | None) -> dict[str, Any] | None:
     if raw is None:
         return None
     try:
@@ -411,8 +490,66 @@ def decode_marker(raw: bytes | None) -> str | None:
         return None
     if type(value) is not dict or value.get("format") != MARKER_FORMAT or value.get("state") not in ("partial", "restored"):
         return None
+    return value
+
+
+def decode_marker(raw: bytes | None) -> str | None:
+    """``"partial"`` / ``"restored"``, or None when absent or unreadable (unreadable counts as absent)."""
+    value = _marker_fields(raw)
+    if value is None:
+        return None
     state: str = value["state"]
     return state
+
+
+def marker_source_store(raw: bytes | None) -> str | None:
+    """The store id of the generation a restore came from (None: no marker, or none recorded)."""
+    value = _marker_fields(raw)
+    source = None if value is None else value.get("store_id")
+    return source if type(source) is str and source else None
+
+
+def lineage(store: Any) -> set[str]:
+    """The store ids whose generations this store continues: its own, and the one it was restored from.
+
+    A restore into a wiped store mints a new store id; the restore marker keeps the id
+    of the generation it came from, so the restored store may go on exporting into the
+    same archive without an override.
+    """
+    ids = {store.store_id()}
+    source = marker_source_store(store.read_restore_marker())
+    if source is not None:
+        ids.add(source)
+    return ids
+
+
+def behind_archive(generation: Generation, heads: dict[str, tuple[int, str]],
+                   tombstones: list[dict[str, Any]], *, include_absent: bool) -> list[Rollback]:
+    """The addresses whose archived live state the store does not reach.
+
+    An address is behind when the store holds a lower version, or the same version with
+    another root hash, unless the store removed it at or after the archived version (a
+    deliberate removal, maybe followed by a re-creation). ``include_absent`` also counts
+    an address the store does not hold at all (the export's shrink guard covers that case
+    on its own).
+    """
+    removed: dict[str, int] = {}
+    for t in tombstones:
+        removed[t["address"]] = max(removed.get(t["address"], -1), t["version"])
+    out = []
+    for address, record in sorted(generation.processes.items()):
+        if removed.get(address, -1) >= record.version:
+            continue
+        current = heads.get(address)
+        if current is None:
+            if include_absent:
+                out.append(Rollback(address, None, record.version, generation.generation))
+            continue
+        version, root_hash = current
+        if version > record.version or (version == record.version and root_hash == record.root_hash):
+            continue
+        out.append(Rollback(address, version, record.version, generation.generation))
+    return out
 
 
 def _worktree_root(path: str, fs: FileSystem) -> str | None:
@@ -471,14 +608,36 @@ class MemoryArchive:
         self.counters: dict[str, int] = {f"export_{o}": 0 for o in EXPORT_OUTCOMES}
         self.counters.update({f"restore_{o}": 0 for o in RESTORE_OUTCOMES})
         self.gauges: dict[str, Any] = {"last_export_time": 0, "last_export_records": 0, "last_export_digest": ""}
-        self._export_lock = threading.Lock()
+        self._export_lock = threading.RLock()  # reentrant: the final export holds it around export()
         #: Exports numbered below this are cancelled before publishing (set when a final export times out).
         self._epochs = itertools.count()
         self._cancel_below = -1
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_good: float | None = None
-        self.fs.makedirs(self.directory)
+        #: Directories whose entry for a level of the archive path is not known to be durable yet:
+        #: the parent of the archive directory, and of every level this object created.
+        self._unsynced_parents = self._create_directory()
+
+    def _create_directory(self) -> list[str]:
+        """Create the missing levels of the archive path, top-down; the parents to fsync at first publish."""
+        missing = []
+        level = self.directory
+        while not self.fs.exists(level):
+            missing.append(level)
+            parent = os.path.dirname(level)
+            if parent == level:
+                break
+            level = parent
+        parents = []
+        for level in reversed(missing):
+            self.fs.makedirs(level)
+            parents.append(os.path.dirname(level))
+        self.fs.makedirs(self.directory)  # an existing non-directory at the path fails here
+        immediate = os.path.dirname(self.directory)
+        if immediate not in parents:
+            parents.append(immediate)
+        return parents
 
     # ------------------------------------------------------------------ telemetry and statement
     def metrics(self) -> dict[str, Any]:
@@ -524,9 +683,19 @@ class MemoryArchive:
                 out.append((int(match.group(1)), os.path.join(self.directory, name)))
         return sorted(out)
 
-    def read(self, path: str) -> Generation:
-        """Read and verify one generation file (whole-file verification first)."""
-        return decode_generation(self.fs.read(path))
+    def read(self, path: str, *, restore_snapshots: bool = True) -> Generation:
+        """Read and verify one generation file (whole-file verification first).
+
+        The file's name must agree with the generation number in its sealed header: a
+        copy of an old generation under a newer name is refused, never taken as newer.
+        """
+        generation = decode_generation(self.fs.read(path), restore_snapshots=restore_snapshots)
+        match = GENERATION_RE.match(os.path.basename(path))
+        if match is None or int(match.group(1)) != generation.generation:
+            named = "no generation" if match is None else f"generation {int(match.group(1))}"
+            raise InvalidArchive(f"the file name says {named} but its sealed header says generation "
+                                 f"{generation.generation} (a copied or renamed file)")
+        return generation
 
     def list_generations(self) -> list[GenerationInfo]:
         """Every generation file, oldest first, each verified (for ``svit archive status``)."""
@@ -538,25 +707,62 @@ class MemoryArchive:
                 out.append(GenerationInfo(number, path, False, _describe(exc)))
                 continue
             out.append(GenerationInfo(number, path, True, None, len(g.processes), len(g.tombstones), g.digest,
-                                      g.sequence, g.cut_time))
+                                      g.sequence, g.cut_time, g.store_id))
         return out
+
+    def newest_verified(self, *, restore_snapshots: bool = True) -> tuple[Generation | None, tuple[SkippedGeneration, ...]]:
+        """The newest generation that verifies, and the newer files passed over (newest first) with why.
+
+        Files are tried newest name first; a file is accepted only when its sealed header
+        carries the number in its name, so the order is that of the verified headers.
+        """
+        skipped: list[SkippedGeneration] = []
+        for number, path in reversed(self._generation_files()):
+            try:
+                return self.read(path, restore_snapshots=restore_snapshots), tuple(skipped)
+            except (OSError, InvalidArchive) as exc:
+                reason = exc.detail if isinstance(exc, InvalidArchive) else _describe(exc)
+                skipped.append(SkippedGeneration(number, reason))
+                log.warning("memory archive: skipping generation %s: %s", os.path.basename(path), reason)
+        return None, tuple(skipped)
 
     def newest_valid(self) -> tuple[Generation | None, list[str]]:
         """The newest generation that verifies, and the errors of newer files that did not."""
-        errors: list[str] = []
-        for _number, path in reversed(self._generation_files()):
-            try:
-                return self.read(path), errors
-            except (OSError, InvalidArchive) as exc:
-                errors.append(f"{os.path.basename(path)}: {_describe(exc)}")
-                log.warning("memory archive: skipping generation %s: %s", os.path.basename(path), _describe(exc))
-        return None, errors
+        generation, skipped = self.newest_verified()
+        return generation, [f"{generation_name(s.number)}: {s.reason}" for s in skipped]
+
+    # ------------------------------------------------------------------ rollback detection
+    def check_rollback(self, store: Any) -> tuple[Rollback, ...]:
+        """Addresses the store holds below the archive's newest generation of the same lineage.
+
+        The archive only ever holds acknowledged state, so an address below it lost
+        acknowledged commits (bit rot in the WAL that point-in-time recovery dropped, an
+        older copy of the store directory put back). An empty store, or one in the
+        middle of a restore (marker ``partial``), is the restore's business, not a
+        rollback. The comparison does not depend on the store id: the id is one more
+        write that the same lost WAL tail can take away, and a store behind an archive
+        written by another store is just as wrong (the log line names both ids). Each
+        finding is logged at ERROR. Store read errors raise: unreadable is not "no rollback".
+        """
+        if not store.addresses() or decode_marker(store.read_restore_marker()) == "partial":
+            return ()
+        generation, _ = self.newest_verified(restore_snapshots=False)
+        if generation is None:
+            return ()
+        found = tuple(behind_archive(generation, store.archive_heads(), store.archive_tombstones(), include_absent=True))
+        if found and generation.store_id not in lineage(store):
+            log.error("memory archive: generation %s was written by store %s, this store is %s (its id was lost "
+                      "with the rest, or two stores share the archive)", generation.generation, generation.store_id,
+                      store.store_id())
+        for rollback in found:
+            log.error("memory archive: the store rolled back below an acknowledged version: %s", rollback.describe())
+        return found
 
     def status(self, store_path: str | None = None) -> dict[str, Any]:
         """What ``svit archive status`` prints."""
         out: dict[str, Any] = {
             "archive": self.directory,
-            "generations": [g.__dict__ for g in self.list_generations()],
+            "generations": [asdict(g) for g in self.list_generations()],
             "metrics": self.metrics(),
         }
         if store_path is not None:
@@ -572,11 +778,18 @@ class MemoryArchive:
         since = "no good export yet" if self._last_good is None else f"last good export at {int(self._last_good)}"
         return f"{ONLY_IN_STORE} ({since})"
 
-    def export(self, store: Any, *, _epoch: int | None = None) -> ExportResult:
-        """Write one generation (or refuse); never raises for store or file errors, reports them."""
+    def export(self, store: Any, *, supersede: bool = False, _epoch: int | None = None) -> ExportResult:
+        """Write one generation (or refuse); never raises for store or file errors, reports them.
+
+        ``supersede=True`` is the explicit override for the two lineage refusals
+        (``refused_foreign``: the newest generation was written by another store;
+        ``refused_older``: the store holds an address below the newest generation): the
+        operator says this store's state is the one to keep. The empty and shrink guards
+        still apply.
+        """
         epoch = next(self._epochs) if _epoch is None else _epoch
         with self._export_lock:
-            result = self._export(store, epoch)
+            result = self._export(store, epoch, supersede)
         self._count(result.outcome)
         if result.outcome == "written":
             log.info("memory archive export written: generation %s, %s records", result.generation, result.record_count)
@@ -592,7 +805,7 @@ class MemoryArchive:
                 except OSError as exc:
                     log.warning("memory archive: cannot sweep stale %s: %s", name, _describe(exc))
 
-    def _export(self, store: Any, epoch: int) -> ExportResult:
+    def _export(self, store: Any, epoch: int, supersede: bool) -> ExportResult:
         try:
             self._sweep()
             files = self._generation_files()
@@ -600,6 +813,7 @@ class MemoryArchive:
             return ExportResult("failed", message=f"archive directory unreadable: {_describe(exc)}; {self._only_in_store()}")
         try:
             store_id = store.store_id()
+            ids = lineage(store)
             cut = store.archive_cut()
         except Exception as exc:
             return ExportResult("incomplete", message=f"store could not be read ({_describe(exc)}); {self._only_in_store()}")
@@ -623,6 +837,10 @@ class MemoryArchive:
                 return ExportResult("refused_shrink", missing=tuple(missing), message=(
                     f"{len(missing)} address(es) of generation {previous.generation} are missing without a tombstone "
                     f"(first: {missing[0]}); old generations kept; " + self._only_in_store()))
+        if previous is not None and not supersede:
+            refusal = self._lineage_refusal(previous, store_id, ids, cut)
+            if refusal is not None:
+                return refusal
         number = (files[-1][0] + 1) if files else 1
         data = encode_generation(store_id=store_id, generation=number, sequence=cut["sequence"],
                                  cut_time=int(self.clock()), writer=self.identity,
@@ -639,6 +857,22 @@ class MemoryArchive:
                            last_export_digest=digest)
         self._prune()
         return ExportResult("written", number, path, len(live) + len(tombstones), digest)
+
+    def _lineage_refusal(self, previous: Generation, store_id: str, ids: set[str],
+                         cut: dict[str, Any]) -> ExportResult | None:
+        """Refuse to publish below what the archive holds: another store's archive, or older state."""
+        keep = f"old generations kept; export with supersede to replace them on purpose; {self._only_in_store()}"
+        if previous.store_id not in ids:
+            return ExportResult("refused_foreign", message=(
+                f"generation {previous.generation} was written by store {previous.store_id}, this store is "
+                f"{store_id} and was not restored from it (two stores sharing one archive directory?); {keep}"))
+        heads = {p["address"]: (p["version"], p["root_hash"]) for p in cut["processes"]}
+        behind = tuple(behind_archive(previous, heads, cut["tombstones"], include_absent=False))
+        if behind:
+            return ExportResult("refused_older", behind=behind, message=(
+                f"{len(behind)} address(es) are older in the store than in generation {previous.generation} "
+                f"(a stale or rolled-back copy of the store?); first: {behind[0].describe()}; {keep}"))
+        return None
 
     def _publish(self, number: int, data: bytes, epoch: int) -> str:
         """temp (O_EXCL) -> write -> fsync -> close -> read back and re-hash -> replace -> fsync dir."""
@@ -660,6 +894,9 @@ class MemoryArchive:
             self.fs.replace(temp, target)
             replaced = True
             self.fs.fsync_dir(self.directory)
+            while self._unsynced_parents:  # a new archive directory's own entry, once, top-down
+                self.fs.fsync_dir(self._unsynced_parents[0])
+                self._unsynced_parents.pop(0)
             return target
         except (_Cancelled, _PublishError):
             raise
@@ -680,11 +917,23 @@ class MemoryArchive:
                     pass
 
     def _prune(self) -> None:
-        """Delete the oldest generations beyond N (only ever after the new one is durable)."""
+        """Delete what is older than the N newest generations that verify (only after the new one is durable).
+
+        Counting only files that verify (seal, header, and a name that agrees with it)
+        keeps a damaged or misnamed newer file from pushing good generations out; such a
+        file is itself kept while it is newer than the N-th good one, as evidence.
+        """
         try:
-            files = self._generation_files()
-            for _, path in files[: max(0, len(files) - self.generations)]:
-                self.fs.unlink(path, "prune")
+            good = 0
+            for _, path in reversed(self._generation_files()):
+                if good >= self.generations:
+                    self.fs.unlink(path, "prune")
+                    continue
+                try:
+                    self.read(path, restore_snapshots=False)
+                except (OSError, InvalidArchive):
+                    continue
+                good += 1
         except OSError as exc:
             log.warning("memory archive: pruning failed (old generations kept): %s", _describe(exc))
 
@@ -705,20 +954,44 @@ class MemoryArchive:
         self._thread = threading.Thread(target=loop, name=f"{self.identity}-periodic", daemon=True)
         self._thread.start()
 
-    def close(self, store: Any, *, budget_seconds: Any = None) -> ExportResult:
+    def close(self, store: Any, *, budget_seconds: Any = None,
+              exit_after: Callable[[ExportResult], None] | None = None) -> ExportResult:
         """Stop the periodic exporter and run one final export bounded by the stop budget (1-60 s).
 
         Returns within the budget (plus scheduling slack) even if the export stalls: then
         the export is told to stop before publishing, the old generations stay intact,
-        and the result is ``incomplete`` with a warning.
+        and the result is ``incomplete`` with a warning. The export runs on a worker
+        thread joined until the budget runs out.
+
+        With ``exit_after`` (the SIGTERM path) the worker takes the export lock and then
+        the store lock, and keeps both until ``exit_after`` ends the process: no commit
+        can be acknowledged after the cut, so the final generation holds the last
+        acknowledged version. Waiting for the store lock counts against the budget, and
+        it is only ever waited for on this worker, never on the thread the signal
+        interrupted (which may be inside a commit holding it).
         """
         budget = self.stop_timeout_seconds if budget_seconds is None else clamp_stop_timeout(budget_seconds)[0]
         deadline = time.monotonic() + budget
         self._stop.set()
         box: list[ExportResult] = []
         epoch = next(self._epochs)
-        worker = threading.Thread(target=lambda: box.append(self.export(store, _epoch=epoch)),
-                                  name=f"{self.identity}-final", daemon=True)
+        store_lock = getattr(getattr(store, "engine", None), "lock", None) if exit_after is not None else None
+
+        def work() -> None:
+            if store_lock is None:
+                box.append(self.export(store, _epoch=epoch))
+                return
+            if not self._export_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                return
+            if not store_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                self._export_lock.release()
+                return
+            result = self.export(store, _epoch=epoch)
+            box.append(result)
+            assert exit_after is not None
+            exit_after(result)  # ends the process with both locks held
+
+        worker = threading.Thread(target=work, name=f"{self.identity}-final", daemon=True)
         worker.start()
         worker.join(max(0.0, deadline - time.monotonic()))
         self._thread = None
@@ -729,7 +1002,10 @@ class MemoryArchive:
         self.counters["export_incomplete"] += 1
         message = f"final export did not finish within {budget:g} s; old generations kept; {self._only_in_store()}"
         log.warning("memory archive final export incomplete: %s", message)
-        return ExportResult("incomplete", message=message)
+        result = ExportResult("incomplete", message=message)
+        if exit_after is not None:
+            exit_after(result)
+        return result
 
     # ------------------------------------------------------------------ restore
     def restore(self, store: Any, *, mode: str | None = None,
@@ -743,6 +1019,8 @@ class MemoryArchive:
         self._count(result.outcome, "restore")
         level = {"restored": logging.WARNING, "partial": logging.ERROR, "failed": logging.ERROR}.get(
             result.outcome, logging.INFO)
+        if result.fell_back:
+            level = max(level, logging.ERROR)
         log.log(level, "memory archive restore %s: %s", result.outcome, result.message)
         return result
 
@@ -758,22 +1036,29 @@ class MemoryArchive:
         if mode == "auto" and not empty and marker != "partial":
             return RestoreResult("not_attempted", message="the store holds processes and no partial restore is recorded")
         try:
-            generation, errors = self.newest_valid()
+            generation, skipped = self.newest_verified()
             any_files = bool(self._generation_files())
         except OSError as exc:
             return RestoreResult("failed", message=f"archive directory unreadable: {_describe(exc)}")
         if generation is None:
             if any_files:
-                return RestoreResult("failed", message="no generation verifies: " + "; ".join(errors))
+                return RestoreResult("failed", skipped=skipped, message="no generation verifies: " + "; ".join(
+                    f"{generation_name(s.number)}: {s.reason}" for s in skipped))
             return RestoreResult("nothing_to_restore", message="the archive holds no generation")
+        fallback = ""
+        if skipped:
+            fallback = f"fell back to generation {generation.generation}, newer ones failed verification (" + "; ".join(
+                f"generation {s.number}: {s.reason}" for s in skipped) + "); "
         if not generation.processes and marker != "partial":
-            return RestoreResult("nothing_to_restore", generation.generation, message="the newest generation is empty")
+            return RestoreResult("nothing_to_restore", generation.generation, skipped=skipped,
+                                 message=fallback + "the newest verified generation is empty")
         now = int(self.clock())
+        source = generation.store_id
         try:
-            store.write_restore_marker(encode_marker("partial", generation.generation, generation.digest, now))
+            store.write_restore_marker(encode_marker("partial", generation.generation, generation.digest, now, source))
         except Exception as exc:
-            return RestoreResult("failed", generation.generation,
-                                 message=f"writing the partial marker failed ({_describe(exc)}); restore aborted")
+            return RestoreResult("failed", generation.generation, skipped=skipped,
+                                 message=f"{fallback}writing the partial marker failed ({_describe(exc)}); restore aborted")
         heads = store.archive_heads()
         # A removal this store recorded outlives every archived copy up to that version:
         # restore never brings back what was deliberately removed (G4).
@@ -801,7 +1086,7 @@ class MemoryArchive:
             heads = store.archive_heads()
         except Exception as exc:
             return RestoreResult("partial", generation.generation, tuple(written), tuple(sorted(generation.processes)),
-                                 f"verification could not read the store ({_describe(exc)})")
+                                 f"{fallback}verification could not read the store ({_describe(exc)})", skipped)
         missing = []
         for address, record in sorted(generation.processes.items()):
             if removed.get(address, -1) >= record.version and address not in heads:
@@ -814,14 +1099,15 @@ class MemoryArchive:
                      f"(first: {missing[0]}); wrote {len(written)}"
             if problems:
                 detail += "; errors: " + "; ".join(problems[:3])
-            return RestoreResult("partial", generation.generation, tuple(written), tuple(missing), detail)
+            return RestoreResult("partial", generation.generation, tuple(written), tuple(missing), fallback + detail,
+                                 skipped)
         try:
-            store.write_restore_marker(encode_marker("restored", generation.generation, generation.digest, now))
+            store.write_restore_marker(encode_marker("restored", generation.generation, generation.digest, now, source))
         except Exception as exc:
-            return RestoreResult("failed", generation.generation, tuple(written),
-                                 message=f"verified, but writing the restored marker failed ({_describe(exc)})")
-        return RestoreResult("restored", generation.generation, tuple(written),
-                             message=f"generation {generation.generation}: wrote {len(written)}, "
+            return RestoreResult("failed", generation.generation, tuple(written), skipped=skipped,
+                                 message=f"{fallback}verified, but writing the restored marker failed ({_describe(exc)})")
+        return RestoreResult("restored", generation.generation, tuple(written), skipped=skipped,
+                             message=f"{fallback}generation {generation.generation}: wrote {len(written)}, "
                                      f"{len(generation.processes)} archived addresses verified by dominance")
 
 
@@ -884,22 +1170,39 @@ def durability_statement(store_path: str | os.PathLike[str], archive: MemoryArch
 
 
 # ---------------------------------------------------------------------- opening and shutdown
+ROLLBACK_ACTIONS = ("fail", "continue")
+
+
 def open_store_with_archive(store_path: str | os.PathLike[str], archive: MemoryArchive, *,
                             restore_mode: str | None = None, start: bool = True,
-                            fail_closed: bool = True) -> tuple[Any, RestoreResult]:
-    """Open the store, log the statement, decide and run the restore, THEN return (no write races it).
+                            fail_closed: bool = True, on_rollback: str = "fail") -> tuple[Any, RestoreResult]:
+    """Open the store, log the statement, check for a rollback, decide and run the restore, THEN return.
 
-    ``failed`` or ``partial`` closes the store and raises :class:`ArchiveRestoreFailed`
-    (``fail_closed=False`` returns the store anyway). With ``start`` the periodic
-    exporter begins after the decision.
+    No write races the decision. A store holding an address below the archive's newest
+    generation (acknowledged commits lost, see :meth:`MemoryArchive.check_rollback`) is
+    logged at ERROR per address and then, with ``on_rollback="fail"`` (the default),
+    closed and :class:`StoreRolledBack` raised before anything is written; with
+    ``"continue"`` the result's ``rollbacks`` names them and the caller decides.
+    ``failed`` or ``partial`` restores close the store and raise
+    :class:`ArchiveRestoreFailed` (``fail_closed=False`` returns the store anyway). With
+    ``start`` the periodic exporter begins after the decision.
     """
+    if on_rollback not in ROLLBACK_ACTIONS:
+        raise ArchiveConfigError(f"on_rollback must be one of {', '.join(ROLLBACK_ACTIONS)}, not {on_rollback!r}")
     store = ProcessStore.open(store_path)
     try:
         statement = durability_statement(store.path, archive)
         for line in statement["text"].splitlines():
             log.warning("%s", line)
         store.store_id()
-        result = archive.restore(store, mode=restore_mode)
+        rollbacks = archive.check_rollback(store)
+        if rollbacks and on_rollback == "fail":
+            raise StoreRolledBack(
+                f"{len(rollbacks)} address(es) are below the archive's record of acknowledged state "
+                f"(first: {rollbacks[0].describe()}); the store was not changed. Acknowledged commits were lost "
+                "(a damaged write-ahead log or an older copy of the store directory). To take the archived state "
+                "back, restore with mode always; commits after that export are gone either way", rollbacks)
+        result = replace(archive.restore(store, mode=restore_mode), rollbacks=rollbacks)
     except BaseException:
         store.close()
         raise
@@ -914,17 +1217,39 @@ def open_store_with_archive(store_path: str | os.PathLike[str], archive: MemoryA
 def install_sigterm_handler(archive: MemoryArchive, store: Any, *, exit_code: int | None = 143) -> None:
     """On SIGTERM: one final export within the archive's stop budget, then exit (``exit_code``).
 
-    The store needs no close for durability (every acknowledged write was synced);
-    exiting with ``os._exit`` keeps a stalled exporter thread from delaying the exit.
+    The handler itself only wakes an exporter thread started here: Python runs signal
+    handlers on the main thread, which may be inside a commit holding the store lock,
+    so an export waited for inside the handler could never get that lock. The exporter
+    waits for the interrupted commit to finish, takes the cut holding the store lock
+    and exits with ``os._exit`` still holding it (no commit is acknowledged after the
+    cut, and a stalled exporter cannot delay the exit). The store needs no close for
+    durability: every acknowledged write was synced. With ``exit_code=None`` the final
+    export runs the same way but the process goes on (the store lock is not kept).
     """
+    requested = threading.Event()
+    finished = threading.Lock()
+
+    def report(result: ExportResult) -> None:
+        print(f"svit archive: final export {result.outcome} {result.message}".rstrip(), file=sys.stderr, flush=True)
+
+    def finish(result: ExportResult) -> None:
+        if not finished.acquire(blocking=False):
+            return  # the worker and the budget raced; the first one reports and exits
+        report(result)
+        sys.stdout.flush()
+        os._exit(exit_code if exit_code is not None else 0)
+
+    def exporter() -> None:
+        requested.wait()
+        if exit_code is None:
+            report(archive.close(store))
+        else:
+            archive.close(store, exit_after=finish)
 
     def handler(signum: int, frame: Any) -> None:
-        result = archive.close(store)
-        print(f"svit archive: final export {result.outcome} {result.message}".rstrip(), file=sys.stderr, flush=True)
-        if exit_code is not None:
-            sys.stdout.flush()
-            os._exit(exit_code)
+        requested.set()
 
+    threading.Thread(target=exporter, name=f"{archive.identity}-sigterm", daemon=True).start()
     signal.signal(signal.SIGTERM, handler)
 
 
@@ -933,4 +1258,7 @@ __all__ = [
     "encode_generation", "decode_generation", "Generation", "ProcessRecord", "Tombstone", "ExportResult",
     "RestoreResult", "GenerationInfo", "Entry", "join", "project", "dominates", "ArchiveError",
     "ArchiveConfigError", "InvalidArchive", "ArchiveRestoreFailed", "EXPORT_OUTCOMES", "RESTORE_OUTCOMES",
+    "StoreRolledBack", "Rollback", "SkippedGeneration", "behind_archive", "lineage", "ROLLBACK_ACTIONS",
+    "encode_marker", "decode_marker", "marker_source_store", "clamp_interval", "clamp_stop_timeout",
+    "normalize_restore_mode", "generation_name",
 ]

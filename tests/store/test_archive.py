@@ -287,8 +287,10 @@ def test_specific_rejections(populated):
     body = data[:-32]
     with pytest.raises(InvalidArchive, match="bad magic"):
         decode_generation(_reseal(b"XXXXXXXX" + body[8:]))
-    with pytest.raises(InvalidArchive, match="unknown major version 3"):
-        decode_generation(_reseal(body[:8] + struct.pack(">H", 3) + body[10:]))
+    with pytest.raises(InvalidArchive, match="unknown major version 4"):
+        decode_generation(_reseal(body[:8] + struct.pack(">H", 4) + body[10:]))
+    with pytest.raises(InvalidArchive, match="unknown major version 2 .*file name, not its sealed header"):
+        decode_generation(_reseal(body[:8] + struct.pack(">H", 2) + body[10:]))  # before the header was trusted
     with pytest.raises(InvalidArchive, match="missing trailer"):
         decode_generation(data[:-48] + b"\x00" * 48)
     count_at = len(body) - 8
