@@ -31,21 +31,26 @@ def build(value: Any, scripts_allowed: bool, strict: bool) -> Node:
     return leaf(value, scripts_allowed)
 
 
-def _children(values: list[Any], scripts_allowed: bool, depth: int, strict: bool) -> list[Any]:
-    """What a container stores for ``values``: raw valid scalars, nodes for containers."""
+def _children(values: list[Any], scripts_allowed: bool, depth: int, strict: bool) -> tuple[list[Any], list[int] | None]:
+    """What a container stores for ``values`` (raw valid scalars, nodes for containers),
+    and, when they are all plain scalars, each one's text bytes (None: count per chunk)."""
     types = set(map(type, values))
     if types <= _SIMPLE:
         # Checked by C-level passes where the values are all of one type.
+        text: list[int] | None = None
         if str in types:
             try:
-                list(map(str.encode, values if len(types) == 1 else [x for x in values if type(x) is str]))
+                if len(types) == 1:
+                    text = list(map(len, map(str.encode, values)))
+                else:
+                    text = [len(x.encode("utf-8")) if type(x) is str else 0 for x in values]
             except UnicodeEncodeError:
                 raise InvalidValue(BAD_TEXT) from None
         if int in types:
             integers = values if len(types) == 1 else [x for x in values if type(x) is int]
             if min(integers) < I64_MIN or max(integers) > I64_MAX:
                 raise InvalidValue("integer is outside signed 64-bit range")
-        return values
+        return values, text if text is not None else [0] * len(values)
     items: list[Any] = []
     add = items.append
     for value in values:
@@ -70,7 +75,7 @@ def _children(values: list[Any], scripts_allowed: bool, depth: int, strict: bool
             add(leaf(value, False).value)
         else:
             raise InvalidValue(f"unsupported value type: {t.__name__}")
-    return items
+    return items, None
 
 
 def _small_map(mapping: dict[Any, Any], strict: bool) -> Node | None:
@@ -121,13 +126,15 @@ def _map(mapping: dict[Any, Any], scripts_allowed: bool, depth: int, strict: boo
         raw_keys = list(map(str.encode, keys))
     except UnicodeEncodeError:
         raise InvalidValue(BAD_TEXT) from None
-    return make_container(MAP, build_map_root(keys, _children(values, scripts_allowed, depth, strict), raw_keys))
+    items, text = _children(values, scripts_allowed, depth, strict)
+    return make_container(MAP, build_map_root(keys, items, raw_keys, text))
 
 
 def _array(values: list[Any], scripts_allowed: bool, depth: int, strict: bool) -> Node:
     if depth >= MAX_NESTING:
         raise InvalidValue(NESTING)
-    return make_container(ARRAY, build_array_root(_children(values, scripts_allowed, depth, strict)))
+    items, text = _children(values, scripts_allowed, depth, strict)
+    return make_container(ARRAY, build_array_root(items, text))
 
 
 def empty_map() -> Node:

@@ -32,6 +32,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator
 from itertools import accumulate, compress
+from operator import add
 from typing import Any
 from zlib import crc32
 
@@ -197,19 +198,6 @@ def scalar_leaf(code: int, keys: tuple[str, ...] | None, chunk_items: tuple[Any,
     return chunk
 
 
-def _text_lengths(values: list[Any]) -> list[int] | None:
-    """UTF-8 lengths of the strings among ``values`` (0 for other scalars), or None when
-    some value is a container or a script (then each chunk counts for itself)."""
-    types = set(map(type, values))
-    if Node in types or Script in types:
-        return None
-    if str not in types:
-        return [0] * len(values)
-    if len(types) == 1:
-        return list(map(len, map(str.encode, values)))
-    return [len(x.encode("utf-8")) if type(x) is str else 0 for x in values]
-
-
 def _last_key(chunk: Chunk) -> str:
     """A map chunk's greatest key (a chunk that has a parent is never empty)."""
     last: str = chunk.keys[-1] if chunk.level == 0 else chunk.bounds[-1]  # type: ignore[index]
@@ -312,26 +300,29 @@ def _inner_candidates(children: list[Chunk], level: int) -> list[int]:
     return [i for i, child in enumerate(children) if child.rank > level]
 
 
-def build_map_root(keys: list[str], map_items: list[Any], raw_keys: list[bytes] | None = None) -> Chunk:
-    """The root chunk of a map from its entries (valid, keys sorted and distinct);
-    ``raw_keys`` are the keys in UTF-8 when the caller has them."""
+def build_map_root(keys: list[str], map_items: list[Any], raw_keys: list[bytes] | None = None,
+                   value_text: list[int] | None = None) -> Chunk:
+    """The root chunk of a map from its entries (valid, keys sorted and distinct).
+
+    A builder passes what it already has: the keys in UTF-8, and, when every item is a
+    plain scalar (no container, no script), each item's text bytes.
+    """
     n = len(keys)
     if n <= LEAF_MIN:
         return make_leaf(MAP, tuple(keys), tuple(map_items))
     if raw_keys is None:
         raw_keys = list(map(str.encode, keys))
     codes = list(map(crc32, raw_keys))
-    lengths = list(map(len, raw_keys))
     candidates = list(compress(range(n), map((31).__eq__, map((31).__and__, codes))))  # low 5 bits set
     spans, _ = _split(n, candidates, LEAF_MIN, LEAF_CAP)
-    value_text = _text_lengths(map_items)
     if value_text is not None:
+        text = [0, *accumulate(map(add, map(len, raw_keys), value_text))]
         leaf_chunks = [
-            scalar_leaf(MAP, tuple(keys[a:b]), tuple(map_items[a:b]), sum(lengths[a:b]) + sum(value_text[a:b]),
-                         _rank_of(codes[b - 1]))
+            scalar_leaf(MAP, tuple(keys[a:b]), tuple(map_items[a:b]), text[b] - text[a], _rank_of(codes[b - 1]))
             for a, b in spans
         ]
     else:
+        lengths = list(map(len, raw_keys))
         leaf_chunks = [
             make_leaf(MAP, tuple(keys[a:b]), tuple(map_items[a:b]), sum(lengths[a:b]), _rank_of(codes[b - 1]))
             for a, b in spans
@@ -339,15 +330,15 @@ def build_map_root(keys: list[str], map_items: list[Any], raw_keys: list[bytes] 
     return _build_up(MAP, leaf_chunks, 1)
 
 
-def build_array_root(values: list[Any]) -> Chunk:
-    """The root chunk of an array from its (valid) items."""
+def build_array_root(values: list[Any], value_text: list[int] | None = None) -> Chunk:
+    """The root chunk of an array from its (valid) items; ``value_text`` as for maps."""
     n = len(values)
     if n <= ARRAY_LEAF:
         return make_leaf(ARRAY, None, tuple(values))
-    value_text = _text_lengths(values)
     starts = range(0, n, ARRAY_LEAF)
     if value_text is not None:
-        leaf_chunks = [scalar_leaf(ARRAY, None, tuple(values[a:a + ARRAY_LEAF]), sum(value_text[a:a + ARRAY_LEAF]), 0)
+        text = [0, *accumulate(value_text)]
+        leaf_chunks = [scalar_leaf(ARRAY, None, tuple(values[a:a + ARRAY_LEAF]), text[min(a + ARRAY_LEAF, n)] - text[a], 0)
                        for a in starts]
     else:
         leaf_chunks = [make_leaf(ARRAY, None, tuple(values[a:a + ARRAY_LEAF])) for a in starts]
