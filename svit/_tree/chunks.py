@@ -31,8 +31,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator
-from itertools import accumulate, compress
-from operator import add
+from itertools import accumulate
 from typing import Any
 from zlib import crc32
 
@@ -313,16 +312,15 @@ def build_map_root(keys: list[str], map_items: list[Any], raw_keys: list[bytes] 
     if raw_keys is None:
         raw_keys = list(map(str.encode, keys))
     codes = list(map(crc32, raw_keys))
-    candidates = list(compress(range(n), map((31).__eq__, map((31).__and__, codes))))  # low 5 bits set
-    spans, _ = _split(n, candidates, LEAF_MIN, LEAF_CAP)
+    spans, _ = _split(n, [i for i, code in enumerate(codes) if code & 31 == 31], LEAF_MIN, LEAF_CAP)
+    lengths = list(map(len, raw_keys))
     if value_text is not None:
-        text = [0, *accumulate(map(add, map(len, raw_keys), value_text))]
         leaf_chunks = [
-            scalar_leaf(MAP, tuple(keys[a:b]), tuple(map_items[a:b]), text[b] - text[a], _rank_of(codes[b - 1]))
+            scalar_leaf(MAP, tuple(keys[a:b]), tuple(map_items[a:b]), sum(lengths[a:b]) + sum(value_text[a:b]),
+                        _rank_of(codes[b - 1]))
             for a, b in spans
         ]
     else:
-        lengths = list(map(len, raw_keys))
         leaf_chunks = [
             make_leaf(MAP, tuple(keys[a:b]), tuple(map_items[a:b]), sum(lengths[a:b]), _rank_of(codes[b - 1]))
             for a, b in spans
@@ -337,8 +335,7 @@ def build_array_root(values: list[Any], value_text: list[int] | None = None) -> 
         return make_leaf(ARRAY, None, tuple(values))
     starts = range(0, n, ARRAY_LEAF)
     if value_text is not None:
-        text = [0, *accumulate(value_text)]
-        leaf_chunks = [scalar_leaf(ARRAY, None, tuple(values[a:a + ARRAY_LEAF]), text[min(a + ARRAY_LEAF, n)] - text[a], 0)
+        leaf_chunks = [scalar_leaf(ARRAY, None, tuple(values[a:a + ARRAY_LEAF]), sum(value_text[a:a + ARRAY_LEAF]), 0)
                        for a in starts]
     else:
         leaf_chunks = [make_leaf(ARRAY, None, tuple(values[a:a + ARRAY_LEAF])) for a in starts]
