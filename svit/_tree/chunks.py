@@ -3,7 +3,9 @@
 A map's entries, in key order, are cut into leaf chunks; the leaf chunks are cut into
 inner chunks one level up, and so on until one chunk, the root, remains. Where a map is
 cut depends only on its keys: an entry ends a leaf chunk when CRC-32 of its key has its
-low 5 bits set (one key in 32) and the chunk holds at least :data:`LEAF_MIN` entries;
+low 5 bits set (one key in 32) and the chunk holds at least :data:`LEAF_MIN` entries,
+or its low 3 bits set and the chunk holds at least :data:`LEAF_SOFT` (so long leaves
+are rare);
 an inner chunk at level ``L`` ends after a child whose last key's *rank* exceeds ``L``
 (each further 4 set bits raise the rank by one, so one child in 16 qualifies) and holds
 at least :data:`INNER_MIN` children. A chunk that reaches its cap (:data:`LEAF_CAP`,
@@ -52,6 +54,7 @@ __all__ = [
     "INNER_MIN",
     "LEAF_CAP",
     "LEAF_MIN",
+    "LEAF_SOFT",
     "MAP_INNER",
     "MAP_LEAF",
     "array_append",
@@ -74,6 +77,8 @@ __all__ = [
 ]
 
 LEAF_MIN, LEAF_CAP = 8, 128
+#: From this size on, a map leaf also ends after a key whose CRC-32 has its low 3 bits set.
+LEAF_SOFT = 48
 INNER_MIN, INNER_CAP = 4, 64
 ARRAY_LEAF, ARRAY_INNER = 32, 16
 
@@ -262,26 +267,33 @@ def _rules(code: int, level: int) -> tuple[int, int]:
     return (1, ARRAY_LEAF) if level == 0 else (1, ARRAY_INNER)
 
 
-def _split(n: int, candidates: list[int], minimum: int, cap: int) -> tuple[list[tuple[int, int]], bool]:
+def _split(n: int, candidates: list[int], minimum: int, cap: int,
+           eager: list[int] | None = None, soft: int = 0) -> tuple[list[tuple[int, int]], bool]:
     """Spans cutting positions ``0..n-1``, and whether the last cut is a real boundary.
 
-    ``candidates`` are the positions after which the contents allow a cut (sorted). The
-    last span ends at ``n`` either by a rule (a candidate, or the cap) or only because the
+    ``candidates`` are the positions after which the contents allow a cut (sorted); a
+    chunk ends at the first one that leaves it at least ``minimum`` long, or, once it
+    is ``soft`` long, at the first of ``eager`` (more common positions), or at ``cap``.
+    The last span ends at ``n`` either by one of these rules or only because the
     sequence ended; in the second case the sequence's next items would join it.
     """
     spans: list[tuple[int, int]] = []
     start = 0
     closed = True
-    index = 0
+    index = eager_index = 0
     available = len(candidates)
+    eager_available = len(eager) if eager is not None else 0
     while start < n:
-        index = bisect_left(candidates, start + minimum - 1, index)
         limit = start + cap
-        if index < available and candidates[index] < limit:
+        end = limit
+        index = bisect_left(candidates, start + minimum - 1, index)
+        if index < available and candidates[index] < end:
             end = candidates[index] + 1
-            closed = True
-        elif limit <= n:
-            end = limit
+        if eager is not None:
+            eager_index = bisect_left(eager, start + soft - 1, eager_index)
+            if eager_index < eager_available and eager[eager_index] + 1 < end:
+                end = eager[eager_index] + 1
+        if end <= n:
             closed = True
         else:
             end = n
@@ -291,8 +303,14 @@ def _split(n: int, candidates: list[int], minimum: int, cap: int) -> tuple[list[
     return spans, closed
 
 
-def _leaf_candidates(keys: list[str]) -> list[int]:
-    return [i for i, code in enumerate(map(crc32, map(str.encode, keys))) if code & 31 == 31]
+def _leaf_candidates(codes: list[int]) -> tuple[list[int], list[int]]:
+    """Where a map leaf may end, from its keys' CRC-32: any size, and from :data:`LEAF_SOFT` on."""
+    return [i for i, code in enumerate(codes) if code & 31 == 31], [i for i, code in enumerate(codes) if code & 7 == 7]
+
+
+def _split_leaves(codes: list[int]) -> tuple[list[tuple[int, int]], bool]:
+    candidates, eager = _leaf_candidates(codes)
+    return _split(len(codes), candidates, LEAF_MIN, LEAF_CAP, eager, LEAF_SOFT)
 
 
 def _inner_candidates(children: list[Chunk], level: int) -> list[int]:
@@ -312,7 +330,7 @@ def build_map_root(keys: list[str], map_items: list[Any], raw_keys: list[bytes] 
     if raw_keys is None:
         raw_keys = list(map(str.encode, keys))
     codes = list(map(crc32, raw_keys))
-    spans, _ = _split(n, [i for i, code in enumerate(codes) if code & 31 == 31], LEAF_MIN, LEAF_CAP)
+    spans, _ = _split_leaves(codes)
     lengths = list(map(len, raw_keys))
     if value_text is not None:
         leaf_chunks = [
@@ -557,12 +575,11 @@ def _rechunk(code: int, level: int, sequence: list[Any], following: Iterator[Chu
     minimum, cap = _rules(code, level)
     while True:
         if code != MAP:
-            candidates: list[int] = []
+            spans, closed = _split(len(sequence), [], minimum, cap)
         elif level == 0:
-            candidates = _leaf_candidates([key for key, _ in sequence])
+            spans, closed = _split_leaves(list(map(crc32, (key.encode("utf-8") for key, _ in sequence))))
         else:
-            candidates = _inner_candidates(sequence, level)
-        spans, closed = _split(len(sequence), candidates, minimum, cap)
+            spans, closed = _split(len(sequence), _inner_candidates(sequence, level), minimum, cap)
         if not closed:
             after = next(following, None)
             if after is not None:

@@ -37,14 +37,15 @@ def _crc_rank(key: str) -> int:
     return rank
 
 
-def _cuts(ranks: list[int], level: int, minimum: int, cap: int) -> list[list[int]]:
+def _cuts(ranks: list[int], level: int, minimum: int, cap: int, eager: list[bool] | None = None) -> list[list[int]]:
     """Positions grouped into chunks, written as the rule reads: scan left to right, cut
-    after an item whose rank exceeds ``level`` once the chunk holds ``minimum``, or at ``cap``."""
+    after an item whose rank exceeds ``level`` once the chunk holds ``minimum``, after an
+    ``eager`` item once it holds 48 (map leaves), or at ``cap``."""
     groups: list[list[int]] = [[]]
     for position, rank in enumerate(ranks):
         groups[-1].append(position)
         size = len(groups[-1])
-        if (size >= minimum and rank > level) or size == cap:
+        if (size >= minimum and rank > level) or size == cap or (eager is not None and size >= 48 and eager[position]):
             groups.append([])
     return [group for group in groups if group]
 
@@ -70,7 +71,7 @@ def reference_hash(value) -> bytes:
 
     if t is dict:
         keys = sorted(value)
-        groups = _cuts([_crc_rank(k) for k in keys], 0, 8, 128)
+        groups = _cuts([_crc_rank(k) for k in keys], 0, 8, 128, [zlib.crc32(k.encode()) & 7 == 7 for k in keys])
         level = [(H(cbor2.dumps(["m", {keys[i]: item(value[keys[i]]) for i in g}])), _crc_rank(keys[g[-1]])) for g in groups] if keys else [(H(cbor2.dumps(["m", {}])), 0)]
         height = 1
         while len(level) > 1:
