@@ -62,6 +62,11 @@ class GroupCommit(Generic[B]):
         self.writes = 0
         self.batches = 0
 
+    @property
+    def pending(self) -> int:
+        """Batches queued or being written right now."""
+        return self._in_flight
+
     # ------------------------------------------------------------------ the store lock
     def __enter__(self) -> GroupCommit[B]:
         self._lock.acquire()
