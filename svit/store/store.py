@@ -9,7 +9,10 @@ Contract (reference §10, with DESIGN §5.5/§5.7 and durability.md 1-3):
   the transaction, the new tree nodes, the derived path-index entries and the new head
   has returned from a synced write (RocksDB: ``sync=True``, WAL fsynced). The batch is guarded by a
   compare-and-swap on the head under the store lock: a stale handle gets
-  ``PersistenceConflict`` and keeps its old state.
+  ``PersistenceConflict`` and keeps its old state. Batches of different addresses
+  queued at the same moment are written as one synced write (group commit,
+  :mod:`svit.store.group`); the sync happens outside the store lock, and every other
+  operation that takes the lock first waits for the queued batches.
 * A synced write that raises makes the store terminal: every later operation raises
   ``PersistenceUnavailable`` until the store is reopened (RocksDB recovery runs on
   open). The failed write is never retried or reported as successful.

@@ -100,7 +100,7 @@ def run_threads(targets: list[Callable[[], None]]) -> list[BaseException | None]
     def runner(i: int) -> None:
         try:
             targets[i]()
-        except BaseException as exc:  # noqa: BLE001 - reported to the test
+        except BaseException as exc:  # reported to the test
             outcomes[i] = exc
 
     threads = [threading.Thread(target=runner, args=(i,)) for i in range(len(targets))]
@@ -198,7 +198,7 @@ def test_a_failed_sync_fails_every_member_of_its_group(store):
             def one() -> None:
                 try:
                     handles[i].exec("/lib/counter")
-                except BaseException as exc:  # noqa: BLE001 - reported to the test
+                except BaseException as exc:  # reported to the test
                     outcomes[i] = exc
             return one
 
@@ -240,7 +240,7 @@ def test_compare_and_swap_stays_exact_inside_a_group(store):
             def one() -> None:
                 try:
                     handle.write("/memory/who", value)
-                except BaseException as exc:  # noqa: BLE001 - reported to the test
+                except BaseException as exc:  # reported to the test
                     outcomes[i] = exc
             return one
 
@@ -286,7 +286,7 @@ def test_other_operations_wait_for_queued_commits(store, operation):
                     results.append(stale.cut())
                 else:
                     results.append(stale.store_snapshot())
-            except BaseException as exc:  # noqa: BLE001 - reported to the test
+            except BaseException as exc:  # reported to the test
                 results.append(exc)
 
         waiter = threading.Thread(target=other)
