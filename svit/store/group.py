@@ -125,13 +125,16 @@ class GroupCommit(Generic[B]):
         group, self._queue = self._queue, []
         self._leading = True
         error: BaseException | None = None
-        self._state.release()
+        released = False
         try:
+            self._state.release()
+            released = True
             self._write_group([ticket.batch for ticket in group])
         except BaseException as exc:
             error = exc
         finally:
-            self._state.acquire()
+            if released:
+                self._state.acquire()
             self._leading = False
             self.writes += 1
             self.batches += len(group)

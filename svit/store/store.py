@@ -696,13 +696,9 @@ class ProcessStore:
             ticket = lock.submit(batch)
             self._accept_head(address, base_hash, new_head, version_after, root_hash)
             accepted = self._heads[address]
-        try:
-            lock.wait(ticket)
-        except BaseException:
-            # The write failed (the store is terminal) or never ran: forget the head it carried.
-            if self._heads.get(address) is accepted:
-                del self._heads[address]
-            raise
+        # A failed write leaves the store terminal (nothing chains to ``accepted`` then); a
+        # waiter interrupted here leaves its batch queued, to be written as accepted.
+        lock.wait(ticket)
         self._head_cache[address] = (head_bytes, dict(accepted))
         self._remember_nodes(pending)
         handle.set_head(new_head)
