@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
@@ -80,6 +81,26 @@ class GroupCommit(Generic[B]):
     def __exit__(self, *exc: Any) -> None:
         self._lock.release()
 
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        """Enter the lock as ``with`` does, like ``RLock.acquire``: with a ``timeout`` (or
+        ``blocking=False``), give up (False) when the lock or the queued batches are not
+        done in time; a write already in progress is never abandoned."""
+        deadline = None if timeout < 0 else time.monotonic() + timeout
+        if not self._lock.acquire(blocking, timeout):
+            return False
+        try:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if self.drain(left if blocking else 0.0):
+                return True
+        except BaseException:
+            self._lock.release()
+            raise
+        self._lock.release()
+        return False
+
+    def release(self) -> None:
+        self._lock.release()
+
     @contextlib.contextmanager
     def committing(self) -> Iterator[None]:
         """Hold the store lock without waiting for queued batches (a commit's preparation)."""
@@ -111,14 +132,20 @@ class GroupCommit(Generic[B]):
             raise PersistenceUnavailable(error.detail, reason=error.reason) from None
         raise error
 
-    def drain(self) -> None:
-        """Wait until no batch is queued or being written (leading a write if none is)."""
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait until no batch is queued or being written (leading a write if none is);
+        False if ``timeout`` seconds passed first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._state:
             while self._in_flight:
-                if self._leading or not self._queue:
-                    self._state.wait()
-                else:
+                if not self._leading and self._queue:
                     self._lead()
+                    continue
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._state.wait(left)
+        return True
 
     def _lead(self) -> None:
         """Write every queued batch as one synced write (called holding ``_state``)."""

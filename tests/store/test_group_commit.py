@@ -323,3 +323,26 @@ def test_close_waits_for_queued_commits(store):
     store = ProcessStore.open(store.path)
     assert store.resume(address(0)).version == 1
     store.close()
+
+
+def test_acquire_with_a_timeout_gives_up_while_a_commit_is_queued(store):
+    """``engine.lock.acquire(timeout=...)`` (for a caller that must not wait long) counts the
+    queued batches too, and succeeds once they are written."""
+    handle = store.create(counter(address(0)))
+    lock = store.engine.lock
+    with RecordingWriter(store, hold_first=True) as writer:
+        committer = threading.Thread(target=lambda: handle.exec("/lib/counter"))
+        committer.start()
+        assert writer.entered.wait(10)
+        started = time.monotonic()
+        assert lock.acquire(timeout=0.05) is False
+        assert lock.acquire(blocking=False) is False
+        assert time.monotonic() - started < 5
+        writer.release.set()
+        assert lock.acquire(timeout=10) is True
+        try:
+            assert lock.pending == 0  # the queued commit was written before the lock was granted
+        finally:
+            lock.release()
+        committer.join(30)
+    assert handle.version == 1
