@@ -696,11 +696,14 @@ class ProcessStore:
             ticket = lock.submit(batch)
             self._accept_head(address, base_hash, new_head, version_after, root_hash)
             accepted = self._heads[address]
+            # Known from now on: a later commit that skips these nodes is queued behind this
+            # batch (written in the same or a later write), and a failed write is terminal.
+            # Noted under the lock, so a sweep (which forgets) never interleaves.
+            self._remember_nodes(pending)
         # A failed write leaves the store terminal (nothing chains to ``accepted`` then); a
         # waiter interrupted here leaves its batch queued, to be written as accepted.
         lock.wait(ticket)
         self._head_cache[address] = (head_bytes, dict(accepted))
-        self._remember_nodes(pending)
         handle.set_head(new_head)
         self._latest[address] = _State(version_after, root_after, handle.limits, new_head, base_hash)
 
