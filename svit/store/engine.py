@@ -21,13 +21,13 @@ written), so an engine never sees a key the layout does not declare.
 
 from __future__ import annotations
 
-import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import InvalidPersistence, PersistenceUnavailable
 from . import failures, keys
+from .group import GroupCommit
 from .keys import IRREPLACEABLE, REBUILDABLE
 
 __all__ = ["ALL_CLASSES", "WriteBatch", "StorageEngine"]
@@ -75,8 +75,11 @@ class StorageEngine(ABC):
 
     ``lock`` is the store lock: every durable operation holds it from its first read to
     its write, so a compare-and-swap on a head and a consistent cut are plain reads
-    under it. ``writer`` is the one synced write path (it is :meth:`apply` unless fault
-    injection replaced it, see :mod:`svit.store.faults`).
+    under it. A commit holds it only to prepare and queue its batch, then shares a
+    synced write with the commits queued beside it (group commit, see
+    :mod:`svit.store.group`); entering the lock otherwise waits until every queued batch
+    is written. ``writer`` is the one synced write path (it is :meth:`apply` unless fault
+    injection replaced it, see :mod:`svit.store.faults`): one call per synced write.
     """
 
     #: Where the engine keeps its data (a directory; a server engine names its database).
@@ -84,7 +87,7 @@ class StorageEngine(ABC):
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.lock = threading.RLock()
+        self.lock: GroupCommit[WriteBatch] = GroupCommit(self._write_group)
         self.writer: Callable[[WriteBatch], None] = self.apply
         self._failure: str | None = None
         self._closed = False
@@ -114,15 +117,27 @@ class StorageEngine(ABC):
     def write(self, batch: WriteBatch) -> None:
         """The only durable write: atomic and synced; any failure makes the engine terminal."""
         with self.lock:
-            self.check()
-            try:
-                self.writer(batch)
-            except BaseException as exc:
-                reason, description = failures.classify(exc)
-                self._failure = description
-                raise PersistenceUnavailable(
-                    f"synced write failed ({description}); the store is terminal until reopened", reason=reason
-                ) from None
+            self._write_group([batch])
+
+    def _write_group(self, batches: list[WriteBatch]) -> None:
+        """``batches`` as ONE atomic synced write (one at a time: the store lock or the
+        group commit's single leader serializes it); any failure makes the engine terminal."""
+        self.check()
+        if len(batches) == 1:
+            batch = batches[0]
+        else:
+            batch = WriteBatch()
+            for part in batches:  # every key was checked against its batch's classes when staged
+                batch.operations.extend(part.operations)
+                batch.size += part.size
+        try:
+            self.writer(batch)
+        except BaseException as exc:
+            reason, description = failures.classify(exc)
+            self._failure = description
+            raise PersistenceUnavailable(
+                f"synced write failed ({description}); the store is terminal until reopened", reason=reason
+            ) from None
 
     def close(self) -> None:
         """Release the database; the engine refuses every later operation."""

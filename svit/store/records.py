@@ -9,10 +9,13 @@ the record, and a record of another format is refused naming the format it claim
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import mutation
+import blake3
+
+from .. import cbor, mutation
 from .. import snapshot as snapshot_module
 from ..errors import InvalidPersistence, ResourceLimitExceeded
 from ..limits import Limits
@@ -29,6 +32,7 @@ __all__ = [
     "readable_snapshot",
     "head_record",
     "decode_head",
+    "transaction_record",
     "base_record",
     "decode_base",
     "fork_reference",
@@ -109,17 +113,66 @@ def readable_snapshot(process: Process) -> bytes:
 # ---------------------------------------------------------------------- head
 
 
+# The commit path writes a head and a transaction per commit: both are sealed directly
+# from their fields, in the byte order of the one encoding (keys sorted by their UTF-8
+# bytes), so no generic encoder walks them. The result is exactly :func:`svit.cbor.seal`
+# of the same fields (tests compare the two on random values).
+_KEY = {name: cbor.encode_text(name) for name in (*codec.HEAD_FIELDS, "head_check", *codec.TRANSACTION_FIELDS,
+                                                  "event_hash", "operation", "path", "value")}
+_HEAD_FORMAT_PAIR = _KEY["head_format"] + cbor.encode_text(codec.HEAD_FORMAT)
+_EVENT_FORMAT_PAIR = _KEY["event_format"] + cbor.encode_text(codec.TRANSACTION_FORMAT)
+_SET_PREFIX = b"\xa3" + _KEY["operation"] + cbor.encode_text("set") + _KEY["path"]
+_SET_FIELDS = {"operation", "path", "value"}
+_NULL = b"\xf6"
+_U64_LIMIT = 2**64
+
+
+def _u64(value: int) -> bytes:
+    if type(value) is not int or not 0 <= value < _U64_LIMIT:
+        raise ValueError("record integer outside 0 .. 2**64 - 1")
+    return cbor.head(0, value)
+
+
+def _sealed(count: int, before: bytes, hash_field: str, after: bytes) -> tuple[bytes, str]:
+    """``count`` body fields encoded as ``before + after`` (split where the hash field sorts)."""
+    digest = blake3.blake3(cbor.head(5, count) + before + after).hexdigest()
+    return cbor.head(5, count + 1) + before + _KEY[hash_field] + cbor.encode_text(digest) + after, digest
+
+
 def head_record(address: str, base_hash: str, head: Head, version: int, root_hash: str) -> bytes:
-    values = {
-        "head_format": codec.HEAD_FORMAT,
-        "address": address,
-        "base_hash": base_hash,
-        "position": head.position,
-        "hash": head.hash,
-        "process_version": version,
-        "root_hash": root_hash,
-    }
-    return codec.hashed_record(codec.HEAD_FIELDS, values, "head_check")[0]
+    """The sealed head record (fields of :data:`codec.HEAD_FIELDS`, hash field ``head_check``)."""
+    text = cbor.encode_text
+    before = _KEY["address"] + text(address) + _KEY["base_hash"] + text(base_hash) + _KEY["hash"] + text(head.hash)
+    after = (_HEAD_FORMAT_PAIR + _KEY["position"] + (_NULL if head.position is None else _u64(head.position))
+             + _KEY["process_version"] + _u64(version) + _KEY["root_hash"] + text(root_hash))
+    return _sealed(7, before, "head_check", after)[0]
+
+
+def _mutation_bytes(item: mutation.Mutation) -> bytes:
+    record = item.record()
+    if record.keys() == _SET_FIELDS and record["operation"] == "set":
+        # the common case, sealed without sorting: "operation" < "path" < "value"
+        return _SET_PREFIX + cbor.encode_text(record["path"]) + _KEY["value"] + cbor.encode(record["value"])
+    return cbor.encode(record)
+
+
+def transaction_record(address: str, position: int, previous_hash: str, version_before: int, version_after: int,
+                       mutations: Sequence[mutation.Mutation], touched_paths: Sequence[str], source: str,
+                       resulting_root_hash: str) -> tuple[bytes, str]:
+    """``(sealed transaction record, its event hash)`` (fields of :data:`codec.TRANSACTION_FIELDS`)."""
+    text = cbor.encode_text
+    before = _KEY["address"] + text(address) + _EVENT_FORMAT_PAIR
+    after = b"".join((
+        _KEY["mutations"], cbor.head(4, len(mutations)), *map(_mutation_bytes, mutations),
+        _KEY["position"], _u64(position),
+        _KEY["previous_hash"], text(previous_hash),
+        _KEY["process_version_after"], _u64(version_after),
+        _KEY["process_version_before"], _u64(version_before),
+        _KEY["resulting_root_hash"], text(resulting_root_hash),
+        _KEY["source"], text(source),
+        _KEY["touched_paths"], cbor.head(4, len(touched_paths)), *map(text, touched_paths),
+    ))
+    return _sealed(10, before, "event_hash", after)
 
 
 def decode_head(raw: bytes, address: str) -> dict[str, Any]:

@@ -138,7 +138,7 @@ class RocksDBEngine(StorageEngine):
     def describe(self) -> dict[str, Any]:
         return {
             "engine": "rocksdb",
-            "write": "one synced WriteBatch per acknowledged commit (WAL on, sync=True)",
+            "write": "every acknowledged commit in a synced WriteBatch (WAL on, sync=True; commits arriving together share one)",
             "wal_recovery_mode": "point_in_time",
             # One RocksDB instance: the derived index shares the record's device.
             "shares_device": True,

@@ -9,7 +9,10 @@ Contract (reference §10, with DESIGN §5.5/§5.7 and durability.md 1-3):
   the transaction, the new tree nodes, the derived path-index entries and the new head
   has returned from a synced write (RocksDB: ``sync=True``, WAL fsynced). The batch is guarded by a
   compare-and-swap on the head under the store lock: a stale handle gets
-  ``PersistenceConflict`` and keeps its old state.
+  ``PersistenceConflict`` and keeps its old state. Batches of different addresses
+  queued at the same moment are written as one synced write (group commit,
+  :mod:`svit.store.group`); the sync happens outside the store lock, and every other
+  operation that takes the lock first waits for the queued batches.
 * A synced write that raises makes the store terminal: every later operation raises
   ``PersistenceUnavailable`` until the store is reopened (RocksDB recovery runs on
   open). The failed write is never retried or reported as successful.
@@ -99,7 +102,10 @@ class ProcessStore:
     def __init__(self, engine: StorageEngine) -> None:
         self.engine = engine
         self._lock = engine.lock
+        #: Head records read back from the engine, by their bytes (a decode cache).
         self._head_cache: dict[str, tuple[bytes, dict[str, Any]]] = {}
+        #: The head each address's next commit chains to: written (or queued) by this store.
+        self._heads: dict[str, dict[str, Any]] = {}
         #: Latest committed state per address seen by this store object (a cache; fork uses it).
         self._latest: dict[str, _State] = {}
         #: What restoring a stored snapshot may cost at most (compile-time work of all
@@ -198,6 +204,9 @@ class ProcessStore:
     # ------------------------------------------------------------------ records
     def stored_head(self, address: str) -> dict[str, Any] | None:
         """The verified head record of ``address`` (a fresh dict), or None when absent."""
+        return self._decode_head(address)
+
+    def _decode_head(self, address: str) -> dict[str, Any] | None:
         raw = self._get(CF_RECORD, keys.head_key(address))
         if raw is None:
             return None
@@ -279,6 +288,7 @@ class ProcessStore:
             batch.put(CF_RECORD, keys.head_key(address), self._head_record(address, base_hash, head, version, root.hash))
             pending = self._stage_nodes(batch, root, None)
             self._write(batch)
+            self._accept_head(address, base_hash, head, version, root.hash)
             self._remember_nodes(pending)
             self._latest[address] = _State(version, root, process.limits, head, base_hash)
             return DurableProcess(self, process, head)
@@ -300,6 +310,7 @@ class ProcessStore:
             if head["process_version"] != state.version or head["root_hash"] != state.root.hash:
                 raise InvalidPersistence(f"{what}: version or root hash does not match the replayed state")
             self._verify_nodes(address, state.root.hash)
+            self._heads[address] = head
             self._latest[address] = state
             return DurableProcess(self, Process(address, state.root, state.version, state.limits), state.head)
 
@@ -359,6 +370,7 @@ class ProcessStore:
             # The child keeps the parent's reasoning session: shared, in this same batch.
             stage_fork_share(self, batch, parent_address, child_address, parent.read("/thread"))
             self._write(batch)
+            self._accept_head(child_address, base_hash, child_head, child.version, child.root_hash)
             self._remember_nodes(pending)
             self._latest[child_address] = _State(child.version, child.root, child.limits, child_head, base_hash)
             return DurableProcess(self, child, child_head)
@@ -393,6 +405,7 @@ class ProcessStore:
                 for key, _ in self._scan(cf, prefix):
                     batch.delete(cf, key)
             self._write(batch)
+            self._heads.pop(address, None)
             self._latest.pop(address, None)
 
     def _stage_tombstone(self, batch: WriteBatch, address: str) -> None:
@@ -511,6 +524,7 @@ class ProcessStore:
             batch.put(CF_RECORD, keys.head_key(address), self._head_record(address, base_hash, head, version, root.hash))
             pending = self._stage_nodes(batch, root, None)
             self._write(batch)
+            self._accept_head(address, base_hash, head, version, root.hash)
             self._remember_nodes(pending)
             self._head_cache.pop(address, None)
             self._latest[address] = _State(version, root, process.limits, head, base_hash)
@@ -595,13 +609,34 @@ class ProcessStore:
 
     # ------------------------------------------------------------------ commit
     def _current_head(self, handle: DurableProcess, version: int) -> dict[str, Any]:
-        """The stored head, provided ``handle`` is up to date with it (else PersistenceConflict)."""
-        head = self._read_head(handle.address)
-        if head is None:
-            raise PersistenceNotFound(handle.address)
+        """The address's accepted head, provided ``handle`` is up to date with it (else
+        PersistenceConflict). Call holding the store lock."""
+        head = self._accepted_head(handle.address)
         if head["position"] != handle.head.position or head["hash"] != handle.head.hash or head["process_version"] != version:
             raise PersistenceConflict()
         return head
+
+    def _accepted_head(self, address: str) -> dict[str, Any]:
+        """The head the next commit of ``address`` must chain to (store lock held).
+
+        Every head this store writes passes through :attr:`_heads` (a commit's as soon as
+        its batch is queued, before its sync), and no one else writes heads (the engine
+        is this store's alone), so the store's own record is the compare-and-swap
+        reference; only an address it has not seen yet is read and verified.
+        """
+        head = self._heads.get(address)
+        if head is None:
+            head = self._decode_head(address)
+            if head is None:
+                raise PersistenceNotFound(address)
+            self._heads[address] = head
+        return head
+
+    def _accept_head(self, address: str, base_hash: str, head: Head, version: int, root_hash: str) -> None:
+        """Note the head a write of this store just made (or queued) for ``address``."""
+        self._heads[address] = {
+            "head_format": codec.HEAD_FORMAT, "address": address, "base_hash": base_hash,
+            "position": head.position, "hash": head.hash, "process_version": version, "root_hash": root_hash}
 
     @contextlib.contextmanager
     def effects_guard(self, handle: DurableProcess) -> Iterator[None]:
@@ -615,54 +650,62 @@ class ProcessStore:
     def commit(self, handle: DurableProcess, transition: Transition) -> None:
         """Append one transaction with compare-and-swap on the head; synced before returning.
 
+        The batch (transaction, new nodes, path-index entries, head) is prepared under the
+        store lock and queued; the commit then shares one synced write with whatever other
+        commits are queued at the same moment (:mod:`svit.store.group`) and returns only
+        after that write returned. A second handle of the same address conflicts as soon
+        as the first one's batch is queued.
+
         The transition's root is its mutations applied to the previous root by the one
         :func:`svit.mutation.apply`, the function resume replays, so the record is not
         replayed here; resume checks every transaction's resulting root hash.
         """
         address = transition.address
         source = transition.source
-        if type(source) is not str or not 1 <= len(source.encode("utf-8")) <= MAX_SOURCE_BYTES:
+        if type(source) is not str or not 1 <= len(source.encode("utf-8", "surrogatepass")) <= MAX_SOURCE_BYTES:
             raise InvalidPersistence("transaction source must be 1-4,096 bytes of text")
         mutations = transition.mutations
-        with self._lock:
+        root_after = transition.root_after
+        root_hash = root_after.hash
+        version_after = transition.version_after
+        lock = self._lock
+        with lock.committing():
             self._check()
             head = self._current_head(handle, transition.version_before)
             position = 0 if head["position"] is None else head["position"] + 1
             if position > U64_MAX:
                 raise ResourceLimitExceeded("persistence transaction position")
-            values = {
-                "event_format": codec.TRANSACTION_FORMAT,
-                "address": address,
-                "position": position,
-                "previous_hash": head["hash"],
-                "process_version_before": transition.version_before,
-                "process_version_after": transition.version_after,
-                "mutations": [m.record() for m in mutations],
-                "touched_paths": mutation_module.touched_paths(mutations),
-                "source": source,
-                "resulting_root_hash": transition.root_after.hash,
-            }
-            encoded, event_hash = codec.hashed_record(codec.TRANSACTION_FIELDS, values, "event_hash")
+            touched = mutation_module.touched_paths(mutations)
+            try:
+                encoded, event_hash = records.transaction_record(
+                    address, position, head["hash"], transition.version_before, version_after, mutations, touched,
+                    source, root_hash)
+            except ValueError:
+                raise InvalidPersistence("transaction cannot be encoded (text that is not Unicode)") from None
             if len(encoded) > MAX_TRANSACTION_BYTES:
                 raise ResourceLimitExceeded("persistence transaction bytes")
             new_head = Head(position, event_hash)
+            base_hash = head["base_hash"]
             batch = self._batch()
             batch.put(CF_RECORD, keys.transaction_key(address, position), encoded)
-            pending = self._stage_nodes(batch, transition.root_after, [{"path": m.path} for m in mutations])
-            for path in values["touched_paths"]:
+            pending = self._stage_nodes(batch, root_after, [{"path": m.path} for m in mutations])
+            for path in touched:
                 batch.put(CF_INDEX, keys.path_key(address, path, position), b"")
-            head_bytes = self._head_record(
-                address, head["base_hash"], new_head, transition.version_after, transition.root_after.hash)
+            head_bytes = self._head_record(address, base_hash, new_head, version_after, root_hash)
             batch.put(CF_RECORD, keys.head_key(address), head_bytes)
-            self._write(batch)
-            self._head_cache[address] = (head_bytes, {
-                "head_format": codec.HEAD_FORMAT, "address": address, "base_hash": head["base_hash"],
-                "position": position, "hash": event_hash, "process_version": transition.version_after,
-                "root_hash": transition.root_after.hash})
+            ticket = lock.submit(batch)
+            self._accept_head(address, base_hash, new_head, version_after, root_hash)
+            accepted = self._heads[address]
+            # Known from now on: a later commit that skips these nodes is queued behind this
+            # batch (written in the same or a later write), and a failed write is terminal.
+            # Noted under the lock, so a sweep (which forgets) never interleaves.
             self._remember_nodes(pending)
-            handle.set_head(new_head)
-            self._latest[address] = _State(transition.version_after, transition.root_after, handle.limits,
-                                           new_head, head["base_hash"])
+        # A failed write leaves the store terminal (nothing chains to ``accepted`` then); a
+        # waiter interrupted here leaves its batch queued, to be written as accepted.
+        lock.wait(ticket)
+        self._head_cache[address] = (head_bytes, dict(accepted))
+        handle.set_head(new_head)
+        self._latest[address] = _State(version_after, root_after, handle.limits, new_head, base_hash)
 
     # ------------------------------------------------------------------ handle operations
     def _check_head(self, handle: DurableProcess) -> dict[str, Any]:
@@ -716,6 +759,7 @@ class ProcessStore:
             batch.put(CF_RECORD, keys.head_key(address),
                       self._head_record(address, base_hash, new_head, process.version, process.root_hash))
             self._write(batch)
+            self._accept_head(address, base_hash, new_head, process.version, process.root_hash)
             handle.set_head(new_head)
             self._latest[address] = _State(process.version, process.root, process.limits, new_head, base_hash)
             return snapshot

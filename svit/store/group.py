@@ -1,0 +1,172 @@
+"""Group commit: concurrent commits share one synced write batch, and the store lock that waits for them.
+
+A commit prepares its batch under the store lock (compare-and-swap on its head, records,
+nodes), queues it with :meth:`GroupCommit.submit` and leaves the lock; the sync happens
+outside it, so other commits can prepare and queue while a sync is in progress. Then
+:meth:`GroupCommit.wait`: the first waiter that finds no write in progress becomes the
+**leader**, takes every queued batch, writes them as one synced batch and wakes the
+others (the **followers**); each commit is acknowledged only once the write holding it
+has returned. A lone committer leads at once: nobody waits for company.
+
+A failed write fails every commit in its group, and the write function makes the store
+terminal, so the batches queued after it fail too; nothing of a failed group is ever
+reported as written.
+
+Every other holder of the store lock (reads, cuts, forks, exports, the thread log)
+enters it through :meth:`GroupCommit.__enter__`, which waits until no queued or
+in-progress batch is left: such an operation sees a store in which every accepted
+commit is durable (or the store is terminal), exactly as when each commit held the lock
+through its own sync. Only :meth:`committing` enters without waiting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, TypeVar
+
+from ..errors import PersistenceUnavailable
+
+__all__ = ["Ticket", "GroupCommit"]
+
+B = TypeVar("B")
+
+
+class Ticket(Generic[B]):
+    """One queued batch: done once the write holding it returned, with the error if it failed."""
+
+    __slots__ = ("batch", "done", "error")
+
+    def __init__(self, batch: B) -> None:
+        self.batch = batch
+        self.done = False
+        self.error: BaseException | None = None
+
+
+class GroupCommit(Generic[B]):
+    """The store lock (reentrant) plus a leader/follower queue of synced write batches.
+
+    ``write_group`` writes a list of batches as ONE synced write, or raises; it is
+    called by one leader at a time, never under the store lock's wait.
+    """
+
+    def __init__(self, write_group: Callable[[list[B]], None]) -> None:
+        self._write_group = write_group
+        self._lock = threading.RLock()
+        self._state = threading.Condition(threading.Lock())
+        self._queue: list[Ticket[B]] = []
+        self._in_flight = 0
+        self._leading = False
+        #: Synced group writes made, and the batches they carried (for benchmarks and tests).
+        self.writes = 0
+        self.batches = 0
+
+    @property
+    def pending(self) -> int:
+        """Batches queued or being written right now."""
+        return self._in_flight
+
+    # ------------------------------------------------------------------ the store lock
+    def __enter__(self) -> GroupCommit[B]:
+        self._lock.acquire()
+        try:
+            self.drain()
+        except BaseException:
+            self._lock.release()
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._lock.release()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        """Enter the lock as ``with`` does, like ``RLock.acquire``: with a ``timeout`` (or
+        ``blocking=False``), give up (False) when the lock or the queued batches are not
+        done in time; a write already in progress is never abandoned."""
+        deadline = None if timeout < 0 else time.monotonic() + timeout
+        if not self._lock.acquire(blocking, timeout):
+            return False
+        try:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if self.drain(left if blocking else 0.0):
+                return True
+        except BaseException:
+            self._lock.release()
+            raise
+        self._lock.release()
+        return False
+
+    def release(self) -> None:
+        self._lock.release()
+
+    @contextlib.contextmanager
+    def committing(self) -> Iterator[None]:
+        """Hold the store lock without waiting for queued batches (a commit's preparation)."""
+        with self._lock:
+            yield
+
+    # ------------------------------------------------------------------ the queue
+    def submit(self, batch: B) -> Ticket[B]:
+        """Queue ``batch`` (call while holding the lock, after its compare-and-swap)."""
+        ticket = Ticket(batch)
+        with self._state:
+            self._queue.append(ticket)
+            self._in_flight += 1
+        return ticket
+
+    def wait(self, ticket: Ticket[B]) -> None:
+        """Return once ``ticket``'s batch is durable; raise its group's error if it failed."""
+        with self._state:
+            while not ticket.done:
+                if self._leading or not self._queue:
+                    self._state.wait()
+                else:
+                    self._lead()
+        error = ticket.error
+        if error is None:
+            return
+        if isinstance(error, PersistenceUnavailable):
+            # One exception object per waiting thread (a raised object collects its traceback).
+            raise PersistenceUnavailable(error.detail, reason=error.reason) from None
+        raise error
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait until no batch is queued or being written (leading a write if none is);
+        False if ``timeout`` seconds passed first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._state:
+            while self._in_flight:
+                if not self._leading and self._queue:
+                    self._lead()
+                    continue
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._state.wait(left)
+        return True
+
+    def _lead(self) -> None:
+        """Write every queued batch as one synced write (called holding ``_state``)."""
+        group, self._queue = self._queue, []
+        self._leading = True
+        error: BaseException | None = None
+        released = False
+        try:
+            self._state.release()
+            released = True
+            self._write_group([ticket.batch for ticket in group])
+        except BaseException as exc:
+            error = exc
+        finally:
+            if released:
+                self._state.acquire()
+            self._leading = False
+            self.writes += 1
+            self.batches += len(group)
+            for ticket in group:
+                ticket.error = error
+                ticket.done = True
+            self._in_flight -= len(group)
+            self._state.notify_all()

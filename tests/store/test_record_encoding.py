@@ -1,0 +1,67 @@
+"""The commit path seals heads and transactions straight from their fields: the bytes
+must be exactly the generic seal (:func:`svit.store.codec.hashed_record`) of the same
+fields, and must decode through the strict record decoders."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from svit import mutation, tree
+from svit.store import codec, records
+from svit.store.records import Head
+
+texts = st.text(max_size=40)
+hashes = st.text(alphabet="0123456789abcdef", min_size=64, max_size=64)
+u64s = st.integers(min_value=0, max_value=2**64 - 1)
+plain_values = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False) | texts,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(texts, inner, max_size=4),
+    max_leaves=12,
+)
+paths = st.lists(st.text(alphabet="abcxyz_0123", min_size=1, max_size=6), min_size=1, max_size=4).map(
+    lambda parts: "/memory/" + "/".join(parts))
+mutations = st.one_of(
+    st.builds(lambda p, v: mutation.Set(p, tree.from_value(v, scripts_allowed=False)), paths, plain_values),
+    st.builds(mutation.Remove, paths),
+    st.builds(lambda p, vs: mutation.Append(p, tuple(tree.from_value(v, scripts_allowed=False) for v in vs)),
+              paths, st.lists(plain_values, max_size=3)),
+    st.builds(mutation.RemoveFront, paths, hashes),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(texts, texts, hashes | texts, st.none() | u64s, u64s, texts)
+def test_head_record_is_the_generic_seal(address, base_hash, hash_, position, version, root_hash):
+    values = {"head_format": codec.HEAD_FORMAT, "address": address, "base_hash": base_hash, "position": position,
+              "hash": hash_, "process_version": version, "root_hash": root_hash}
+    direct = records.head_record(address, base_hash, Head(position, hash_), version, root_hash)
+    assert direct == codec.hashed_record(codec.HEAD_FIELDS, values, "head_check")[0]
+
+
+@settings(max_examples=150, deadline=None)
+@given(texts, u64s, texts, u64s, u64s, st.lists(mutations, max_size=5), st.text(min_size=1, max_size=60), texts)
+def test_transaction_record_is_the_generic_seal(address, position, previous, before, after, items, source, root):
+    touched = mutation.touched_paths(items)
+    values = {"event_format": codec.TRANSACTION_FORMAT, "address": address, "position": position,
+              "previous_hash": previous, "process_version_before": before, "process_version_after": after,
+              "mutations": [m.record() for m in items], "touched_paths": touched, "source": source,
+              "resulting_root_hash": root}
+    direct = records.transaction_record(address, position, previous, before, after, items, touched, source, root)
+    assert direct == codec.hashed_record(codec.TRANSACTION_FIELDS, values, "event_hash")
+
+
+@settings(max_examples=60, deadline=None)
+@given(u64s, hashes, u64s, hashes, st.lists(mutations, min_size=1, max_size=4))
+def test_direct_records_decode_strictly(position, previous, before, root, items):
+    address = "svit://local/test/encoding"
+    touched = mutation.touched_paths(items)
+    after = min(before, 2**64 - 2) + 1
+    before = after - 1
+    raw, event_hash = records.transaction_record(address, position, previous, before, after, items, touched,
+                                                 "(main)", root)
+    decoded = records.decode_transaction(address, position, raw)
+    assert decoded["event_hash"] == event_hash and decoded["mutations"] == list(items)
+    head = records.decode_head(records.head_record(address, previous, Head(position, event_hash), after, root), address)
+    assert (head["position"], head["hash"], head["process_version"]) == (position, event_hash, after)
