@@ -10,8 +10,6 @@ container, typically), and a removed address's chunks stay until
 
 from __future__ import annotations
 
-from typing import Any
-
 from .. import tree
 from ..errors import InvalidPersistence
 from ..tree import Node
@@ -37,13 +35,12 @@ class StoredNodes:
             return True
         return self.engine.get(CF_NODES, keys.node_key(digest)) is not None
 
-    def stage(self, batch: WriteBatch, root: Node, mutations: Any = None) -> set[bytes]:
+    def stage(self, batch: WriteBatch, root: Node) -> set[bytes]:
         """Stage every chunk of ``root``'s tree that is not stored yet; returns their digests.
 
         A chunk known to be stored stands for its whole subtree (chunks are content
         addressed and a stored chunk's children were stored with it), so a commit visits
-        only the new chunks and their direct children. ``mutations`` is accepted for
-        callers that name what changed; the walk does not need it.
+        only the new chunks and their direct children, whatever its mutations were.
         """
         pending: set[bytes] = set()
         if not root.is_container:

@@ -241,8 +241,8 @@ class ProcessStore:
         return None if raw is None else records.decode_fork_reference(raw, address)["parent_address"]
 
     # ------------------------------------------------------------------ nodes
-    def _stage_nodes(self, batch: WriteBatch, root: Node, mutations: list[dict[str, Any]] | None) -> set[bytes]:
-        return self.nodes.stage(batch, root, mutations)
+    def _stage_nodes(self, batch: WriteBatch, root: Node) -> set[bytes]:
+        return self.nodes.stage(batch, root)
 
     def _remember_nodes(self, digests: set[bytes]) -> None:
         self.nodes.remember(digests)
@@ -286,7 +286,7 @@ class ProcessStore:
             batch = self._batch()
             batch.put(CF_RECORD, keys.base_key(address), base_bytes)
             batch.put(CF_RECORD, keys.head_key(address), self._head_record(address, base_hash, head, version, root.hash))
-            pending = self._stage_nodes(batch, root, None)
+            pending = self._stage_nodes(batch, root)
             self._write(batch)
             self._accept_head(address, base_hash, head, version, root.hash)
             self._remember_nodes(pending)
@@ -366,7 +366,7 @@ class ProcessStore:
             batch.put(CF_RECORD, keys.head_key(child_address),
                       self._head_record(child_address, base_hash, child_head, child.version, child.root_hash))
             batch.put(CF_INDEX, keys.child_key(parent_address, child_address), b"")
-            pending = self._stage_nodes(batch, child.root, [{"path": "/system"}])
+            pending = self._stage_nodes(batch, child.root)
             # The child keeps the parent's reasoning session: shared, in this same batch.
             stage_fork_share(self, batch, parent_address, child_address, parent.read("/thread"))
             self._write(batch)
@@ -522,7 +522,7 @@ class ProcessStore:
             head = Head(None, base_hash)
             batch.put(CF_RECORD, keys.base_key(address), base_bytes)
             batch.put(CF_RECORD, keys.head_key(address), self._head_record(address, base_hash, head, version, root.hash))
-            pending = self._stage_nodes(batch, root, None)
+            pending = self._stage_nodes(batch, root)
             self._write(batch)
             self._accept_head(address, base_hash, head, version, root.hash)
             self._remember_nodes(pending)
@@ -688,7 +688,7 @@ class ProcessStore:
             base_hash = head["base_hash"]
             batch = self._batch()
             batch.put(CF_RECORD, keys.transaction_key(address, position), encoded)
-            pending = self._stage_nodes(batch, root_after, [{"path": m.path} for m in mutations])
+            pending = self._stage_nodes(batch, root_after)
             for path in touched:
                 batch.put(CF_INDEX, keys.path_key(address, path, position), b"")
             head_bytes = self._head_record(address, base_hash, new_head, version_after, root_hash)
