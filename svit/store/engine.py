@@ -26,7 +26,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..errors import InvalidPersistence, PersistenceUnavailable
+from ..errors import InvalidPersistence, PersistenceUnavailable, SvitError
 from . import failures, keys
 from .keys import IRREPLACEABLE, REBUILDABLE
 
@@ -125,11 +125,31 @@ class StorageEngine(ABC):
                 ) from None
 
     def close(self) -> None:
-        """Release the database; the engine refuses every later operation."""
+        """Release the database; the engine refuses every later operation.
+
+        The engine counts as closed (and its lock as released) even when releasing fails:
+        a failure there (RocksDB flushes its memory tables on close, which a full disk
+        refuses) loses nothing acknowledged, since every acknowledged batch is already in
+        the synced log and is replayed at the next open. It is still reported, as a
+        ``PersistenceUnavailable`` naming the problem, unless the engine is terminal: the
+        write that made it so already reported the failure.
+        """
         with self.lock:
-            if not self._closed:
-                self._closed = True
+            if self._closed:
+                return
+            self._closed = True
+            try:
                 self._release()
+            except SvitError:
+                raise
+            except Exception as exc:
+                if self._failure is not None:
+                    return
+                reason, description = failures.classify(exc)
+                raise PersistenceUnavailable(
+                    f"store closed, but its final flush failed ({description}); every acknowledged commit "
+                    "is in the synced log and is replayed when the store is next opened", reason=reason
+                ) from None
 
     # ------------------------------------------------------------------ what an engine provides
     @abstractmethod
@@ -159,4 +179,5 @@ class StorageEngine(ABC):
 
     @abstractmethod
     def _release(self) -> None:
-        """Close the underlying database (called once, under the lock)."""
+        """Close the underlying database (called once, under the lock). It must let go of
+        the database (its lock) even when it then raises."""
