@@ -41,7 +41,7 @@ __all__ = [
 DESCRIPTIONS = {
     "in_use": "store is in use by another process or another open handle (its lock is held)",
     "read_only": "store is read-only",
-    "full": "no space left on the device (the disk or the quota is full)",
+    "full": "no space left on the device: the disk or its quota is full",
     "damaged": "store is damaged",
     "not_a_directory": "store path is not a directory",
     "io_error": "the device reported an input/output error",
