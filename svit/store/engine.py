@@ -76,7 +76,8 @@ class StorageEngine(ABC):
     ``lock`` is the store lock: every durable operation holds it from its first read to
     its write, so a compare-and-swap on a head and a consistent cut are plain reads
     under it. ``writer`` is the one synced write path (it is :meth:`apply` unless fault
-    injection replaced it, see :mod:`svit.store.faults`).
+    injection replaced it, see :mod:`svit.store.faults`), and ``releaser`` the one way
+    the database is let go of (:meth:`_release`, likewise).
     """
 
     #: Where the engine keeps its data (a directory; a server engine names its database).
@@ -86,6 +87,9 @@ class StorageEngine(ABC):
         self.path = path
         self.lock = threading.RLock()
         self.writer: Callable[[WriteBatch], None] = self.apply
+        #: How :meth:`close` lets go of the database (:meth:`_release` unless fault
+        #: injection replaced it, see :mod:`svit.store.faults`).
+        self.releaser: Callable[[], None] = self._release
         self._failure: str | None = None
         self._closed = False
 
@@ -139,7 +143,7 @@ class StorageEngine(ABC):
                 return
             self._closed = True
             try:
-                self._release()
+                self.releaser()
             except SvitError:
                 raise
             except Exception as exc:

@@ -51,11 +51,13 @@ MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 #: How long reading an existing store's files may take before the open gives up (seconds).
 OPEN_DEADLINE_SECONDS = 60.0
 
-# Run in a child process with the store directory as its argument: list the column
-# families, open every one read-only (RocksDB reads the MANIFEST and replays the logs
-# as the real open will), and print what happened as one JSON line.
+# Run in an isolated child process (``-I``) with the store directory and the directory
+# rocksdict was imported from as its arguments: list the column families, open every one
+# read-only (RocksDB reads the MANIFEST and replays the logs as the real open will), and
+# print what happened as one JSON line.
 _PROBE = """
 import json, sys
+sys.path.insert(0, sys.argv[2])
 import rocksdict
 path = sys.argv[1]
 try:
@@ -69,6 +71,9 @@ except Exception as exc:
 else:
     print(json.dumps({"column_families": names}))
 """
+
+
+_ROCKSDICT_HOME = os.path.dirname(os.path.dirname(os.path.abspath(rocksdict.__file__)))
 
 
 def _options() -> rocksdict.Options:
@@ -102,7 +107,8 @@ def _probe_column_families(path: str, deadline: float | None) -> list[str]:
         return list(rocksdict.Rdict.list_cf(path, rocksdict.Options(raw_mode=True)))
     try:
         probe = subprocess.run(
-            [sys.executable, "-c", _PROBE, path], stdin=subprocess.DEVNULL, capture_output=True, timeout=deadline,
+            [sys.executable, "-I", "-c", _PROBE, path, _ROCKSDICT_HOME],
+            stdin=subprocess.DEVNULL, capture_output=True, timeout=deadline,
         )
     except subprocess.TimeoutExpired:
         raise InvalidPersistence(
@@ -113,7 +119,8 @@ def _probe_column_families(path: str, deadline: float | None) -> list[str]:
         answer = json.loads(probe.stdout.decode("utf-8").strip().splitlines()[-1])
     except (ValueError, IndexError, UnicodeDecodeError):
         raise PersistenceUnavailable(
-            f"cannot open store: the process reading its files failed (exit status {probe.returncode})", reason="unknown"
+            f"cannot open store: the process reading its files failed (exit status {probe.returncode}); "
+            "open_deadline=None reads them in this process instead", reason="unknown"
         ) from None
     if "error" in answer:
         # RocksDB's own text, raised as rocksdict raises it, to be classified (never shown).

@@ -128,7 +128,12 @@ class ProcessStore:
         marker becomes a ``PersistenceUnavailable`` naming the problem."""
         try:
             store = cls(engine)
-            marker = engine.get(CF_DEFAULT, keys.FORMAT_KEY)
+            try:
+                marker = engine.get(CF_DEFAULT, keys.FORMAT_KEY)
+            except SvitError:
+                raise
+            except Exception as exc:  # an engine that let a raw failure through
+                raise storage_error(exc, "cannot open store") from None
             if marker is None:
                 batch = engine.batch()
                 batch.put(CF_DEFAULT, keys.FORMAT_KEY, STORE_FORMAT)
@@ -138,12 +143,10 @@ class ProcessStore:
                 raise InvalidPersistence(
                     f"store format {found!r} is not supported: this version reads {STORE_FORMAT.decode()} only "
                     "(no migration exists; export with the version that wrote it)")
-        except BaseException as exc:
+        except BaseException:
             with contextlib.suppress(Exception):
                 engine.close()  # lets go of the lock even when it raises; the open's failure wins
-            if isinstance(exc, SvitError) or not isinstance(exc, Exception):
-                raise
-            raise storage_error(exc, "cannot open store") from None
+            raise
         return store
 
     @property

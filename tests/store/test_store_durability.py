@@ -22,6 +22,7 @@ from svit.errors import PersistenceUnavailable
 from svit.store import ProcessStore, keys, rocksdb_files
 from svit.store import rocksdb as rocksdb_engine
 from svit.store.archive import ArchiveRestoreFailed, MemoryArchive, open_store_with_archive
+from svit.store.faults import FailingClose
 from svit.store.fsshim import FaultyFileSystem
 from svit.store.rocksdb import RocksDBEngine
 
@@ -148,27 +149,9 @@ def test_a_failed_synced_write_says_what_failed(tmp_path: Path, text: str, reaso
         store.close()
 
 
-class _FlushFails:
-    """A database whose close lets go of it (as rocksdict does) and then reports the flush failure."""
-
-    def __init__(self, db: Any, text: str) -> None:
-        self.db, self.text, self.closed = db, text, False
-
-    def close(self) -> None:
-        self.db.close()
-        self.closed = True
-        raise Exception(self.text)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.db, name)
-
-
-def _flush_fails_on_close(store: ProcessStore, text: str) -> _FlushFails:
-    engine = store.engine
-    assert isinstance(engine, RocksDBEngine)
-    failing = _FlushFails(engine._db, text.format(path=store.path))
-    engine._db = failing  # type: ignore[assignment]
-    return failing
+def _flush_fails_on_close(store: ProcessStore, text: str) -> FailingClose:
+    """From now on, closing ``store`` releases it and then raises RocksDB's ``text``."""
+    return FailingClose(store, Exception(text.format(path=store.path))).__enter__()
 
 
 def test_close_on_a_full_disk_raises_a_svit_error_and_still_closes(tmp_path: Path) -> None:
@@ -181,7 +164,7 @@ def test_close_on_a_full_disk_raises_a_svit_error_and_still_closes(tmp_path: Pat
     _no_host_text(caught.value, path)
     assert caught.value.reason == "full" and "no space left on the device" in caught.value.message
     assert "every acknowledged commit is in the synced log" in caught.value.message
-    assert failing.closed and store.closed
+    assert failing.released == 1 and store.closed
     with ProcessStore.open(path) as again:  # the lock is free, nothing acknowledged is lost
         assert again.resume(ADDR).process.read("/memory/n") == 1
 
@@ -199,7 +182,7 @@ def test_close_of_a_terminal_store_does_not_report_the_failure_twice(tmp_path: P
         durable.exec("/lib/count")
     failing = _flush_fails_on_close(store, NO_SPACE_SST)
     store.close()
-    assert failing.closed and store.closed
+    assert failing.released == 1 and store.closed
     ProcessStore.open(path).close()
 
 
@@ -286,7 +269,7 @@ def test_a_marker_read_error_is_not_masked_by_a_failing_close(tmp_path: Path, mo
 
     def init(self: RocksDBEngine, where: str, db: Any) -> None:
         real_init(self, where, db)
-        self._db = _FlushFails(db, read_error.format(path=path) + "; " + NO_SPACE_WAL.format(path=path))  # type: ignore[assignment]
+        FailingClose(self, Exception(read_error.format(path=path) + "; " + NO_SPACE_WAL.format(path=path))).__enter__()
 
     monkeypatch.setattr(RocksDBEngine, "__init__", init)
     with pytest.raises(PersistenceUnavailable) as caught:
