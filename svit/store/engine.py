@@ -25,7 +25,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..errors import InvalidPersistence, PersistenceUnavailable
+from ..errors import InvalidPersistence, PersistenceUnavailable, SvitError
 from . import failures, keys
 from .group import GroupCommit
 from .keys import IRREPLACEABLE, REBUILDABLE
@@ -79,7 +79,8 @@ class StorageEngine(ABC):
     synced write with the commits queued beside it (group commit, see
     :mod:`svit.store.group`); entering the lock otherwise waits until every queued batch
     is written. ``writer`` is the one synced write path (it is :meth:`apply` unless fault
-    injection replaced it, see :mod:`svit.store.faults`): one call per synced write.
+    injection replaced it, see :mod:`svit.store.faults`): one call per synced write; and
+    ``releaser`` the one way the database is let go of (:meth:`_release`, likewise).
     """
 
     #: Where the engine keeps its data (a directory; a server engine names its database).
@@ -89,6 +90,9 @@ class StorageEngine(ABC):
         self.path = path
         self.lock: GroupCommit[WriteBatch] = GroupCommit(self._write_group)
         self.writer: Callable[[WriteBatch], None] = self.apply
+        #: How :meth:`close` lets go of the database (:meth:`_release` unless fault
+        #: injection replaced it, see :mod:`svit.store.faults`).
+        self.releaser: Callable[[], None] = self._release
         self._failure: str | None = None
         self._closed = False
 
@@ -140,11 +144,31 @@ class StorageEngine(ABC):
             ) from None
 
     def close(self) -> None:
-        """Release the database; the engine refuses every later operation."""
+        """Release the database; the engine refuses every later operation.
+
+        The engine counts as closed (and its lock as released) even when releasing fails:
+        a failure there (RocksDB flushes its memory tables on close, which a full disk
+        refuses) loses nothing acknowledged, since every acknowledged batch is already in
+        the synced log and is replayed at the next open. It is still reported, as a
+        ``PersistenceUnavailable`` naming the problem, unless the engine is terminal: the
+        write that made it so already reported the failure.
+        """
         with self.lock:
-            if not self._closed:
-                self._closed = True
-                self._release()
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                self.releaser()
+            except SvitError:
+                raise
+            except Exception as exc:
+                if self._failure is not None:
+                    return
+                reason, description = failures.classify(exc)
+                raise PersistenceUnavailable(
+                    f"store closed, but its final flush failed ({description}); every acknowledged commit "
+                    "is in the synced log and is replayed when the store is next opened", reason=reason
+                ) from None
 
     # ------------------------------------------------------------------ what an engine provides
     @abstractmethod
@@ -174,4 +198,5 @@ class StorageEngine(ABC):
 
     @abstractmethod
     def _release(self) -> None:
-        """Close the underlying database (called once, under the lock)."""
+        """Close the underlying database (called once, under the lock). It must let go of
+        the database (its lock) even when it then raises."""

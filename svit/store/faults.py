@@ -7,6 +7,9 @@ database (``apply=False``: a failed write) or after it (``apply=True``: the data
 but the sync reported an error, as a lost fsync acknowledgement would). Either way the
 engine must go terminal and the handle must not publish: that is what the tests assert,
 with a no-fault control run beside them. It works the same against any engine.
+
+A :class:`FailingClose` does the same for closing: the engine's ``releaser`` lets go of
+the database as usual and then raises, as RocksDB's final flush does on a full disk.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 
 from .engine import StorageEngine, WriteBatch
 
-__all__ = ["InjectedWriteError", "FailingWrites"]
+__all__ = ["InjectedWriteError", "FailingWrites", "FailingClose"]
 
 
 class InjectedWriteError(OSError):
@@ -55,3 +58,33 @@ class FailingWrites:
     def __exit__(self, *exc: Any) -> None:
         if self._original is not None:
             self.engine.writer = self._original
+
+
+class FailingClose:
+    """Make closing raise ``error`` after the database was released, while the block is active.
+
+    ``target`` is a storage engine or anything with an ``engine``. The release itself
+    still happens (the lock is let go of), as with RocksDB, whose close reports a failed
+    final flush only after closing. :attr:`released` counts the releases that ran.
+    """
+
+    def __init__(self, target: Any, error: BaseException) -> None:
+        self.engine: StorageEngine = target if isinstance(target, StorageEngine) else target.engine
+        self.error = error
+        self.released = 0
+        self._original: Callable[[], None] | None = None
+
+    def __enter__(self) -> FailingClose:
+        original = self._original = self.engine.releaser
+
+        def releaser() -> None:
+            original()
+            self.released += 1
+            raise self.error
+
+        self.engine.releaser = releaser
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._original is not None:
+            self.engine.releaser = self._original

@@ -10,6 +10,8 @@ Step names, in the order one export uses them: ``sweep`` (unlink a stale temp fi
 ``open`` (O_EXCL create of the temp file), ``write``, ``fsync``, ``close``,
 ``reread`` (read-back verify), ``replace`` (``os.replace`` to the generation name),
 ``dir_fsync``, ``prune`` (unlink an old generation). Reads use ``read`` and ``list``.
+Creating a directory durably (:meth:`FileSystem.create_directories`, which the store's
+open uses) is ``mkdir`` followed by one ``dir_fsync`` per synced directory.
 """
 
 from __future__ import annotations
@@ -81,6 +83,33 @@ class FileSystem:
 
     def makedirs(self, path: str) -> None:
         os.makedirs(path, mode=0o700, exist_ok=True)
+
+    def create_directories(self, path: str, mode: int = 0o777) -> list[str]:
+        """Create ``path`` and its missing parents durably; return the ones created, outermost first.
+
+        A new directory's entry lives in its parent, so under strict POSIX it survives a
+        power loss only once the parent is fsynced: each created directory's parent is
+        (``dir_fsync``), and then the innermost new directory itself, before this returns.
+        A directory another process creates meanwhile counts as created here (and is
+        synced the same way).
+        """
+        missing: list[str] = []
+        current = os.path.abspath(path)
+        while not os.path.lexists(current):
+            missing.append(current)
+            parent = os.path.dirname(current)
+            if parent == current:
+                break
+            current = parent
+        missing.reverse()
+        if missing:
+            self.step("mkdir", missing[-1])
+        os.makedirs(path, mode=mode, exist_ok=True)
+        for directory in missing:
+            self.fsync_dir(os.path.dirname(directory))
+        if missing:
+            self.fsync_dir(missing[-1])
+        return missing
 
     def stat(self, path: str) -> os.stat_result:
         return os.stat(path)

@@ -7,26 +7,73 @@ so it survives), ``paranoid_checks``, missing column families created on open. O
 this process may hold the directory open (RocksDB's lock file). Each key space of
 :mod:`svit.store.keys` is one column family.
 
+Opening is durable and bounded: a store directory the open creates (and each missing
+parent) is fsynced into its parent before the first write; an existing store's MANIFEST
+is checked record by record before RocksDB reads it (:mod:`svit.store.rocksdb_files`),
+since one flipped type byte there makes RocksDB spin instead of failing; and RocksDB's
+first read of an existing store's files runs in a child process killed at a deadline
+(RocksDB holds the GIL while it opens, so nothing in this process could interrupt it).
+Either failure is ``InvalidPersistence``, the store's own verification refusing the
+files; corruption RocksDB reports itself is ``PersistenceUnavailable`` with reason
+``damaged``.
+
 RocksDB's and the operating system's error text name host files, so every raw failure
 is classified (:mod:`svit.store.failures`) and only the classified problem is kept.
+That includes closing: RocksDB flushes on close, which a full disk can refuse.
 """
 
 from __future__ import annotations
 
 import errno
 import gc
+import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
 import rocksdict
 
-from ..errors import InvalidPersistence, SvitError
+from ..errors import InvalidPersistence, PersistenceUnavailable, SvitError
+from . import rocksdb_files
 from .engine import StorageEngine, WriteBatch
 from .failures import storage_error
+from .fsshim import FileSystem
 from .keys import CF_DEFAULT, COLUMN_FAMILIES
 
-__all__ = ["RocksDBEngine"]
+__all__ = ["RocksDBEngine", "MAX_MANIFEST_BYTES", "OPEN_DEADLINE_SECONDS"]
+
+
+#: A MANIFEST grows to at most about this size before RocksDB starts a new one, so the
+#: check of it made at every open (:mod:`svit.store.rocksdb_files`) reads a bounded file.
+MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+#: How long reading an existing store's files may take before the open gives up (seconds).
+OPEN_DEADLINE_SECONDS = 60.0
+
+# Run in an isolated child process (``-I``) with the store directory and the directory
+# rocksdict was imported from as its arguments: list the column families, open every one
+# read-only (RocksDB reads the MANIFEST and replays the logs as the real open will), and
+# print what happened as one JSON line.
+_PROBE = """
+import json, sys
+sys.path.insert(0, sys.argv[2])
+import rocksdict
+path = sys.argv[1]
+try:
+    options = rocksdict.Options(raw_mode=True)
+    names = rocksdict.Rdict.list_cf(path, options)
+    db = rocksdict.Rdict(path, options, column_families={n: rocksdict.Options(raw_mode=True) for n in names if n != "default"},
+                         access_type=rocksdict.AccessType.read_only())
+    db.close()
+except Exception as exc:
+    print(json.dumps({"error": str(exc), "kind": type(exc).__name__}))
+else:
+    print(json.dumps({"column_families": names}))
+"""
+
+
+_ROCKSDICT_HOME = os.path.dirname(os.path.dirname(os.path.abspath(rocksdict.__file__)))
 
 
 def _options() -> rocksdict.Options:
@@ -36,6 +83,7 @@ def _options() -> rocksdict.Options:
     options.create_missing_column_families(True)
     options.set_wal_recovery_mode(rocksdict.DBRecoveryMode.point_in_time())
     options.set_paranoid_checks(True)
+    options.set_max_manifest_file_size(MAX_MANIFEST_BYTES)
     return options
 
 
@@ -45,6 +93,39 @@ def _write_options() -> rocksdict.WriteOptions:
     # rocksdict's stub declares this property as a method
     options.disable_wal = False  # type: ignore[method-assign,assignment]
     return options
+
+
+def _probe_column_families(path: str, deadline: float | None) -> list[str]:
+    """The column families of the existing store at ``path``, read within ``deadline`` seconds.
+
+    RocksDB holds the GIL while it opens a database, so a thread cannot time it out, and
+    a damaged file can make it spin: the first read runs in a child process that is
+    killed at the deadline. Without a deadline (or without an interpreter to start), the
+    list is read here.
+    """
+    if deadline is None or not sys.executable:
+        return list(rocksdict.Rdict.list_cf(path, rocksdict.Options(raw_mode=True)))
+    try:
+        probe = subprocess.run(
+            [sys.executable, "-I", "-c", _PROBE, path, _ROCKSDICT_HOME],
+            stdin=subprocess.DEVNULL, capture_output=True, timeout=deadline,
+        )
+    except subprocess.TimeoutExpired:
+        raise InvalidPersistence(
+            f"store did not open within {deadline:g} s: RocksDB did not finish reading its files (a damaged "
+            "MANIFEST or log can make it spin); restore it from a copy or an archive"
+        ) from None
+    try:
+        answer = json.loads(probe.stdout.decode("utf-8").strip().splitlines()[-1])
+    except (ValueError, IndexError, UnicodeDecodeError):
+        raise PersistenceUnavailable(
+            f"cannot open store: the process reading its files failed (exit status {probe.returncode}); "
+            "open_deadline=None reads them in this process instead", reason="unknown"
+        ) from None
+    if "error" in answer:
+        # RocksDB's own text, raised as rocksdict raises it, to be classified (never shown).
+        raise Exception(str(answer["error"]))
+    return [str(name) for name in answer["column_families"]]
 
 
 class RocksDBEngine(StorageEngine):
@@ -60,15 +141,29 @@ class RocksDBEngine(StorageEngine):
         self._write_options = _write_options()
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str]) -> RocksDBEngine:
-        """Open (creating if absent) a store directory; refuses unregistered column families."""
+    def open(
+        cls, path: str | os.PathLike[str], *, fs: FileSystem | None = None,
+        open_deadline: float | None = OPEN_DEADLINE_SECONDS,
+    ) -> RocksDBEngine:
+        """Open (creating if absent) a store directory; refuses unregistered column families.
+
+        A directory it creates is durable before it returns (each new directory's parent
+        is fsynced, see :meth:`FileSystem.create_directories`). An existing store's
+        MANIFEST is checked before RocksDB reads it (:mod:`svit.store.rocksdb_files`: a
+        bad record is ``InvalidPersistence``), and RocksDB's first read of its files must
+        end within ``open_deadline`` seconds (None: no bound).
+        """
         path = os.fspath(path)
+        fs = fs if fs is not None else FileSystem()
         try:
-            os.makedirs(path, exist_ok=True)
+            fs.create_directories(path)
             if not os.path.isdir(path):
                 raise NotADirectoryError(errno.ENOTDIR, "Not a directory")
             if os.path.exists(os.path.join(path, "CURRENT")):
-                existing = rocksdict.Rdict.list_cf(path, rocksdict.Options(raw_mode=True))
+                problem = rocksdb_files.check_manifest(path)
+                if problem is not None:
+                    raise InvalidPersistence(f"store is damaged: {problem}; restore it from a copy or an archive")
+                existing = _probe_column_families(path, open_deadline)
                 unknown = sorted(set(existing) - set(COLUMN_FAMILIES))
                 if unknown:
                     raise InvalidPersistence(f"store has unregistered column families: {unknown}")
@@ -81,7 +176,7 @@ class RocksDBEngine(StorageEngine):
         try:
             return cls(path, db)
         except Exception as exc:
-            db.close()
+            _close_quietly(db)
             raise storage_error(exc, "cannot open store") from None
 
     def apply(self, batch: WriteBatch) -> None:
@@ -145,8 +240,21 @@ class RocksDBEngine(StorageEngine):
         }
 
     def _release(self) -> None:
-        # Column-family objects keep the database (and its LOCK file) alive.
+        # Column-family objects keep the database (and its LOCK file) alive. rocksdict's
+        # close lets go of the database even when its final flush raises.
         self._column_families.clear()
         self._handles.clear()
-        self._db.close()
+        try:
+            self._db.close()
+        finally:
+            gc.collect()
+
+
+def _close_quietly(db: rocksdict.Rdict) -> None:
+    """Close a database that failed to become an engine; the failure being reported wins."""
+    try:
+        db.close()
+    except Exception:
+        pass
+    finally:
         gc.collect()

@@ -46,6 +46,7 @@ from ..errors import (
     PersistenceNotFound,
     PersistenceReferenced,
     ResourceLimitExceeded,
+    SvitError,
 )
 from ..limits import Limits
 from ..mutation import Mutation
@@ -55,12 +56,13 @@ from ..tree import Node
 from . import codec, keys, records
 from .engine import ALL_CLASSES, StorageEngine, WriteBatch
 from .events import stage_fork_share, stage_thread_detach
+from .failures import storage_error
 from .handle import DurableProcess
 from .history import MAX_FORK_DEPTH, MAX_QUERY_LIMIT, History
 from .keys import CF_DEFAULT, CF_INDEX, CF_RECORD, COLUMN_FAMILIES, IRREPLACEABLE, REBUILDABLE
 from .nodes import StoredNodes
 from .records import MAX_SOURCE_BYTES, Head, State, StoreSnapshot, Transaction
-from .rocksdb import RocksDBEngine
+from .rocksdb import OPEN_DEADLINE_SECONDS, RocksDBEngine
 
 if TYPE_CHECKING:
     pass
@@ -116,17 +118,28 @@ class ProcessStore:
 
     # ------------------------------------------------------------------ opening
     @classmethod
-    def open(cls, path: str | os.PathLike[str]) -> ProcessStore:
-        """Open (creating if absent) a RocksDB store directory; refuses foreign or unknown layouts."""
-        return cls.over(RocksDBEngine.open(path))
+    def open(cls, path: str | os.PathLike[str], *, open_deadline: float | None = OPEN_DEADLINE_SECONDS) -> ProcessStore:
+        """Open (creating if absent) a RocksDB store directory; refuses foreign or unknown layouts.
+
+        Reading an existing store's files must end within ``open_deadline`` seconds
+        (``InvalidPersistence`` otherwise; None: unbounded), see :mod:`svit.store.rocksdb`.
+        """
+        return cls.over(RocksDBEngine.open(path, open_deadline=open_deadline))
 
     @classmethod
     def over(cls, engine: StorageEngine) -> ProcessStore:
         """A store over an open engine: writes the format marker of an empty one, refuses
-        one written in another format (and then closes the engine, leaving no lock)."""
+        one written in another format. A refused or failed open closes the engine (leaving
+        no lock) and raises a Svit error: a raw engine failure while reading or writing the
+        marker becomes a ``PersistenceUnavailable`` naming the problem."""
         try:
             store = cls(engine)
-            marker = engine.get(CF_DEFAULT, keys.FORMAT_KEY)
+            try:
+                marker = engine.get(CF_DEFAULT, keys.FORMAT_KEY)
+            except SvitError:
+                raise
+            except Exception as exc:  # an engine that let a raw failure through
+                raise storage_error(exc, "cannot open store") from None
             if marker is None:
                 batch = engine.batch()
                 batch.put(CF_DEFAULT, keys.FORMAT_KEY, STORE_FORMAT)
@@ -137,7 +150,8 @@ class ProcessStore:
                     f"store format {found!r} is not supported: this version reads {STORE_FORMAT.decode()} only "
                     "(no migration exists; export with the version that wrote it)")
         except BaseException:
-            engine.close()  # a refused open leaves no lock behind
+            with contextlib.suppress(Exception):
+                engine.close()  # lets go of the lock even when it raises; the open's failure wins
             raise
         return store
 
@@ -146,14 +160,25 @@ class ProcessStore:
         return self.engine.path
 
     def close(self) -> None:
-        """Close the engine; the object refuses every later operation."""
+        """Close the engine; the object refuses every later operation.
+
+        Closed even when it raises: a failure while releasing the database (RocksDB's
+        final flush on a full disk) is a ``PersistenceUnavailable`` naming the problem,
+        and loses nothing acknowledged (see :meth:`StorageEngine.close`).
+        """
         self.engine.close()
 
     def __enter__(self) -> ProcessStore:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    def __exit__(self, exc_type: Any, exc: BaseException | None, traceback: Any) -> None:
+        try:
+            self.close()
+        except SvitError as failure:
+            if exc is None:
+                raise
+            # The block's own exception is the one to see; the close failure rides along.
+            exc.add_note(f"closing the store also failed: {failure}")
 
     @property
     def terminal(self) -> bool:

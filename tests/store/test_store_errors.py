@@ -14,7 +14,7 @@ from typing import Any, Iterator
 import pytest
 
 from svit import Process
-from svit.errors import PersistenceUnavailable
+from svit.errors import InvalidPersistence, PersistenceUnavailable
 from svit.store import ProcessStore
 from svit.store import rocksdb as rocksdb_engine
 from svit.store import store as store_module
@@ -87,17 +87,24 @@ def _flip_tail(data: bytearray) -> None:
         data[i] ^= 0xFF
 
 
-@pytest.mark.parametrize(
-    ("pattern", "change"),
-    [("CURRENT", lambda d: d.__setitem__(slice(None), b"garbage\n")), ("MANIFEST-*", _flip_tail)],
-)
-def test_a_damaged_store_is_named_as_damaged(tmp_path: Path, pattern: str, change: Any) -> None:
+def test_a_damaged_store_is_named_as_damaged(tmp_path: Path) -> None:
     path = tmp_path / "store"
     with ProcessStore.open(path) as store:
         store.create(_counter()).exec("/lib/count")
-    _damage(path, pattern, change)
+    _damage(path, "CURRENT", lambda d: d.__setitem__(slice(None), b"garbage\n"))
     error = _open_refused(path)
     assert error.reason == "damaged" and "store is damaged" in error.message
+
+
+def test_a_damaged_manifest_is_refused_by_the_store_before_rocksdb_reads_it(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    with ProcessStore.open(path) as store:
+        store.create(_counter()).exec("/lib/count")
+    _damage(path, "MANIFEST-*", _flip_tail)
+    with pytest.raises(InvalidPersistence) as caught:
+        ProcessStore.open(path)
+    _no_host_text(caught.value, path)
+    assert caught.value.code == "invalid_persistence" and "store is damaged" in caught.value.message
 
 
 def test_a_store_path_that_is_a_file(tmp_path: Path) -> None:
