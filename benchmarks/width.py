@@ -169,8 +169,11 @@ def host_write(target: Any, path: str) -> Callable[[], Any]:
 
 
 def activation(target: Any) -> Callable[[], Any]:
-    """One activation of /lib/set per call, each writing a new value; it must commit."""
-    values = itertools.count(1)
+    """One activation of /lib/set per call, each writing a new value; it must commit.
+
+    Its values (negative) never repeat the host writes' (positive): a state the store
+    already holds writes no new chunks, which would hide the cost being measured."""
+    values = itertools.count(-1, -1)
 
     def run() -> None:
         result = target.exec("/lib/set", next(values))

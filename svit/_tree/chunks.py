@@ -7,7 +7,7 @@ low 5 bits set (one key in 32) and the chunk holds at least :data:`LEAF_MIN` ent
 or its low 3 bits set and the chunk holds at least :data:`LEAF_SOFT` (so long leaves
 are rare);
 an inner chunk at level ``L`` ends after a child whose last key's *rank* exceeds ``L``
-(each further 4 set bits raise the rank by one, so one child in 16 qualifies) and holds
+(each further 3 set bits raise the rank by one, so one child in 8 qualifies) and holds
 at least :data:`INNER_MIN` children. A chunk that reaches its cap (:data:`LEAF_CAP`,
 :data:`INNER_CAP`) is cut there whatever the keys say, so keys chosen to avoid every
 boundary make full chunks, never a huge one. Arrays are cut by position: leaves of
@@ -90,7 +90,7 @@ ABSENT: Any = object()
 
 _TAG = cbor2.CBORTag
 _H = blake3.blake3
-_MAX_RANK = 7
+_MAX_RANK = 10  # 5 bits, then nine groups of 3: all of a CRC-32
 
 
 def key_rank(key: str) -> int:
@@ -103,9 +103,9 @@ def _rank_of(code: int) -> int:
         return 0
     rank = 1
     code >>= 5
-    while code & 15 == 15 and rank < _MAX_RANK:
+    while code & 7 == 7 and rank < _MAX_RANK:
         rank += 1
-        code >>= 4
+        code >>= 3
     return rank
 
 

@@ -32,8 +32,8 @@ def _crc_rank(key: str) -> int:
     if code & 31 != 31:
         return 0
     rank, code = 1, code >> 5
-    while code & 15 == 15 and rank < 7:
-        rank, code = rank + 1, code >> 4
+    while code & 7 == 7 and rank < 10:
+        rank, code = rank + 1, code >> 3
     return rank
 
 
