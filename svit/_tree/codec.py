@@ -31,17 +31,24 @@ def node_cbor(node: Node) -> bytes:
 
     Assembled from the leaf chunks' own encodings (their entries are already this CBOR);
     only a leaf that holds containers is written again, with each child container
-    assembled in place.
+    assembled in place. A container keeps what was assembled, so the next snapshot
+    assembles only the containers that changed.
     """
     code = node.code
     if code != MAP and code != ARRAY:
         return cbor2.dumps(node.value, default=script_default)
+    cached = node.cbor
+    if cached is not None:
+        return cached
     root: Chunk = node.value
     if root.level == 0 and not root.nested:
-        return root.data[3:]
-    parts = [cbor.head(5 if code == MAP else 4, root.size)]
-    parts.extend(map(_entries_cbor, leaves(root)))
-    return b"".join(parts)
+        encoded = root.data[3:]
+    else:
+        parts = [cbor.head(5 if code == MAP else 4, root.size)]
+        parts.extend(map(_entries_cbor, leaves(root)))
+        encoded = b"".join(parts)
+    node.cbor = encoded
+    return encoded
 
 
 def _entries_cbor(leaf: Chunk) -> bytes:

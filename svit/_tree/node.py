@@ -110,7 +110,7 @@ def script_sizes(script: Script) -> tuple[int, int]:
 class Node:
     """One immutable value of the tree; equal content means equal digest and ``==``."""
 
-    __slots__ = ("code", "value", "_digest", "count", "text", "height", "max_script")
+    __slots__ = ("code", "value", "_digest", "count", "text", "height", "max_script", "cbor")
 
     code: int
     value: Any
@@ -118,9 +118,13 @@ class Node:
     text: int
     height: int
     max_script: int
+    #: A container's plain CBOR once :func:`svit._tree.codec.node_cbor` wrote it (the
+    #: node is immutable, so it stays true; a later snapshot copies it).
+    cbor: bytes | None
 
     def __init__(self, code: int, value: Any, digest: bytes | None, count: int, text: int, height: int,
                  max_script: int) -> None:
+        self.cbor = None
         self.code = code
         self.value = value
         self._digest = digest

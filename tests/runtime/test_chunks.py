@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from svit import Process, tree
+from svit import Process, cbor, tree
 from svit._tree import chunks
 from svit._tree.node import leaves
 from svit.limits import Limits
@@ -62,14 +62,20 @@ def assert_well_formed(node):
 @given(st.lists(st.tuples(st.booleans(), KEYS, VALUES), max_size=160), st.randoms(use_true_random=False))
 def test_a_map_has_one_tree_whatever_history_built_it(operations, rng):
     plain: dict = {}
-    node = build({})
-    for is_set, key, value in operations:
+    node = build({"nested": {}})
+    for step, (is_set, key, value) in enumerate(operations):
+        inner = tree.get(node, ("nested",))
         if is_set or key not in plain:
             plain[key] = value
-            node = tree.set_at(node, (key,), build(value))
+            inner = tree.set_at(inner, (key,), build(value))
         else:
             del plain[key]
-            node = tree.remove_at(node, (key,))
+            inner = tree.remove_at(inner, (key,))
+        node = tree.set_at(node, ("nested",), inner)
+        if step % 7 == 0:  # encodings kept on unchanged containers stay true after edits
+            assert tree.node_cbor(node) == cbor.encode({"nested": dict(sorted(plain.items()))})
+    assert tree.node_cbor(node) == cbor.encode({"nested": dict(sorted(plain.items()))})
+    node = tree.get(node, ("nested",))
     fresh = build(plain)
     assert node.digest == fresh.digest
     assert node.to_value() == dict(sorted(plain.items()))
