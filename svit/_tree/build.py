@@ -41,7 +41,8 @@ def _children(values: list[Any], scripts_allowed: bool, depth: int, strict: bool
         if str in types:
             try:
                 if len(types) == 1:
-                    text = list(map(len, map(str.encode, values)))
+                    # ASCII text is its own UTF-8 (and holds no surrogate): no encoding needed.
+                    text = list(map(len, values)) if all(map(str.isascii, values)) else list(map(len, map(str.encode, values)))
                 else:
                     text = [len(x.encode("utf-8")) if type(x) is str else 0 for x in values]
             except UnicodeEncodeError:

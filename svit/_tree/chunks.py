@@ -305,7 +305,8 @@ def _split(n: int, candidates: list[int], minimum: int, cap: int,
 
 def _leaf_candidates(codes: list[int]) -> tuple[list[int], list[int]]:
     """Where a map leaf may end, from its keys' CRC-32: any size, and from :data:`LEAF_SOFT` on."""
-    return [i for i, code in enumerate(codes) if code & 31 == 31], [i for i, code in enumerate(codes) if code & 7 == 7]
+    eager = [i for i, code in enumerate(codes) if code & 7 == 7]
+    return [i for i in eager if codes[i] & 31 == 31], eager
 
 
 def _split_leaves(codes: list[int]) -> tuple[list[tuple[int, int]], bool]:
