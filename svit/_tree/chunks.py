@@ -88,7 +88,6 @@ MAP_LEAF, ARRAY_LEAF_PREFIX, MAP_INNER, ARRAY_INNER_PREFIX = b"\x82\x61m", b"\x8
 #: What a lookup returns for a missing key or index (``None`` is a value).
 ABSENT: Any = object()
 
-_TAG = cbor2.CBORTag
 _H = blake3.blake3
 _MAX_RANK = 10  # 5 bits, then nine groups of 3: all of a CRC-32
 
@@ -113,10 +112,23 @@ def _rank_of(code: int) -> int:
 # Making chunks
 
 
-def _leaf_body(chunk_items: tuple[Any, ...], nested: bool) -> Any:
-    if not nested:
-        return chunk_items
-    return [_TAG(CHUNK_REF_TAG, x.digest) if type(x) is Node else x for x in chunk_items]
+#: A child container inside a chunk: ``tag(CHUNK_REF_TAG, bytes(32))`` up to the digest.
+_REF_HEAD = cbor.head(6, CHUNK_REF_TAG) + cbor.head(2, 32)
+
+
+def _write_item(encoder: Any, item: Any) -> None:
+    """``cbor2`` hook for a leaf's items: a child container is written as its reference."""
+    if type(item) is Node:
+        encoder.write(_REF_HEAD + item.digest)
+    else:
+        script_default(encoder, item)
+
+
+def _leaf_cbor(code: int, keys: tuple[str, ...] | None, chunk_items: tuple[Any, ...]) -> bytes:
+    """A leaf chunk's canonical CBOR (``["m", {key: item}]`` or ``["a", [item]]``)."""
+    if code == MAP:
+        return MAP_LEAF + cbor2.dumps(dict(zip(keys or (), chunk_items)), default=_write_item)
+    return ARRAY_LEAF_PREFIX + cbor2.dumps(list(chunk_items), default=_write_item)
 
 
 def make_leaf(code: int, keys: tuple[str, ...] | None, chunk_items: tuple[Any, ...],
@@ -149,13 +161,11 @@ def make_leaf(code: int, keys: tuple[str, ...] | None, chunk_items: tuple[Any, .
                 text += script_text
                 if source > max_script:
                     max_script = source
-    body = _leaf_body(chunk_items, nested)
+    data = _leaf_cbor(code, keys, chunk_items)
     if code == MAP:
-        data = MAP_LEAF + cbor2.dumps(dict(zip(keys or (), body)), default=script_default)
         if rank is None:
             rank = key_rank(keys[-1]) if keys else 0
     else:
-        data = ARRAY_LEAF_PREFIX + cbor2.dumps(list(body), default=script_default)
         rank = 0
     chunk = Chunk()
     chunk.code = code
@@ -250,10 +260,7 @@ def _encode(chunk: Chunk) -> bytes:
     """Encode a chunk whose fields are set (after one item was replaced)."""
     if chunk.level:
         return _inner_cbor(chunk.code, chunk.items)
-    body = _leaf_body(chunk.items, chunk.nested)
-    if chunk.code == MAP:
-        return MAP_LEAF + cbor2.dumps(dict(zip(chunk.keys or (), body)), default=script_default)
-    return ARRAY_LEAF_PREFIX + cbor2.dumps(list(body), default=script_default)
+    return _leaf_cbor(chunk.code, chunk.keys, chunk.items)
 
 
 # ---------------------------------------------------------------------------
