@@ -37,7 +37,6 @@ from itertools import accumulate
 from typing import Any
 from zlib import crc32
 
-import blake3
 import cbor2
 
 from .. import cbor
@@ -88,7 +87,6 @@ MAP_LEAF, ARRAY_LEAF_PREFIX, MAP_INNER, ARRAY_INNER_PREFIX = b"\x82\x61m", b"\x8
 #: What a lookup returns for a missing key or index (``None`` is a value).
 ABSENT: Any = object()
 
-_H = blake3.blake3
 _MAX_RANK = 10  # 5 bits, then nine groups of 3: all of a CRC-32
 
 
@@ -167,22 +165,7 @@ def make_leaf(code: int, keys: tuple[str, ...] | None, chunk_items: tuple[Any, .
             rank = key_rank(keys[-1]) if keys else 0
     else:
         rank = 0
-    chunk = Chunk()
-    chunk.code = code
-    chunk.level = 0
-    chunk.keys = keys
-    chunk.items = chunk_items
-    chunk.bounds = None
-    chunk.size = n
-    chunk.count = count
-    chunk.text = text
-    chunk.height = height
-    chunk.max_script = max_script
-    chunk.rank = rank
-    chunk.nested = nested
-    chunk.digest = _H(data).digest()
-    chunk.data = data
-    return chunk
+    return Chunk(code, 0, keys, chunk_items, None, n, count, text, height, max_script, rank, nested, data)
 
 
 def scalar_leaf(code: int, keys: tuple[str, ...] | None, chunk_items: tuple[Any, ...], text: int,
@@ -195,21 +178,9 @@ def scalar_leaf(code: int, keys: tuple[str, ...] | None, chunk_items: tuple[Any,
             rank = key_rank(keys[-1]) if keys else 0
     else:
         data = ARRAY_LEAF_PREFIX + cbor2.dumps(list(chunk_items))
-    chunk = Chunk()
-    chunk.code = code
-    chunk.level = 0
-    chunk.keys = keys
-    chunk.items = chunk_items
-    chunk.bounds = None
-    chunk.size = chunk.count = len(chunk_items)
-    chunk.text = text
-    chunk.height = 0 if chunk_items else -1
-    chunk.max_script = -1
-    chunk.rank = rank if rank is not None else 0
-    chunk.nested = False
-    chunk.digest = _H(data).digest()
-    chunk.data = data
-    return chunk
+    size = len(chunk_items)
+    return Chunk(code, 0, keys, chunk_items, None, size, size, text, 0 if size else -1, -1,
+                 rank if rank is not None else 0, False, data)
 
 
 def _last_key(chunk: Chunk) -> str:
@@ -220,26 +191,11 @@ def _last_key(chunk: Chunk) -> str:
 
 def make_inner(code: int, level: int, children: tuple[Chunk, ...]) -> Chunk:
     """An inner chunk at ``level`` over its children (one level down)."""
-    chunk = Chunk()
-    chunk.code = code
-    chunk.level = level
-    chunk.keys = None
-    chunk.items = children
-    if code == MAP:
-        chunk.bounds = tuple(map(_last_key, children))
-    else:
-        chunk.bounds = tuple(accumulate(child.size for child in children))
-    chunk.size = sum(child.size for child in children)
-    chunk.count = sum(child.count for child in children)
-    chunk.text = sum(child.text for child in children)
-    chunk.height = max(child.height for child in children)
-    chunk.max_script = max(child.max_script for child in children)
-    chunk.rank = children[-1].rank
-    chunk.nested = True
-    data = _inner_cbor(code, children)
-    chunk.digest = _H(data).digest()
-    chunk.data = data
-    return chunk
+    bounds = tuple(map(_last_key, children)) if code == MAP else tuple(accumulate(child.size for child in children))
+    return Chunk(code, level, None, children, bounds, sum(child.size for child in children),
+                 sum(child.count for child in children), sum(child.text for child in children),
+                 max(child.height for child in children), max(child.max_script for child in children),
+                 children[-1].rank, True, _inner_cbor(code, children))
 
 
 def _inner_cbor(code: int, children: tuple[Chunk, ...]) -> bytes:
@@ -254,13 +210,6 @@ def empty_root(code: int) -> Chunk:
 def chunk_cbor(chunk: Chunk) -> bytes:
     """The canonical CBOR of one chunk: what its digest covers and what the store keeps."""
     return chunk.data
-
-
-def _encode(chunk: Chunk) -> bytes:
-    """Encode a chunk whose fields are set (after one item was replaced)."""
-    if chunk.level:
-        return _inner_cbor(chunk.code, chunk.items)
-    return _leaf_cbor(chunk.code, chunk.keys, chunk.items)
 
 
 # ---------------------------------------------------------------------------
@@ -493,35 +442,23 @@ def _after_replacing(current: int, old: int, new: int) -> int | None:
 def _copy(chunk: Chunk, chunk_items: tuple[Any, ...], old: Any, new: Any,
           old_aggregates: tuple[int, int, int, int], new_aggregates: tuple[int, int, int, int]) -> Chunk:
     """``chunk`` with one item replaced: the aggregates are updated, not recounted."""
-    copy = Chunk()
-    copy.code = chunk.code
-    copy.level = chunk.level
-    copy.keys = chunk.keys
-    copy.items = chunk_items
-    copy.bounds = chunk.bounds
-    copy.size = chunk.size
-    copy.count = chunk.count - old_aggregates[0] + new_aggregates[0]
-    copy.text = chunk.text - old_aggregates[1] + new_aggregates[1]
     height = _after_replacing(chunk.height, old_aggregates[2], new_aggregates[2])
     if height is None:
         height = max(_item_aggregates(x)[2] for x in chunk_items) if chunk.level == 0 else max(
             child.height for child in chunk_items)
-    copy.height = height
     max_script = _after_replacing(chunk.max_script, old_aggregates[3], new_aggregates[3])
     if max_script is None:
         max_script = max(_item_aggregates(x)[3] for x in chunk_items) if chunk.level == 0 else max(
             child.max_script for child in chunk_items)
-    copy.max_script = max_script
-    copy.rank = chunk.rank
     if chunk.level:
-        copy.nested = True
-    elif (type(old) is Node) == (type(new) is Node):
-        copy.nested = chunk.nested
+        nested = True
+        data = _inner_cbor(chunk.code, chunk_items)
     else:
-        copy.nested = Node in set(map(type, chunk_items))
-    copy.data = _encode(copy)
-    copy.digest = _H(copy.data).digest()
-    return copy
+        nested = chunk.nested if (type(old) is Node) == (type(new) is Node) else Node in set(map(type, chunk_items))
+        data = _leaf_cbor(chunk.code, chunk.keys, chunk_items)
+    return Chunk(chunk.code, chunk.level, chunk.keys, chunk_items, chunk.bounds, chunk.size,
+                 chunk.count - old_aggregates[0] + new_aggregates[0], chunk.text - old_aggregates[1] + new_aggregates[1],
+                 height, max_script, chunk.rank, nested, data)
 
 
 def _replace(code: int, path: list[Chunk], route: Route, leaf: Chunk, position: int, item: Any) -> Chunk:

@@ -232,6 +232,24 @@ class Chunk:
     digest: bytes
     data: bytes
 
+    def __init__(self, code: int, level: int, keys: tuple[str, ...] | None, items: tuple[Any, ...],
+                 bounds: tuple[Any, ...] | None, size: int, count: int, text: int, height: int, max_script: int,
+                 rank: int, nested: bool, data: bytes) -> None:
+        self.code = code
+        self.level = level
+        self.keys = keys
+        self.items = items
+        self.bounds = bounds
+        self.size = size
+        self.count = count
+        self.text = text
+        self.height = height
+        self.max_script = max_script
+        self.rank = rank
+        self.nested = nested
+        self.data = data
+        self.digest = hash_bytes(data)
+
     def __repr__(self) -> str:
         return f"Chunk({KIND_NAMES[self.code]}, level={self.level}, items={len(self.items)}, size={self.size})"
 
