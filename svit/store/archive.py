@@ -2,7 +2,7 @@
 
 Why it exists (DESIGN §5.7, durability.md 4-14): a process store can be wiped by a
 gesture aimed at something else (a deleted volume, a "start clean"). The archive keeps
-a copy of every address's irreplaceable state (the ``svit-snapshot@1`` process
+a copy of every address's irreplaceable state (the ``svit-snapshot@2`` process
 snapshot: memory, /lib, /inbox, /thread, /system/outbox, everything) somewhere the
 gesture does not reach, and puts it back when the store comes up empty.
 

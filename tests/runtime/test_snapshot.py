@@ -248,3 +248,11 @@ def test_encode_validates_inputs():
         encode_snapshot("nope", 1, root, Limits())
     with pytest.raises(InvalidValue):
         encode_snapshot(ADDRESS, -1, root, Limits())
+
+
+def test_system_runtime_names_the_format_snapshots_are_written_in():
+    from svit import Process, snapshot
+
+    process = Process.builder("svit://local/tests/runtime-format").build()
+    assert process.read("/system/runtime")["snapshot_format"] == snapshot.FORMAT == "svit-snapshot@2"
+    assert snapshot.FORMAT.encode() in process.snapshot()
