@@ -54,8 +54,8 @@ __all__ = [
     "LEAF_CAP",
     "LEAF_MIN",
     "LEAF_SOFT",
-    "MAP_INNER",
-    "MAP_LEAF",
+    "MAP_INNER_PREFIX",
+    "MAP_LEAF_PREFIX",
     "array_append",
     "array_find",
     "array_items",
@@ -82,7 +82,8 @@ INNER_MIN, INNER_CAP = 4, 64
 ARRAY_LEAF, ARRAY_INNER = 32, 16
 
 #: The first bytes of each kind of chunk: a CBOR array of 2 and its one-letter tag.
-MAP_LEAF, ARRAY_LEAF_PREFIX, MAP_INNER, ARRAY_INNER_PREFIX = b"\x82\x61m", b"\x82\x61a", b"\x82\x61M", b"\x82\x61A"
+MAP_LEAF_PREFIX, ARRAY_LEAF_PREFIX = b"\x82\x61m", b"\x82\x61a"
+MAP_INNER_PREFIX, ARRAY_INNER_PREFIX = b"\x82\x61M", b"\x82\x61A"
 
 #: What a lookup returns for a missing key or index (``None`` is a value).
 ABSENT: Any = object()
@@ -125,7 +126,7 @@ def _write_item(encoder: Any, item: Any) -> None:
 def _leaf_cbor(code: int, keys: tuple[str, ...] | None, chunk_items: tuple[Any, ...]) -> bytes:
     """A leaf chunk's canonical CBOR (``["m", {key: item}]`` or ``["a", [item]]``)."""
     if code == MAP:
-        return MAP_LEAF + cbor2.dumps(dict(zip(keys or (), chunk_items)), default=_write_item)
+        return MAP_LEAF_PREFIX + cbor2.dumps(dict(zip(keys or (), chunk_items)), default=_write_item)
     return ARRAY_LEAF_PREFIX + cbor2.dumps(list(chunk_items), default=_write_item)
 
 
@@ -173,7 +174,7 @@ def scalar_leaf(code: int, keys: tuple[str, ...] | None, chunk_items: tuple[Any,
     """A leaf of scalars other than scripts whose text bytes the builder already counted
     (``mapping``: the entries as a dict in key order, when the caller has one)."""
     if code == MAP:
-        data = MAP_LEAF + cbor2.dumps(mapping if mapping is not None else dict(zip(keys or (), chunk_items)))
+        data = MAP_LEAF_PREFIX + cbor2.dumps(mapping if mapping is not None else dict(zip(keys or (), chunk_items)))
         if rank is None:
             rank = key_rank(keys[-1]) if keys else 0
     else:
@@ -200,7 +201,7 @@ def make_inner(code: int, level: int, children: tuple[Chunk, ...]) -> Chunk:
 
 def _inner_cbor(code: int, children: tuple[Chunk, ...]) -> bytes:
     digests = b"".join([child.digest for child in children])
-    return (MAP_INNER if code == MAP else ARRAY_INNER_PREFIX) + cbor.head(2, len(digests)) + digests
+    return (MAP_INNER_PREFIX if code == MAP else ARRAY_INNER_PREFIX) + cbor.head(2, len(digests)) + digests
 
 
 def empty_root(code: int) -> Chunk:

@@ -19,10 +19,14 @@ import cbor2
 
 from .. import cbor
 from ..values import Script
-from .chunks import chunk_cbor
+from .chunks import MAP_LEAF_PREFIX, chunk_cbor
 from .node import ARRAY, CHUNK_REF_TAG, MAP, SCRIPT_TAG, Chunk, Node, leaves, script_default
 
 __all__ = ["ChunkError", "chunk_children", "new_chunks", "node_cbor", "verify_chunk"]
+
+
+#: A leaf chunk's bytes are this prefix and then its container's own CBOR.
+_PREFIX = len(MAP_LEAF_PREFIX)
 
 
 def node_cbor(node: Node) -> bytes:
@@ -42,7 +46,7 @@ def node_cbor(node: Node) -> bytes:
         return cached
     root: Chunk = node.value
     if root.level == 0 and not root.nested:
-        encoded = root.data[3:]
+        encoded = root.data[_PREFIX:]
     else:
         parts = [cbor.head(5 if code == MAP else 4, root.size)]
         parts.extend(map(_entries_cbor, leaves(root)))
@@ -55,7 +59,7 @@ def _entries_cbor(leaf: Chunk) -> bytes:
     """A leaf's entries as they appear inside their container's CBOR (no head)."""
     skip = len(cbor.head(5, len(leaf.items)))
     if not leaf.nested:
-        return leaf.data[3 + skip:]
+        return leaf.data[_PREFIX + skip:]
     body: Any = dict(zip(leaf.keys or (), leaf.items)) if leaf.code == MAP else list(leaf.items)
     return cbor2.dumps(body, default=_write_nested)[skip:]
 
