@@ -294,20 +294,8 @@ def _scan_body(
             )
         previous = key
         if key == b"root":
-            root_limits = limits or Limits(**{name: LIMIT_TABLE[name][1] for name in LIMIT_FIELDS})
-            nodes = root_limits.max_tree_nodes
-            if max_tree_nodes is not None:
-                nodes = min(nodes, max_tree_nodes)
-            text = root_limits.max_tree_text_bytes
-            if max_tree_text_bytes is not None:
-                text = min(text, max_tree_text_bytes)
-            budget = _Budget(
-                nodes,
-                text,
-                min(root_limits.max_value_depth + ROOT_DEPTH_ALLOWANCE, MAX_NESTING),
-                "the process tree nodes limit",
-                "the process tree text bytes limit",
-            )
+            nodes, text, depth = _bounds(limits, max_tree_nodes, max_tree_text_bytes)
+            budget = _Budget(nodes, text, depth, "the process tree nodes limit", "the process tree text bytes limit")
             position, _nodes, _text = _scan_item(data, value_start, end, budget)
             continue
         remaining = _Budget(
@@ -453,13 +441,16 @@ def _decode(
 
 
 def _root_bounds(data: bytes, end: int, max_tree_nodes: int | None, max_tree_text_bytes: int | None) -> tuple[int, int, int]:
-    """(nodes, text bytes, depth) the root may hold at most: the snapshot's limits, which the
-    envelope states before the root, capped by the host's bounds. Hard maxima when the
-    limits cannot be read cheaply (the scan then reports what is wrong)."""
-    limits = Limits(**{name: LIMIT_TABLE[name][1] for name in LIMIT_FIELDS})
-    envelope_limits = _peek_limits(data, end)  # the fields before the root, within the envelope's budget
-    if envelope_limits is not None:
-        limits = envelope_limits
+    """The root's bounds (:func:`_bounds`) from the limits the envelope states before the
+    root; hard maxima when they cannot be read cheaply (the scan then reports what is wrong)."""
+    return _bounds(_peek_limits(data, end), max_tree_nodes, max_tree_text_bytes)
+
+
+def _bounds(limits: Limits | None, max_tree_nodes: int | None, max_tree_text_bytes: int | None) -> tuple[int, int, int]:
+    """(nodes, text bytes, depth) the root may hold at most: the snapshot's limits (hard
+    maxima when unknown) capped by the host's bounds."""
+    if limits is None:
+        limits = Limits(**{name: LIMIT_TABLE[name][1] for name in LIMIT_FIELDS})
     nodes, text = limits.max_tree_nodes, limits.max_tree_text_bytes
     if max_tree_nodes is not None:
         nodes = min(nodes, max_tree_nodes)

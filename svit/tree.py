@@ -28,11 +28,10 @@ from typing import Any
 from ._tree.build import build, empty_array, empty_map
 from ._tree.chunks import array_items, map_items
 from ._tree.codec import ChunkError, new_chunks, node_cbor, verify_chunk
-from ._tree.edits import append_items, get, node_hash, remove_at, set_at, stored_item
+from ._tree.edits import append_items, get, node_hash, remove_at, set_at
 from ._tree.node import (
     ARRAY,
     BOOL,
-    CHUNK_REF_TAG,
     INTEGER,
     KIND_NAMES,
     MAP,
@@ -41,7 +40,6 @@ from ._tree.node import (
     SCRIPT,
     SCRIPT_TAG,
     STRING,
-    Chunk,
     Node,
     leaf,
     leaf_cbor,
@@ -54,7 +52,6 @@ __all__ = [
     "ARRAY",
     "BOOL",
     "CBOR_SCRIPT_TAG",
-    "CHUNK_REF_TAG",
     "INTEGER",
     "KIND_NAMES",
     "MAP",
@@ -62,7 +59,6 @@ __all__ = [
     "NUMBER",
     "SCRIPT",
     "STRING",
-    "Chunk",
     "ChunkError",
     "Node",
     "append_items",
@@ -81,7 +77,6 @@ __all__ = [
     "remove_at",
     "script_default",
     "set_at",
-    "stored_item",
     "to_value",
     "validate_value",
     "verify_chunk",

@@ -31,6 +31,14 @@ def build(value: Any, scripts_allowed: bool, strict: bool) -> Node:
     return leaf(value, scripts_allowed)
 
 
+def _integers_fit(values: list[Any], types: set[type]) -> bool:
+    """Whether every integer among ``values`` (of ``types``) is a signed 64-bit one."""
+    if int not in types:
+        return True
+    integers = values if len(types) == 1 else [x for x in values if type(x) is int]
+    return I64_MIN <= min(integers) and max(integers) <= I64_MAX
+
+
 def _children(values: list[Any], scripts_allowed: bool, depth: int, strict: bool) -> tuple[list[Any], list[int] | None]:
     """What a container stores for ``values`` (raw valid scalars, nodes for containers),
     and, when they are all plain scalars, each one's text bytes (None: count per chunk)."""
@@ -47,10 +55,8 @@ def _children(values: list[Any], scripts_allowed: bool, depth: int, strict: bool
                     text = [len(x.encode("utf-8")) if type(x) is str else 0 for x in values]
             except UnicodeEncodeError:
                 raise InvalidValue(BAD_TEXT) from None
-        if int in types:
-            integers = values if len(types) == 1 else [x for x in values if type(x) is int]
-            if min(integers) < I64_MIN or max(integers) > I64_MAX:
-                raise InvalidValue("integer is outside signed 64-bit range")
+        if not _integers_fit(values, types):
+            raise InvalidValue("integer is outside signed 64-bit range")
         return values, text if text is not None else [0] * len(values)
     items: list[Any] = []
     add = items.append
@@ -95,10 +101,8 @@ def _small_map(mapping: dict[Any, Any], strict: bool) -> Node | None:
         text = sum(map(len, map(str.encode, [x for x in values if type(x) is str]))) if str in types else 0
     except UnicodeEncodeError:
         return None
-    if int in types:
-        integers = [x for x in values if type(x) is int]
-        if min(integers) < I64_MIN or max(integers) > I64_MAX:
-            return None
+    if not _integers_fit(values, types):
+        return None
     ordered = sorted(keys)
     if ordered != keys:
         if strict:

@@ -63,7 +63,6 @@ __all__ = [
     "array_set",
     "build_array_root",
     "build_map_root",
-    "chunk_cbor",
     "empty_root",
     "key_rank",
     "make_inner",
@@ -206,11 +205,6 @@ def _inner_cbor(code: int, children: tuple[Chunk, ...]) -> bytes:
 
 def empty_root(code: int) -> Chunk:
     return make_leaf(code, () if code == MAP else None, ())
-
-
-def chunk_cbor(chunk: Chunk) -> bytes:
-    """The canonical CBOR of one chunk: what its digest covers and what the store keeps."""
-    return chunk.data
 
 
 # ---------------------------------------------------------------------------

@@ -4,7 +4,7 @@
   snapshot and a mutation record hold. Chunk boundaries do not appear in it; restore
   rebuilds them.
 * :func:`new_chunks` yields the chunks of a tree that a store does not hold yet, each with
-  the bytes its digest covers (:func:`svit._tree.chunks.chunk_cbor`), and
+  the bytes its digest covers (``Chunk.data``), and
   :func:`verify_chunk` checks stored bytes against a digest and names the chunks they
   refer to, so a stored tree is verified top-down without rebuilding it.
 """
@@ -19,7 +19,7 @@ import cbor2
 
 from .. import cbor
 from ..values import Script
-from .chunks import MAP_LEAF_PREFIX, chunk_cbor
+from .chunks import MAP_LEAF_PREFIX
 from .node import ARRAY, CHUNK_REF_TAG, MAP, SCRIPT_TAG, Chunk, Node, leaves, script_default
 
 __all__ = ["ChunkError", "chunk_children", "new_chunks", "node_cbor", "verify_chunk"]
@@ -93,7 +93,7 @@ def new_chunks(root: Chunk, known: Callable[[bytes], bool]) -> Iterator[tuple[by
         if digest in seen or known(digest):
             continue
         seen.add(digest)
-        yield digest, chunk_cbor(chunk)
+        yield digest, chunk.data
         stack.extend(chunk_children(chunk))
 
 

@@ -46,8 +46,12 @@ def assert_well_formed(node):
         else:
             assert 1 <= len(part.items) <= inner_cap
             assert all(child.level == part.level - 1 for child in part.items)
-        if part is not node.value and part.level == 0 and part is not parts[-1]:
-            assert len(part.items) >= 1
+        if part is not node.value:
+            assert part.items  # only an empty container has an empty chunk, its root
+        if part.level and code == tree.MAP:
+            assert part.bounds == tuple(child.keys[-1] if child.level == 0 else child.bounds[-1] for child in part.items)
+        elif part.level:
+            assert part.bounds[-1] == part.size == sum(child.size for child in part.items)
     assert node.value.level == 0 or len(node.value.items) > 1  # no root with a single child
     if code == tree.MAP:
         keys = node.child_names()
