@@ -275,7 +275,8 @@ def next_turn(agent: Svit, *, reasoner: Any = None, now: float | None = None) ->
     except Exception as exc:
         record = failure_record(exc)
         _record_failed(agent, turn_id, record)
-        return _failed(agent, head, item_id, record, clock)
+        # The backoff counts from the failure, not from the start of a turn that took a while.
+        return _failed(agent, head, item_id, record, time.time() if now is None else now)
     except BaseException as exc:  # an interrupt: recorded, never swallowed
         _record_failed(agent, turn_id, failure_record(exc))
         raise
