@@ -48,6 +48,7 @@ from ..limits import Limits
 from ..mounts import Mount
 from ..process import Change, Process
 from ..protocol import HostedProcess
+from .attempts import TURNS_KEY
 from .builders import LoopOptions, SvitBuilder, SvitResumeBuilder
 from .errors import InvalidThread
 from .events import (
@@ -66,7 +67,6 @@ from .hosting import HostPort, SvitPortContext
 from .messages import Message
 from .observers import Observer
 from .prompt import SYSTEM_PROMPT, compose_system_prompt
-from .turns import TURNS_KEY
 from .worker import TurnWorker
 
 __all__ = ["SYSTEM_PROMPT", "THREAD_FORMAT", "Inbox", "Svit", "SvitBuilder", "SvitPortContext", "SvitResumeBuilder",

@@ -24,8 +24,8 @@ from svit.loop import (
     TurnOutcome,
     run_next_turn,
 )
+from svit.loop.attempts import backoff_delay, failure_record, inbox_item_id, inbox_message
 from svit.loop.set_aside import drop_set_aside, inbox_report, retry_set_aside
-from svit.loop.turns import backoff_delay, failure_record, inbox_item_id, inbox_message
 from svit.reasoners import ScriptedReasoner
 from svit.store import ProcessStore
 
