@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import tree
-from ..errors import InboxConflict, InvalidValue, SvitError, sanitize
+from ..errors import InboxConflict, InvalidValue, ResourceLimitExceeded, SvitError, sanitize
 from ..redact import redact
 from .aio import run_on_host_loop
 from .errors import InvalidInboxItem, InvalidThread, MissingOutboxMessage, ReasonerFailed, ReplyTruncated, TurnFailed
@@ -291,6 +291,7 @@ def _failed(agent: Svit, head: Any, item_id: str, record: dict[str, Any], now: f
     set_aside: list[dict[str, Any]] = state["set_aside"]
     give_up = not record["retryable"] or attempts >= options.attempts
     try:
+        refused = f"the set-aside list already holds {MAX_SET_ASIDE} items"
         if give_up and len(set_aside) < MAX_SET_ASIDE:
             entry = {
                 "attempts": attempts,
@@ -300,11 +301,15 @@ def _failed(agent: Svit, head: Any, item_id: str, record: dict[str, Any], now: f
                 "set_aside_at": now,
             }
             updated = thread_with_turn_state(thread, None, set_aside + [entry])
-            change = process.in_memory().update_inbox_and_thread(updated, SOURCE_SET_ASIDE, remove=True, remove_head=head)
-            agent.worker.committed(change)
-            return TurnOutcome("set_aside", entry["id"], None, record)
-        if give_up:  # the set-aside list is full: the item waits at the head, never dropped
-            record = dict(record, set_aside_refused=f"the set-aside list already holds {MAX_SET_ASIDE} items")
+            try:
+                change = process.in_memory().update_inbox_and_thread(updated, SOURCE_SET_ASIDE, remove=True, remove_head=head)
+            except (InvalidValue, ResourceLimitExceeded) as exc:  # /thread would outgrow its limits
+                refused = exc.message
+            else:
+                agent.worker.committed(change)
+                return TurnOutcome("set_aside", entry["id"], None, record)
+        if give_up:  # the item cannot be set aside: it waits at the head, never dropped
+            record = dict(record, set_aside_refused=refused)
             retry_at = now + options.backoff_cap
         else:
             retry_at = now + backoff_delay(attempts, options.backoff_base, options.backoff_cap)
