@@ -1,6 +1,6 @@
 """``Svit``: one process plus one reason/act loop over a durable inbox.
 
-The loop is a single worker thread (:mod:`svit.loop.worker` holds the turn contract);
+The loop is a single worker thread (:mod:`svit.loop.attempts` holds the turn contract);
 this module is the façade a host uses: the :class:`svit.ProcessLike` operations, the
 inbox and the observers, the conversation history. The conversation itself is kept in
 an :class:`~svit.loop.events.EventLog`, outside the process tree (reference §10.8, §11.3).
