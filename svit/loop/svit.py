@@ -1,6 +1,6 @@
 """``Svit``: one process plus one reason/act loop over a durable inbox.
 
-The loop is a single worker thread (:mod:`svit.loop.worker` holds the turn contract);
+The loop is a single worker thread (:mod:`svit.loop.attempts` holds the turn contract);
 this module is the façade a host uses: the :class:`svit.ProcessLike` operations, the
 inbox and the observers, the conversation history. The conversation itself is kept in
 an :class:`~svit.loop.events.EventLog`, outside the process tree (reference §10.8, §11.3).
@@ -48,6 +48,7 @@ from ..limits import Limits
 from ..mounts import Mount
 from ..process import Change, Process
 from ..protocol import HostedProcess
+from .attempts import TURNS_KEY
 from .builders import LoopOptions, SvitBuilder, SvitResumeBuilder
 from .errors import InvalidThread
 from .events import (
@@ -153,8 +154,11 @@ class Svit:
         }
         if thread is None:
             process.initialize_thread_state(metadata)
-        elif thread != metadata:
-            process.replace_thread_state(metadata)
+        else:
+            # The failing head and the set-aside items (/thread/turns) outlive a reopen.
+            kept = {key: value for key, value in thread.items() if key == TURNS_KEY}
+            if {key: value for key, value in thread.items() if key != TURNS_KEY} != metadata:
+                process.replace_thread_state({**metadata, **kept})
 
     @staticmethod
     def _thread_identity(thread: Any, address: str, log: Any) -> tuple[str, str | None]:
@@ -402,16 +406,19 @@ class Svit:
 
     # ------------------------------------------------------------------ loop control
     def start(self) -> None:
-        """Start the loop thread (once); committed inbox items are processed first."""
+        """Start the loop thread; committed inbox items are processed first. A running loop
+        is left alone; a stopped one (after :meth:`block`) starts again, inbox reopened."""
         self._worker.start()
 
     def block(self, timeout: float | None = None) -> None:
-        """Seal the inbox, drain what is committed, and join; raises if a turn failed."""
+        """Seal the inbox, drain what is committed (failed turns are retried after their
+        backoff or set aside), and join; raises :class:`TurnFailed` if an item was set aside."""
         self._worker.block(timeout)
 
     @property
     def failure(self) -> str | None:
-        """The sanitized diagnostic of the turn that stopped the loop, if any."""
+        """The sanitized diagnostic of the latest set-aside item's last failure (or of the
+        failure that stopped the loop) since the loop started, if any."""
         return self._worker.failure
 
     # ------------------------------------------------------------------ publication
