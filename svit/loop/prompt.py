@@ -14,7 +14,9 @@ OPERATING_TEXT = (
     "scripts live under /lib; each defines (main input) and runs with exec, either from a /lib path or as "
     "inline source. A write, remove or exec commits one new process version, or nothing when it fails. "
     "(port-call \"name\" input) reaches the host integrations listed under /ports; port calls are immediate "
-    "external effects: they happen once and are not rolled back if the script later fails. Tool errors come "
+    "external effects: they happen once and are not rolled back if the script later fails. A message from "
+    "another process arrives as \"Message from <address>:\" followed by its body; answer it by running a script "
+    "that calls (send! \"<address>\" body). Tool errors come "
     "back as text starting with \"error:\"; read them and correct course. When the task is done, reply with "
     "a final message."
 )

@@ -17,6 +17,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from svit.loop.attempts import inbox_message
 from svit.process import Process
 from svit.spec import Fixture, Run
 from svit.values import Script
@@ -302,6 +303,52 @@ def _check_outbox(expected: list[tuple[str, Any]]) -> Checker:
     return check
 
 
+def delivered(sender: str, body: Any) -> str:
+    """What the reasoning loop shows the model for a message delivered from ``sender``."""
+    item = {"kind": "message", "message_id": f"{sender}:7:0", "from": sender, "body": body}
+    return inbox_message(item).text
+
+
+def _check_answer(process: Process) -> list[str]:
+    want = sum(1 for order in ORDERS if order["status"] == "open")
+    sent = process.outbox()
+    if len(sent) != 1 or sent[0]["to"] != "svit://local/team/planner":
+        return [f"sent {show(sent)}, expected one message to svit://local/team/planner"]
+    body = sent[0]["body"]
+    if same(body, want) or (isinstance(body, str) and str(want) in body.split()):
+        return []
+    if isinstance(body, dict) and any(same(v, want) for v in body.values()):
+        return []
+    return [f"the answer {show(body)} does not say {want}"]
+
+
+def _check_on_message(process: Process) -> list[str]:
+    path = "/lib/on-message"
+    if process.stat(path) is None:
+        return [f"{path} does not exist"]
+    scratch = fork(process)
+    items = [
+        ({"kind": "message", "message_id": "svit://local/team/a:3:0", "from": "svit://local/team/a", "body": {"ping": 7}},
+         [("svit://local/team/a", {"pong": 7})]),
+        ({"kind": "message", "message_id": "svit://local/team/b:9:1", "from": "svit://local/team/b", "body": "hello"}, []),
+        ({"kind": "message", "message_id": "svit://local/team/b:10:0", "from": "svit://local/team/b", "body": {"ping": -2}},
+         [("svit://local/team/b", {"pong": -2})]),
+    ]
+    seen: list[str] = []
+    for item, replies in items:
+        try:
+            activation = scratch.exec(path, item)
+        except Exception as exc:
+            return [f"{path} failed on {show(item)}: {exc}"]
+        got = [(m["to"], m["body"]) for m in activation.messages]
+        if not same([list(r) for r in got], [list(r) for r in replies]):
+            return [f"{path} on {show(item)} sent {show(got)}, expected {show(replies)}"]
+        seen.append(item["message_id"])
+        if not same(scratch.read("/memory/seen"), seen):
+            return [f"after {path} on {show(item)}: /memory/seen is {show(scratch.read('/memory/seen'))}, expected {show(seen)}"]
+    return []
+
+
 def _check_broadcast(process: Process) -> list[str]:
     path = "/lib/broadcast"
     if process.stat(path) is None:
@@ -485,6 +532,25 @@ SOL_BROADCAST = """\
   (let ((to (map-get input "to")))
     (do (map (lambda (a) (send! a (value-map "text" (map-get input "text")))) to)
         (count to))))"""
+
+SOL_ANSWER_MESSAGE = """\
+(define (open? o) (= (map-get o "status") "open"))
+(define (main input)
+  (let ((n (count (filter open? (read "/memory/orders")))))
+    (do (send! "svit://local/team/planner" n) n)))"""
+
+SOL_ON_MESSAGE = """\
+(define (main input)
+  (let ((body (map-get input "body"))
+        (seen (to-list (read "/memory/seen"))))
+    (do (write "/memory/seen" (to-array (append seen (map-get input "message_id"))))
+        (if (and (map? body) (map-has? body "ping"))
+            (do (send! (map-get input "from") (value-map "pong" (map-get body "ping"))) true)
+            false))))"""
+
+SOL_FORWARD_MESSAGE = """\
+(define (main input)
+  (do (send! (map-get (read "/memory/routes") "facilities") (value-map "ticket" 42)) true))"""
 
 SOL_QUADRUPLE = """\
 (define (main input) (exec "/lib/double" (exec "/lib/double" input)))"""
@@ -847,6 +913,32 @@ TASKS: tuple[Task, ...] = (
         {},
         _check_broadcast,
         (write_lib("broadcast", SOL_BROADCAST, "Sends a text to several addresses"),),
+    ),
+    Task(
+        "answer-message", "messages",
+        delivered("svit://local/team/planner", "How many orders in /memory/orders are open right now? Reply with just the number."),
+        {"memory": {"orders": ORDERS}},
+        _check_answer,
+        (inline(SOL_ANSWER_MESSAGE),),
+    ),
+    Task(
+        "on-message-lib", "messages",
+        "Write a reusable script /lib/on-message for handling delivered messages. Its input is a delivered message "
+        "{\"kind\": \"message\", \"message_id\": \"...\", \"from\": <sender address>, \"body\": <any value>}. It appends "
+        "every message's id to the array /memory/seen; when the body is a map with a \"ping\" number n, it also answers "
+        "the sender with {\"pong\": n}.",
+        {"memory": {"seen": []}},
+        _check_on_message,
+        (write_lib("on-message", SOL_ON_MESSAGE, "Records each message id; answers pings"),),
+    ),
+    Task(
+        "forward-message", "messages",
+        delivered("svit://local/team/intake",
+                  {"request": "forward", "ticket": 42, "team": "facilities",
+                   "note": "Send {\"ticket\": 42} to the address /memory/routes lists for this team."}),
+        {"memory": {"routes": {"facilities": "svit://local/team/facilities", "it": "svit://local/team/it"}}},
+        _check_outbox([("svit://local/team/facilities", {"ticket": 42})]),
+        (inline(SOL_FORWARD_MESSAGE),),
     ),
     # ---- nested exec
     Task(
