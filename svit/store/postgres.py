@@ -80,15 +80,19 @@ def table_name(space: str) -> str:
 
 
 def location(url: str) -> str:
-    """``url`` without its password and query (what errors and statements may show)."""
+    """``url`` without its password (what errors and statements may show); the rest,
+    query options included, still opens the same database where no password is needed."""
     try:
         parts = urllib.parse.urlsplit(url)
         host = parts.hostname or ""
         if ":" in host:
             host = f"[{host}]"
         port = f":{parts.port}" if parts.port is not None else ""
-        user = f"{urllib.parse.unquote(parts.username)}@" if parts.username else ""
-        return f"{parts.scheme}://{user}{host}{port}{parts.path}"
+        user = f"{urllib.parse.quote(urllib.parse.unquote(parts.username), safe='')}@" if parts.username else ""
+        query = urllib.parse.urlencode(
+            [(name, value) for name, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+             if name.lower() not in ("password", "sslpassword")], quote_via=urllib.parse.quote)
+        return f"{parts.scheme}://{user}{host}{port}{parts.path}{'?' + query if query else ''}"
     except ValueError:
         return "postgresql://(unparsable URL)"
 
