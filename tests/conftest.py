@@ -148,8 +148,8 @@ def rewrite_raw(location: str, column_family: str, key: bytes, change: Callable[
     """Rewrite one stored value of a closed store, bypassing it (to tamper with it):
     ``change(old) -> new``, None deletes. ``location`` is a directory or a database URL."""
     if is_database_url(location):
-        import psycopg  # noqa: PLC0415 - only for PostgreSQL stores
-        from psycopg import sql  # noqa: PLC0415
+        import psycopg
+        from psycopg import sql
 
         table = sql.Identifier(table_name(column_family))
         with psycopg.connect(location, autocommit=True) as conn:

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import secrets
 import time
-import urllib.parse
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -52,6 +51,7 @@ from psycopg import sql
 from ..errors import InvalidPersistence, PersistenceUnavailable, SvitError
 from .engine import BatchPart, ExpectationFailed, NotWritten, StorageEngine, StorageFailure, WriteBatch
 from .keys import COLUMN_FAMILIES
+from .store import database_location as location
 
 __all__ = [
     "PostgreSQLEngine",
@@ -77,24 +77,6 @@ SCAN_PAGE = 512
 
 def table_name(space: str) -> str:
     return f"{TABLE_PREFIX}{space}"
-
-
-def location(url: str) -> str:
-    """``url`` without its password (what errors and statements may show); the rest,
-    query options included, still opens the same database where no password is needed."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-        host = parts.hostname or ""
-        if ":" in host:
-            host = f"[{host}]"
-        port = f":{parts.port}" if parts.port is not None else ""
-        user = f"{urllib.parse.quote(urllib.parse.unquote(parts.username), safe='')}@" if parts.username else ""
-        query = urllib.parse.urlencode(
-            [(name, value) for name, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-             if name.lower() not in ("password", "sslpassword")], quote_via=urllib.parse.quote)
-        return f"{parts.scheme}://{user}{host}{port}{parts.path}{'?' + query if query else ''}"
-    except ValueError:
-        return "postgresql://(unparsable URL)"
 
 
 def _upper_bound(prefix: bytes) -> bytes | None:
@@ -306,7 +288,7 @@ class PostgreSQLEngine(StorageEngine):
                          "did not commit; nothing was written")
 
     # ------------------------------------------------------------------ reading
-    def _query(self, query: sql.Composable | str, params: list[Any], doing: str) -> list[tuple[Any, ...]]:
+    def _query(self, query: sql.Composed | str, params: list[Any], doing: str) -> list[tuple[Any, ...]]:
         """The rows of one read; a pooled connection the server had ended is replaced once
         (a read changes nothing, so it is safe to run again)."""
         for attempt in (1, 2):

@@ -9,8 +9,12 @@ neither the URL's password nor server text; a schema of another layout is refuse
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -24,6 +28,7 @@ from tests.store.pg_cluster import free_port
 from tests.store.pg_proxy import Proxy
 
 ADDRESS = "svit://local/pg/counter"
+ROOT = str(Path(__file__).resolve().parents[2])
 COUNTER = """
 (define (main input)
   (let ((next (+ (read "/memory/count") 1)))
@@ -243,3 +248,36 @@ def test_a_database_of_another_format_is_refused(postgresql_url: str) -> None:
         conn.execute("UPDATE svit_default SET value = 'svit-store@1' WHERE key = %s", [keys.FORMAT_KEY])
     with pytest.raises(InvalidPersistence, match="'svit-store@1'"):
         ProcessStore.open(postgresql_url)
+
+
+def test_a_database_url_without_the_extra_names_the_extra(tmp_path: Path) -> None:
+    blocker = (
+        "import importlib.abc, sys\n"
+        "class Blocker(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('psycopg', 'psycopg_pool'):\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, Blocker())\n"
+        "from svit.store import ProcessStore\n"
+        "try:\n"
+        "    ProcessStore.open('postgresql://svit@127.0.0.1:9/postgres')\n"
+        "except Exception as error:\n"
+        "    print(type(error).__name__, error)\n")
+    done = subprocess.run([sys.executable, "-c", blocker], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": ROOT}, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "PersistenceUnavailable" in done.stdout and "pip install 'svit[postgresql]'" in done.stdout
+
+
+def test_the_cli_takes_a_database_url_from_store_and_from_svit_store(postgresql_url: str, tmp_path: Path) -> None:
+    def svit(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "svit.cli", *args], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "PYTHONPATH": ROOT, **(env or {})}, cwd=tmp_path)
+
+    made = svit("--store", postgresql_url, "new", ADDRESS, "--memory", "n=1")
+    assert made.returncode == 0, made.stderr
+    assert "created a process store" not in made.stderr
+    read = svit("read", ADDRESS, "/memory/n", env={"SVIT_STORE": postgresql_url})
+    assert read.returncode == 0, read.stderr
+    assert read.stdout.strip() == "1"
+    assert not list(tmp_path.iterdir())  # no directory was made for the URL
