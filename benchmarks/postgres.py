@@ -25,11 +25,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import psycopg  # noqa: E402
-from common import build  # noqa: E402
+import psycopg
+from common import build
 
-from svit.store import ProcessStore  # noqa: E402
-from tests.store import pg_cluster  # noqa: E402
+from svit.store import ProcessStore
+from tests.store import pg_cluster
 
 TARGET = 0.5
 
