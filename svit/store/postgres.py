@@ -1,0 +1,545 @@
+"""The PostgreSQL storage engine: the only module that touches ``psycopg``.
+
+Layout: one table per key space of :mod:`svit.store.keys` (``svit_default``,
+``svit_record``, ``svit_nodes``, ``svit_index``), each ``key bytea primary key, value
+bytea not null``, in the schema the URL's ``search_path`` names (created on open). bytea
+compares byte by byte, so ``ORDER BY key`` is the key order RocksDB keeps and a prefix
+scan is a key range. One more table, ``svit_writers``, holds one commit marker per open
+connection (see below).
+
+A write batch is ONE transaction of plain SQL, sent pipelined in one round trip:
+``BEGIN``, each part's expectations, its puts (``INSERT ... ON CONFLICT (key) DO
+UPDATE``) and deletes, the connection's commit marker, ``COMMIT``. An expectation of a
+value is a guard statement that locks the row holding it (``SELECT ... FOR UPDATE``: a
+concurrent writer of that key waits, and the row is checked again once that writer
+committed) and divides by the number of such rows, so a value that is not there aborts
+the transaction on the server (division by zero) and ``COMMIT`` never runs. An
+expectation of absence is a plain ``INSERT`` of the key (removed again unless the batch
+writes the key), which waits for, and then collides with, any concurrent transaction
+creating it. ``synchronous_commit`` is set ``on`` for every connection, so ``COMMIT``
+returns only once the server has flushed the commit record to its write-ahead log.
+
+A commit whose reply is lost (the connection fails while the transaction is in flight)
+is resolved by reading back: every transaction also writes a fresh random token into
+the connection's row of ``svit_writers``; a new connection locks that row (which waits
+until the lost transaction has ended, committed or aborted) and compares the token.
+Present: the batch committed and the write succeeds. Absent: nothing was written, so the
+batch is sent once more on a fresh connection (a pooled connection the server had ended
+looks the same); if that fails the same way the write raises ``PersistenceUnavailable``
+(reason ``interrupted``, "did not commit") and the engine stays healthy. If the server
+cannot be reached to tell within :data:`RESOLVE_SECONDS`, the engine is terminal.
+
+``sequence()`` is the server's current write-ahead-log position
+(``pg_current_wal_lsn()`` in bytes): it moves forward with every committed write of any
+writer, needs no write of its own, and fits in 64 bits.
+
+Errors never carry the URL's password or the server's text (which may name host paths
+or data): every failure is described from a fixed vocabulary by its SQLSTATE class.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import psycopg_pool
+from psycopg import sql
+
+from ..errors import InvalidPersistence, PersistenceUnavailable, SvitError
+from .engine import BatchPart, ExpectationFailed, NotWritten, StorageEngine, StorageFailure, WriteBatch
+from .engine import database_location as location
+from .keys import COLUMN_FAMILIES
+
+__all__ = [
+    "PostgreSQLEngine",
+    "TABLE_PREFIX",
+    "WRITERS_TABLE",
+    "RESOLVE_SECONDS",
+    "location",
+    "table_name",
+]
+
+#: Every table of the store starts with this; a ``svit_`` table the layout does not
+#: declare refuses the open, as an unregistered column family does on RocksDB.
+TABLE_PREFIX = "svit_"
+#: One commit marker per open connection: ``(writer text primary key, token bytea)``.
+WRITERS_TABLE = "svit_writers"
+#: How long a lost commit reply may take to resolve before the engine gives up (terminal).
+RESOLVE_SECONDS = 10.0
+#: How long an open waits for its first connection.
+CONNECT_SECONDS = 10.0
+#: What a failed expectation raises on the server: a claimed key that exists, or a
+#: guard that found no row holding the expected value.
+EXPECTATION_ERRORS = (psycopg.errors.UniqueViolation, psycopg.errors.DivisionByZero)
+#: Rows fetched per query of a scan (a scan is a sequence of key-range pages).
+SCAN_PAGE = 512
+
+
+def table_name(space: str) -> str:
+    return f"{TABLE_PREFIX}{space}"
+
+
+def _upper_bound(prefix: bytes) -> bytes | None:
+    """The least key greater than every key starting with ``prefix`` (None: no bound)."""
+    trimmed = prefix.rstrip(b"\xff")
+    if not trimmed:
+        return None
+    return trimmed[:-1] + bytes([trimmed[-1] + 1])
+
+
+def _classify(exc: BaseException) -> tuple[str, str]:
+    """``(reason, description)`` of a psycopg failure, from a fixed vocabulary."""
+    if isinstance(exc, psycopg_pool.PoolTimeout):
+        return "unreachable", "the database server cannot be reached (no connection within the timeout)"
+    if isinstance(exc, psycopg.OperationalError) and getattr(exc, "sqlstate", None) is None:
+        return "unreachable", "the connection to the database server failed"
+    state = getattr(exc, "sqlstate", None) or ""
+    if state.startswith("53"):
+        return "full", "the database server is out of resources (disk, memory or connections)"
+    if state.startswith("28"):
+        return "refused", "the database server refused the credentials"
+    if state.startswith("42501") or state == "25006":
+        return "read_only", "the database refuses writes (permission or read-only transaction)"
+    if state.startswith("3D"):
+        return "not_found", "the database named in the URL does not exist"
+    if state.startswith("57") or state.startswith("08"):
+        return "unreachable", f"the database server ended the connection (SQLSTATE {state})"
+    if state.startswith("XX"):
+        return "damaged", f"the database server reports an internal error (SQLSTATE {state})"
+    name = type(exc).__name__
+    return "unknown", f"unexpected database failure ({name}{f', SQLSTATE {state}' if state else ''})"
+
+
+def _unavailable(exc: BaseException, doing: str) -> PersistenceUnavailable:
+    reason, description = _classify(exc)
+    return PersistenceUnavailable(f"{doing}: {description}", reason=reason)
+
+
+class _LostReply(Exception):
+    """The connection failed while ``COMMIT`` was in flight: the outcome must be read back."""
+
+
+class PostgreSQLEngine(StorageEngine):
+    """One PostgreSQL schema; each key space is a table; a batch is one transaction."""
+
+    shared = True
+
+    def __init__(self, url: str, pool: psycopg_pool.ConnectionPool, engine_id: str) -> None:
+        super().__init__(location(url))
+        #: The URL as given (it may hold a password: never shown; :attr:`path` is safe).
+        self.url = url
+        self._pool = pool
+        self._engine_id = engine_id
+        self._tables = {space: sql.Identifier(table_name(space)) for space in COLUMN_FAMILIES}
+        self.resolve_seconds = RESOLVE_SECONDS
+        #: Lost commit replies resolved by reading back, and how each ended (for drills).
+        self.resolved: list[str] = []
+        self._statements = _Statements(self._tables)
+
+    # ------------------------------------------------------------------ opening
+    @classmethod
+    def open(cls, url: str, *, max_connections: int = 8, connect_timeout: float = CONNECT_SECONDS) -> PostgreSQLEngine:
+        """Connect (a pool of up to ``max_connections``), create the tables if absent, and
+        refuse a schema holding ``svit_`` tables the layout does not declare."""
+        engine_id = uuid.uuid4().hex
+
+        def configure(conn: psycopg.Connection[Any]) -> None:
+            # Every connection commits synchronously and owns one marker row from the start,
+            # so a lost reply's transaction holds that row's lock while it is in flight.
+            conn.execute("SET synchronous_commit TO on")
+            conn.execute(
+                sql.SQL("INSERT INTO {} (writer, token) VALUES (%s, %s) ON CONFLICT (writer) DO NOTHING")
+                .format(sql.Identifier(WRITERS_TABLE)), [_writer(engine_id, conn), b""])
+
+        try:
+            _create_schema(url, connect_timeout)
+            pool = psycopg_pool.ConnectionPool(
+                url, min_size=1, max_size=max(2, max_connections), open=False, configure=configure,
+                kwargs={"autocommit": True, "connect_timeout": max(1, int(connect_timeout))},
+                timeout=connect_timeout, name="svit-store", reconnect_timeout=connect_timeout,
+            )
+            pool.open(wait=True, timeout=connect_timeout)
+        except SvitError:
+            raise
+        except Exception as exc:
+            raise _unavailable(exc, "cannot open store") from None
+        return cls(url, pool, engine_id)
+
+    # ------------------------------------------------------------------ writing
+    def apply(self, batch: WriteBatch) -> None:
+        parts = batch.split()
+        for attempt in (1, 2):
+            again = attempt == 1
+            token = secrets.token_bytes(16)
+            try:
+                with self._pool.connection() as conn:
+                    writer = _writer(self._engine_id, conn)
+                    try:
+                        self._transaction(conn, parts, writer, token)
+                    except _LostReply:
+                        if self._resolve(writer, token):
+                            return
+                        if again:
+                            continue  # certainly not written: once more, on a fresh connection
+                        raise NotWritten("the connection failed while the commit was in flight, and reading back "
+                                         "shows it did not commit; nothing was written") from None
+                return
+            except (ExpectationFailed, NotWritten, StorageFailure):
+                raise
+            except psycopg.Error as exc:
+                reason, description = _classify(exc)
+                if reason != "unreachable":
+                    raise StorageFailure(reason, description) from None
+                if again and not isinstance(exc, psycopg_pool.PoolTimeout):
+                    continue  # nothing was committed (COMMIT was not reached): once more
+                raise NotWritten(f"{description}; nothing was committed", "unreachable") from None
+
+    def _transaction(self, conn: psycopg.Connection[Any], parts: list[BatchPart], writer: str, token: bytes) -> None:
+        """Write ``parts`` as one transaction on ``conn``, pipelined: one round trip.
+
+        A failed expectation aborts the transaction on the server (``COMMIT`` is then not
+        run); with one part it is that part's, with several the parts are run again one
+        statement at a time to find which (:meth:`_one_by_one`)."""
+        statements = self._statements
+        single = statements.single(parts[0], writer, token) if len(parts) == 1 else None
+        if single is not None:
+            try:
+                conn.execute(*single)
+            except EXPECTATION_ERRORS:
+                raise ExpectationFailed(0) from None
+            except psycopg.OperationalError as exc:
+                if _connection_lost(conn, exc):
+                    raise _LostReply() from None
+                raise
+            return
+        try:
+            with conn.pipeline() as pipeline:
+                conn.execute("BEGIN")
+                for part in parts:
+                    for query, params in statements.part(part):
+                        conn.execute(query, params)
+                conn.execute(statements.marker, [writer, token])
+                conn.execute("COMMIT")
+                pipeline.sync()
+        except EXPECTATION_ERRORS:
+            self._rollback(conn)
+            if len(parts) == 1:
+                raise ExpectationFailed(0) from None
+            self._one_by_one(conn, parts, writer, token)
+        except psycopg.OperationalError as exc:
+            if _connection_lost(conn, exc):
+                raise _LostReply() from None
+            raise
+
+    def _one_by_one(self, conn: psycopg.Connection[Any], parts: list[BatchPart], writer: str, token: bytes) -> None:
+        """The same transaction, one statement at a time: the first part whose expectation
+        fails raises :class:`ExpectationFailed` with its index (nothing committed); if none
+        fails now, the transaction commits (it is exactly the batch)."""
+        statements = self._statements
+        try:
+            conn.execute("BEGIN")
+            for index, part in enumerate(parts):
+                for query, params in statements.part(part):
+                    try:
+                        conn.execute(query, params)
+                    except EXPECTATION_ERRORS:
+                        self._rollback(conn)
+                        raise ExpectationFailed(index) from None
+            conn.execute(statements.marker, [writer, token])
+        except BaseException:
+            self._rollback(conn)
+            raise
+        try:
+            conn.execute("COMMIT")
+        except psycopg.OperationalError as exc:
+            if _connection_lost(conn, exc):
+                raise _LostReply() from None
+            raise
+
+    @staticmethod
+    def _rollback(conn: psycopg.Connection[Any]) -> None:
+        try:
+            conn.execute("ROLLBACK")
+        except psycopg.Error:
+            pass
+
+    def _resolve(self, writer: str, token: bytes) -> bool:
+        """Read back whether the transaction that wrote ``token`` committed (see the module
+        docstring). A server that cannot be reached within :attr:`resolve_seconds`
+        raises (terminal)."""
+        deadline = time.monotonic() + self.resolve_seconds
+        query = sql.SQL("SELECT token FROM {} WHERE writer = %s FOR UPDATE").format(sql.Identifier(WRITERS_TABLE))
+        while True:
+            try:
+                left = max(1, int(deadline - time.monotonic()))
+                with psycopg.connect(self.url, connect_timeout=left, autocommit=True) as conn:
+                    conn.execute(sql.SQL("SET lock_timeout = {}").format(sql.Literal(f"{left}s")))
+                    with conn.transaction(force_rollback=True):  # it only reads
+                        row = conn.execute(query, [writer]).fetchone()
+                break
+            except psycopg.Error:
+                if time.monotonic() >= deadline:
+                    raise StorageFailure(
+                        "unreachable", "the reply to a commit was lost and the database server could not be "
+                        "reached to tell whether it committed") from None
+                time.sleep(0.1)
+        committed = row is not None and bytes(row[0]) == token
+        self.resolved.append("committed" if committed else "not committed")
+        return committed
+
+    # ------------------------------------------------------------------ reading
+    def _query(self, query: sql.Composed | str, params: list[Any], doing: str) -> list[tuple[Any, ...]]:
+        """The rows of one read; a pooled connection the server had ended is replaced once
+        (a read changes nothing, so it is safe to run again)."""
+        for attempt in (1, 2):
+            try:
+                with self._pool.connection() as conn:
+                    return conn.execute(query, params).fetchall()
+            except Exception as exc:
+                if attempt == 1 and isinstance(exc, psycopg.OperationalError) \
+                        and not isinstance(exc, psycopg_pool.PoolTimeout) and _classify(exc)[0] == "unreachable":
+                    continue
+                raise _unavailable(exc, doing) from None
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    def get(self, space: str, key: bytes) -> bytes | None:
+        rows = self._query(self._statements.get[space], [key], "read failed")
+        return bytes(rows[0][0]) if rows else None
+
+    def scan(self, space: str, prefix: bytes, start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        upper = _upper_bound(prefix)
+        low = start if start is not None and start > prefix else prefix
+        inclusive = True
+        while True:
+            params = [low, upper, SCAN_PAGE] if upper is not None else [low, SCAN_PAGE]
+            rows = self._query(self._statements.scan(space, inclusive, upper is not None), params, "scan failed")
+            for key, value in rows:
+                yield bytes(key), bytes(value)
+            if len(rows) < SCAN_PAGE:
+                return
+            low, inclusive = bytes(rows[-1][0]), False
+
+    def last_key(self, space: str, prefix: bytes) -> bytes | None:
+        upper = _upper_bound(prefix)
+        rows = self._query(self._statements.last(space, upper is not None),
+                           [prefix, upper] if upper is not None else [prefix], "scan failed")
+        return bytes(rows[0][0]) if rows else None
+
+    def sequence(self) -> int:
+        rows = self._query("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint", [], "read failed")
+        return int(rows[0][0]) if rows else 0
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "engine": "postgresql",
+            "write": "every acknowledged commit in one PostgreSQL transaction with synchronous_commit=on "
+                     "(COMMIT returns after the server flushed its write-ahead log; commits arriving together "
+                     "share one)",
+            "wal_recovery_mode": "PostgreSQL crash recovery (write-ahead log replay)",
+            # One database: the derived index shares the record's server and disk.
+            "shares_device": True,
+            "location": self.path,
+        }
+
+    def _release(self) -> None:
+        try:
+            with self._pool.connection(timeout=2) as conn:
+                conn.execute(sql.SQL("DELETE FROM {} WHERE writer LIKE %s").format(sql.Identifier(WRITERS_TABLE)),
+                             [f"{self._engine_id}:%"])
+        except Exception:
+            pass  # markers of a closed engine are harmless; the next open does not read them
+        finally:
+            self._pool.close(timeout=5)
+
+
+def _writer(engine_id: str, conn: psycopg.Connection[Any]) -> str:
+    """The marker row of ``conn``: this engine's id and the server process serving it
+    (fixed for the connection's life, unique among the server's live connections)."""
+    return f"{engine_id}:{conn.info.backend_pid}"
+
+
+def _connection_lost(conn: psycopg.Connection[Any], exc: BaseException) -> bool:
+    """True when ``exc`` is the connection failing (not the server refusing the statement)."""
+    return conn.broken or conn.closed or getattr(exc, "sqlstate", None) is None \
+        or str(getattr(exc, "sqlstate", "")).startswith(("08", "57"))
+
+
+def _create_schema(url: str, connect_timeout: float) -> None:
+    """Create the tables if absent; refuse unregistered ``svit_`` tables."""
+    tables = [table_name(space) for space in COLUMN_FAMILIES]
+    with psycopg.connect(url, autocommit=True, connect_timeout=max(1, int(connect_timeout))) as conn:
+        for _attempt in range(3):
+            try:
+                with conn.transaction():
+                    for name in tables:
+                        conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (key bytea PRIMARY KEY, value bytea NOT NULL)")
+                                     .format(sql.Identifier(name)))
+                    conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (writer text PRIMARY KEY, token bytea NOT NULL)")
+                                 .format(sql.Identifier(WRITERS_TABLE)))
+                break
+            except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateTable):
+                continue  # another process created them at the same moment: look again
+        rows = conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() "
+            "AND table_name LIKE 'svit\\_%'").fetchall()
+    unknown = sorted({str(row[0]) for row in rows} - set(tables) - {WRITERS_TABLE})
+    if unknown:
+        raise InvalidPersistence(f"store has unregistered tables: {unknown}")
+
+
+class _Statements:
+    """The SQL of every operation, composed once per engine."""
+
+    def __init__(self, tables: dict[str, sql.Identifier]) -> None:
+        self.tables = tables
+        self.get = {space: sql.SQL("SELECT value FROM {} WHERE key = %s").format(t) for space, t in tables.items()}
+        # Locks the row holding the expected value (FOR UPDATE: a concurrent writer of it
+        # waits, and the row is checked again once it committed), and divides by the
+        # number of such rows: none aborts the transaction (division by zero).
+        self.guard_value = {space: sql.SQL(
+            "SELECT 1 / (SELECT count(*) FROM (SELECT 1 FROM {} WHERE key = %s AND value = %s FOR UPDATE) AS held)")
+            .format(t) for space, t in tables.items()}
+        self.claim_absent = {space: sql.SQL("INSERT INTO {} (key, value) VALUES (%s, '')").format(t)
+                             for space, t in tables.items()}
+        self.upsert = {space: sql.SQL(
+            "INSERT INTO {} (key, value) SELECT * FROM unnest(%s::bytea[], %s::bytea[]) "
+            "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value").format(t) for space, t in tables.items()}
+        self.delete = {space: sql.SQL("DELETE FROM {} WHERE key = ANY(%s::bytea[])").format(t)
+                       for space, t in tables.items()}
+        self.marker = sql.SQL("INSERT INTO {} (writer, token) VALUES (%s, %s) ON CONFLICT (writer) "
+                              "DO UPDATE SET token = EXCLUDED.token").format(sql.Identifier(WRITERS_TABLE))
+        self._scans: dict[tuple[str, bool, bool], sql.Composed] = {}
+        self._singles: dict[tuple[tuple[str, str], ...], bytes] = {}
+        self._lasts: dict[tuple[str, bool], sql.Composed] = {}
+
+    def part(self, part: BatchPart) -> Iterator[tuple[sql.Composed, list[Any]]]:
+        """``(statement, parameters)`` for one part: its expectations first, then its
+        writes (the last operation on each key wins)."""
+        final: dict[tuple[str, bytes], bytes | None] = {}
+        for space, key, value in part.operations:
+            final[(space, key)] = value
+        for space, key, expected in part.expectations:
+            if expected is None:
+                yield self.claim_absent[space], [key]
+                final.setdefault((space, key), None)  # the claim is removed unless written
+            else:
+                yield self.guard_value[space], [key, expected]
+        puts: dict[str, tuple[list[bytes], list[bytes]]] = {}
+        deletes: dict[str, list[bytes]] = {}
+        for (space, key), value in final.items():
+            if value is None:
+                deletes.setdefault(space, []).append(key)
+            else:
+                keys_, values = puts.setdefault(space, ([], []))
+                keys_.append(key)
+                values.append(value)
+        for space, keys_list in deletes.items():
+            yield self.delete[space], [keys_list]
+        for space, (keys_list, values) in puts.items():
+            yield self.upsert[space], [keys_list, values]
+
+    def single(self, part: BatchPart, writer: str, token: bytes) -> tuple[bytes, list[Any]] | None:
+        """One part and the commit marker as ONE statement (data-modifying ``WITH``
+        clauses, run in autocommit as its own transaction: one round trip), or None when
+        the part cannot be said so (an expected-absent key it does not write).
+
+        Each key has one final operation; an expected key the part writes is written by
+        a conditional ``UPDATE``/``DELETE ... WHERE value = expected`` (a compare-and-swap,
+        checked again against a concurrent writer's committed row), an expected-absent
+        key it puts is a plain ``INSERT`` (a key that exists collides), an expected key it
+        does not write is locked ``FOR UPDATE``; the statement then divides by each of
+        those row counts, so one that is zero aborts it and nothing is written. The text
+        depends only on the part's shape, so it is composed once per shape."""
+        final: dict[tuple[str, bytes], bytes | None] = {}
+        for space, key, value in part.operations:
+            final[(space, key)] = value
+        shape: list[tuple[str, str]] = []
+        params: list[Any] = []
+        for space, key, expected in part.expectations:
+            if (space, key) in final:
+                value = final.pop((space, key))
+                if expected is None and value is not None:
+                    shape.append(("insert", space))
+                    params += [key, value]
+                elif expected is None:
+                    return None  # expects absence and deletes: nothing to count
+                elif value is None:
+                    shape.append(("delete_if", space))
+                    params += [key, expected]
+                else:
+                    shape.append(("update_if", space))
+                    params += [value, key, expected]
+            elif expected is None:
+                return None
+            else:
+                shape.append(("lock", space))
+                params += [key, expected]
+        puts: dict[str, tuple[list[bytes], list[bytes]]] = {}
+        deletes: dict[str, list[bytes]] = {}
+        for (space, key), value in final.items():
+            if value is None:
+                deletes.setdefault(space, []).append(key)
+            else:
+                keys_, values = puts.setdefault(space, ([], []))
+                keys_.append(key)
+                values.append(value)
+        for space, keys_list in deletes.items():
+            shape.append(("delete", space))
+            params.append(keys_list)
+        for space, (keys_list, values) in puts.items():
+            shape.append(("put", space))
+            params += [keys_list, values]
+        params += [writer, token]
+        key_shape = tuple(shape)
+        query = self._singles.get(key_shape)
+        if query is None:
+            query = self._singles[key_shape] = self._compose_single(key_shape)
+        return query, params
+
+    def _compose_single(self, shape: tuple[tuple[str, str], ...]) -> bytes:
+        texts = {
+            "insert": "INSERT INTO {} (key, value) VALUES (%s, %s) RETURNING 1",
+            "delete_if": "DELETE FROM {} WHERE key = %s AND value = %s RETURNING 1",
+            "update_if": "UPDATE {} SET value = %s WHERE key = %s AND value = %s RETURNING 1",
+            "lock": "SELECT 1 FROM {} WHERE key = %s AND value = %s FOR UPDATE",
+            "delete": "DELETE FROM {} WHERE key = ANY(%s::bytea[])",
+            "put": "INSERT INTO {} (key, value) SELECT * FROM unnest(%s::bytea[], %s::bytea[]) "
+                   "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+        }
+        clauses: list[sql.Composable] = []
+        counted: list[str] = []
+        for number, (kind, space) in enumerate(shape):
+            name = f"w{number}"
+            clauses.append(sql.SQL("{} AS ({})").format(sql.Identifier(name), sql.SQL(texts[kind]).format(self.tables[space])))
+            if kind in ("insert", "delete_if", "update_if", "lock"):
+                counted.append(name)
+        clauses.append(sql.SQL(
+            "marker AS (INSERT INTO {} (writer, token) VALUES (%s, %s) "
+            "ON CONFLICT (writer) DO UPDATE SET token = EXCLUDED.token)").format(sql.Identifier(WRITERS_TABLE)))
+        checks = sql.SQL(" + ").join(
+            sql.SQL("1 / (SELECT count(*) FROM {})").format(sql.Identifier(name)) for name in counted) \
+            if counted else sql.SQL("1")
+        return sql.SQL("WITH {} SELECT {}").format(sql.SQL(", ").join(clauses), checks).as_bytes(None)
+
+    def scan(self, space: str, inclusive: bool, bounded: bool) -> sql.Composed:
+        found = self._scans.get((space, inclusive, bounded))
+        if found is None:
+            low = ">=" if inclusive else ">"
+            high = " AND key < %s" if bounded else ""
+            found = sql.SQL(f"SELECT key, value FROM {{}} WHERE key {low} %s{high} ORDER BY key LIMIT %s").format(
+                self.tables[space])
+            self._scans[(space, inclusive, bounded)] = found
+        return found
+
+    def last(self, space: str, bounded: bool) -> sql.Composed:
+        found = self._lasts.get((space, bounded))
+        if found is None:
+            high = " AND key < %s" if bounded else ""
+            found = sql.SQL(f"SELECT key FROM {{}} WHERE key >= %s{high} ORDER BY key DESC LIMIT 1").format(
+                self.tables[space])
+            self._lasts[(space, bounded)] = found
+        return found
