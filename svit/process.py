@@ -574,6 +574,20 @@ class Process:
             raise InvalidPath(f"exec accepts only /lib/<name> paths: {path}")
         return self._activate(name, None, input, dry_run)
 
+    def exec_inbox_item(self, path: str, item: Any) -> Activation:
+        """Run ``/lib/<name>``'s ``main(item)`` for the committed inbox head ``item`` and
+        remove that head in the same commit: the item is handled and acknowledged as one
+        version, or neither (``InboxConflict`` when the head is not ``item``)."""
+        name = lib_name(parse(path)) if isinstance(path, str) else None
+        if name is None:
+            raise InvalidPath(f"exec accepts only /lib/<name> paths: {path}")
+        with self._lock:
+            inbox = section(self.root, "inbox")
+            head = tree.get(inbox, ("0",)) if inbox.size else None
+            if head is None or head.digest != tree.from_value(item, scripts_allowed=False).digest:
+                raise InboxConflict()
+            return self._activate(name, None, item, consume=RemoveFront("/inbox", head.hash))
+
     def exec_inline(self, source: str, input: Any = None, *, dry_run: bool = False) -> Activation:
         """Run a one-off script that is compiled first and never stored (``dry_run`` as for :meth:`exec`)."""
         if type(source) is not str:
@@ -581,7 +595,9 @@ class Process:
         compile_check(INLINE_NAME, source, self.limits)
         return self._activate(INLINE_NAME, source, input, dry_run)
 
-    def _activate(self, name: str, inline_source: str | None, input: Any, dry_run: bool = False) -> Activation:
+    def _activate(
+        self, name: str, inline_source: str | None, input: Any, dry_run: bool = False, consume: RemoveFront | None = None,
+    ) -> Activation:
         if type(dry_run) is not bool:
             raise InvalidValue("dry_run must be true or false")
         if dry_run:
@@ -605,7 +621,7 @@ class Process:
                 if isinstance(outcome, ActivationRequest):
                     request = outcome
             try:
-                activation = self._run_activation(request.script, inline_source, request.input)
+                activation = self._run_activation(request.script, inline_source, request.input, consume=consume)
             except SvitError as exc:
                 self._after(ActivationEvent(self.address, request.script, version_before, "failed", error=exc.message))
                 raise
@@ -627,7 +643,9 @@ class Process:
                 except Exception as exc:  # host code; reported, never propagated
                     _log.warning("after_activation hook failed: %s", sanitize(redact(str(exc) or type(exc).__name__)))
 
-    def _run_activation(self, name: str, inline_source: str | None, input: Any, *, dry_run: bool = False) -> Activation:
+    def _run_activation(
+        self, name: str, inline_source: str | None, input: Any, *, dry_run: bool = False, consume: RemoveFront | None = None,
+    ) -> Activation:
         input_node = tree.from_value(input, scripts_allowed=False)
         tree.validate_value(input_node, self.limits, scripts_allowed=False)
         ws = WorkingState(self, dry_run=dry_run)
@@ -660,6 +678,10 @@ class Process:
         mutations: list[Mutation] = list(ws.mutations)
         changed = set(ws.changed)
         candidate = ws.working_root()
+        if consume is not None:  # the handled inbox item leaves in the activation's own commit
+            candidate = consume.apply(candidate)
+            mutations.append(consume)
+            changed.add("/inbox")
         if intents:
             append = Append("/system/outbox", tuple(tree.from_value(i, scripts_allowed=False) for i in intents))
             candidate = append.apply(candidate)

@@ -25,6 +25,8 @@ accident; ``SEP`` ends an escaped component)::
     nodes    n/<32-byte digest>               content-addressed tree node    irreplaceable
     index    p/<addr>SEP<path>SEP<u64 pos>    path index (queries)           rebuildable
     index    c/<parent addr>SEP<child addr>   fork children (cut/remove)     rebuildable
+    default  l/<addr>                         host lease (owner, epoch,      irreplaceable
+                                              expiry) on a shared store
 """
 
 from __future__ import annotations
@@ -75,6 +77,8 @@ __all__ = [
     "path_key",
     "children_prefix",
     "child_key",
+    "lease_prefix",
+    "lease_key",
 ]
 
 IRREPLACEABLE = "irreplaceable"
@@ -121,6 +125,8 @@ KEY_CLASSES: tuple[KeyClass, ...] = (
     KeyClass("node", CF_NODES, b"n/", IRREPLACEABLE, "content-addressed container nodes of committed trees"),
     KeyClass("path_index", CF_INDEX, b"p/", REBUILDABLE, "transactions by touched path"),
     KeyClass("child_index", CF_INDEX, b"c/", REBUILDABLE, "fork children by parent"),
+    KeyClass("lease", CF_DEFAULT, b"l/", IRREPLACEABLE,
+             "which host owns each address on a shared store (owner, epoch, expiry; not process state)"),
 )
 
 BY_NAME = {kc.name: kc for kc in KEY_CLASSES}
@@ -250,3 +256,11 @@ def children_prefix(parent: str) -> bytes:
 
 def child_key(parent: str, child: str) -> bytes:
     return children_prefix(parent) + escape(child)
+
+
+def lease_prefix() -> bytes:
+    return b"l/"
+
+
+def lease_key(address: str) -> bytes:
+    return b"l/" + escape(address)
