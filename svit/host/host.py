@@ -129,6 +129,7 @@ class Host:
         owner: str | None = None,
         retry_backoff: tuple[float, float] = (0.05, 5.0),
         scan_limit: int = 1000,
+        on_turn: Callable[[str, str], None] | None = None,
     ) -> None:
         if type(workers) is not int or not 1 <= workers <= 1024:
             raise InvalidValue("workers must be an integer from 1 to 1024")
@@ -150,6 +151,9 @@ class Host:
         self.open_handles = open_handles
         self.retry_backoff = retry_backoff
         self.scan_limit = scan_limit
+        #: Called as ``on_turn(address, outcome)`` after each handled inbox item
+        #: (``"handled"``, ``"done"``, ``"retry"``, ``"set_aside"``, ``"failed"``); for metrics.
+        self.on_turn = on_turn
         self.owner = owner if owner is not None else f"host-{uuid.uuid4().hex}"
         self.shared = bool(getattr(store.engine, "shared", False))
         self.leases = LeaseKeeper(store.engine, self.owner, float(lease_ttl)) if self.shared else None
@@ -315,7 +319,11 @@ class Host:
         if entry is None:
             raise PersistenceConflict(f"{address} is held by another host")
         with entry.lock:
-            entry.handle.enqueue_inbox(item)
+            try:
+                entry.handle.enqueue_inbox(item)
+            except PersistenceConflict:
+                self._refused(entry)
+                raise
         self._progressed()
         self._queue.wake(address)
 
@@ -487,13 +495,18 @@ class Host:
             try:
                 return self._serve_entry(entry)
             except PersistenceConflict:
-                self._forget(entry)
-                if entry.lease is not None and self.leases is not None and not self.leases.held_by_us(entry.lease):
-                    self._count("stale_refusals")
-                else:
-                    self._count("conflicts")
+                self._refused(entry)
                 self._progressed()
                 return True
+
+    def _refused(self, entry: _Entry) -> None:
+        """A commit of ``entry`` was refused: drop the stale handle, and count a stale-owner
+        refusal when the lease it carried is no longer ours (else another writer moved the head)."""
+        self._forget(entry)
+        if entry.lease is not None and self.leases is not None and not self.leases.held_by_us(entry.lease):
+            self._count("stale_refusals")
+        else:
+            self._count("conflicts")
 
     def _forgotten(self, entry: _Entry) -> bool:
         with self._entries_lock:
@@ -501,8 +514,7 @@ class Host:
 
     def _serve_entry(self, entry: _Entry) -> bool:
         if not self._renew(entry):
-            self._forget(entry)
-            self._count("stale_refusals")
+            self._forget(entry)  # taken over while we were away: nothing was committed with it
             return False
         handle = entry.handle
         mailbox = self.store.mailbox
@@ -546,6 +558,7 @@ class Host:
                 raise
             except SvitError as exc:
                 self._fail(address, _error_record(exc))
+                self._notify(address, "failed")
                 delay = min(self._backoff.get(address, self.retry_backoff[0] / 2) * 2, self.retry_backoff[1])
                 self._backoff[address] = delay
                 self._parked.set(address, time.time() + delay)
@@ -553,6 +566,7 @@ class Host:
                 return False
             self._backoff.pop(address, None)
             self._count("turns")
+            self._notify(address, "handled")
             return True
         return self._agent_turn(entry, route, now)
 
@@ -571,7 +585,15 @@ class Host:
             self._fail(entry.address, outcome.error or {"code": "set_aside", "message": "item set aside"})
         else:
             self._count("turns")
+        self._notify(entry.address, outcome.kind)
         return True
+
+    def _notify(self, address: str, outcome: str) -> None:
+        if self.on_turn is not None:
+            try:
+                self.on_turn(address, outcome)
+            except Exception as exc:  # an observer never stops the host
+                self._last_error = _error_record(exc)
 
     def _fail(self, address: str, error: dict[str, Any]) -> None:
         with self._state:
