@@ -561,7 +561,7 @@ class Host:
                 self._notify(address, "failed")
                 delay = min(self._backoff.get(address, self.retry_backoff[0] / 2) * 2, self.retry_backoff[1])
                 self._backoff[address] = delay
-                self._parked.set(address, time.time() + delay)
+                self._parked.at(address, time.time() + delay)
                 self._wakeup.set()
                 return False
             self._backoff.pop(address, None)
@@ -579,7 +579,7 @@ class Host:
         if outcome.kind == "empty":
             return False
         if outcome.kind == "retry" and outcome.retry_at is not None:
-            self._agent_due.set(entry.address, outcome.retry_at)
+            self._agent_due.at(entry.address, outcome.retry_at)
             self._wakeup.set()
         elif outcome.kind == "set_aside":
             self._fail(entry.address, outcome.error or {"code": "set_aside", "message": "item set aside"})

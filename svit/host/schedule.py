@@ -105,7 +105,7 @@ class Timers:
         self._heap: list[tuple[float, str]] = []
         self._when: dict[str, float] = {}
 
-    def set(self, address: str, when: float) -> None:
+    def at(self, address: str, when: float) -> None:
         with self._lock:
             self._when[address] = when
             heapq.heappush(self._heap, (when, address))

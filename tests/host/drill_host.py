@@ -14,7 +14,6 @@ import json
 import os
 import signal
 import threading
-import time
 
 from svit.host import Host, HostTimeout
 from svit.store import ProcessStore
