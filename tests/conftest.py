@@ -26,6 +26,12 @@ __all__ = ["make_files", "raw_db", "reopen", "with_trailer"]
 
 
 @pytest.fixture
+def engine_kind() -> str:
+    """The storage engine the ``store`` fixture opens."""
+    return "rocksdb"
+
+
+@pytest.fixture
 def store(tmp_path: Path) -> Iterator[ProcessStore]:
     """An open process store in ``tmp_path/store``, closed after the test (closing twice is harmless)."""
     opened = ProcessStore.open(str(tmp_path / "store"))

@@ -17,6 +17,15 @@ reported as successful. A closed engine refuses everything (reason ``closed``).
 Batches check every key against the declared key classes when it is staged (a key of
 no class, or of a class the operation may not touch, raises before anything is
 written), so an engine never sees a key the layout does not declare.
+
+A batch may also carry **expectations** (:meth:`WriteBatch.expect`): keys that must hold
+exactly a given value (or be absent) when the batch is written. The engine checks them
+atomically with the write, in the order batches were queued (a batch sees the writes of
+the batches before it in its group); a batch whose expectation fails is left out of the
+write and raises ``PersistenceConflict`` alone: the other batches of its group are
+written, and the engine stays healthy. A **shared** engine (:attr:`StorageEngine.shared`)
+may be written by other OS processes at the same time, so the store checks its heads
+through expectations instead of trusting what it last wrote.
 """
 
 from __future__ import annotations
@@ -25,12 +34,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..errors import InvalidPersistence, PersistenceUnavailable, SvitError
+from ..errors import InvalidPersistence, PersistenceConflict, PersistenceUnavailable, SvitError
 from . import failures, keys
 from .group import GroupCommit
 from .keys import IRREPLACEABLE, REBUILDABLE
 
-__all__ = ["ALL_CLASSES", "WriteBatch", "StorageEngine"]
+__all__ = ["ALL_CLASSES", "WriteBatch", "BatchPart", "ExpectationFailed", "NotWritten", "StorageEngine"]
 
 #: Both durability classes: what an ordinary operation's batch may touch.
 ALL_CLASSES = (IRREPLACEABLE, REBUILDABLE)
@@ -43,12 +52,18 @@ class WriteBatch:
     state passes ``(REBUILDABLE,)`` so it cannot change a byte of the history).
     """
 
-    __slots__ = ("allowed", "operations", "size")
+    __slots__ = ("allowed", "operations", "expectations", "parts", "size")
 
     def __init__(self, allowed: tuple[str, ...] = ALL_CLASSES) -> None:
         self.allowed = allowed
         #: ``(key space, key, value or None for a delete)`` in staging order.
         self.operations: list[tuple[str, bytes, bytes | None]] = []
+        #: ``(key space, key, expected value or None for absent)``: checked when written.
+        self.expectations: list[tuple[str, bytes, bytes | None]] = []
+        #: The batches a group write merged into this one, in queue order (one part for
+        #: a batch written alone); an engine checks each part's expectations before
+        #: applying its operations, and raises :class:`ExpectationFailed` naming the part.
+        self.parts: list[BatchPart] = []
         #: Bytes of keys and values put so far.
         self.size = 0
 
@@ -66,8 +81,51 @@ class WriteBatch:
         self._check(space, key)
         self.operations.append((space, key, None))
 
+    def expect(self, space: str, key: bytes, value: bytes | None) -> None:
+        """Apply this batch only if ``key`` in ``space`` holds exactly ``value`` (None:
+        absent) when it is written; otherwise the batch raises ``PersistenceConflict``."""
+        keys.classify(space, key)
+        self.expectations.append((space, key, value))
+
     def __len__(self) -> int:
         return len(self.operations)
+
+    def split(self) -> list[BatchPart]:
+        """The parts an engine checks and applies in order (the whole batch if not merged)."""
+        if self.parts:
+            return self.parts
+        return [BatchPart(self.expectations, self.operations)]
+
+
+class BatchPart:
+    """One queued batch inside a group write: its expectations, then its operations."""
+
+    __slots__ = ("expectations", "operations")
+
+    def __init__(self, expectations: list[tuple[str, bytes, bytes | None]],
+                 operations: list[tuple[str, bytes, bytes | None]]) -> None:
+        self.expectations = expectations
+        self.operations = operations
+
+
+class ExpectationFailed(Exception):
+    """Raised by an engine's :meth:`StorageEngine.apply` when part ``index`` of the batch
+    found a key not holding what it expected; nothing of the batch was applied."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(index)
+        self.index = index
+
+
+class NotWritten(Exception):
+    """Raised by an engine's :meth:`StorageEngine.apply` when the write certainly did not
+    happen and the engine is still sound (a lost reply resolved by reading back): the
+    batches fail with ``PersistenceUnavailable`` but the engine does not go terminal."""
+
+    def __init__(self, description: str, reason: str = "interrupted") -> None:
+        super().__init__(description)
+        self.description = description
+        self.reason = reason
 
 
 class StorageEngine(ABC):
@@ -85,6 +143,9 @@ class StorageEngine(ABC):
 
     #: Where the engine keeps its data (a directory; a server engine names its database).
     path: str
+    #: True when other OS processes may write the same database at the same time: the
+    #: store then checks every head through an expectation instead of its own record.
+    shared: bool = False
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -119,29 +180,58 @@ class StorageEngine(ABC):
         return WriteBatch(allowed)
 
     def write(self, batch: WriteBatch) -> None:
-        """The only durable write: atomic and synced; any failure makes the engine terminal."""
-        with self.lock:
-            self._write_group([batch])
+        """The only durable write: atomic and synced; any failure makes the engine terminal.
 
-    def _write_group(self, batches: list[WriteBatch]) -> None:
+        A failed expectation raises ``PersistenceConflict`` (nothing written, engine healthy).
+        """
+        with self.lock:
+            conflict = self._write_group([batch])[0]
+        if conflict is not None:
+            raise conflict
+
+    def _write_group(self, batches: list[WriteBatch]) -> list[BaseException | None]:
         """``batches`` as ONE atomic synced write (one at a time: the store lock or the
-        group commit's single leader serializes it); any failure makes the engine terminal."""
+        group commit's single leader serializes it); any failure makes the engine terminal.
+
+        Returns one entry per batch: None when it was written, a ``PersistenceConflict``
+        when one of its expectations failed (that batch alone is left out: the write is
+        made again without it, so each writer call stays one atomic write).
+        """
         self.check()
+        results: list[BaseException | None] = [None] * len(batches)
+        remaining = list(range(len(batches)))
+        while remaining:
+            batch = self._merge([batches[i] for i in remaining])
+            try:
+                self.writer(batch)
+            except ExpectationFailed as failed:
+                results[remaining.pop(failed.index)] = PersistenceConflict()
+                continue
+            except NotWritten as lost:
+                raise PersistenceUnavailable(
+                    f"synced write not made ({lost.description}); nothing of it was written", reason=lost.reason
+                ) from None
+            except BaseException as exc:
+                reason, description = failures.classify(exc)
+                self._failure = description
+                raise PersistenceUnavailable(
+                    f"synced write failed ({description}); the store is terminal until reopened", reason=reason
+                ) from None
+            break
+        return results
+
+    @staticmethod
+    def _merge(batches: list[WriteBatch]) -> WriteBatch:
+        """One batch carrying ``batches`` in order, each as a part (itself when alone)."""
         if len(batches) == 1:
-            batch = batches[0]
-        else:
-            batch = WriteBatch()
-            for part in batches:  # every key was checked against its batch's classes when staged
-                batch.operations.extend(part.operations)
-                batch.size += part.size
-        try:
-            self.writer(batch)
-        except BaseException as exc:
-            reason, description = failures.classify(exc)
-            self._failure = description
-            raise PersistenceUnavailable(
-                f"synced write failed ({description}); the store is terminal until reopened", reason=reason
-            ) from None
+            return batches[0]
+        merged = WriteBatch()
+        for part in batches:  # every key was checked against its batch's classes when staged
+            merged.operations.extend(part.operations)
+            merged.expectations.extend(part.expectations)
+            merged.parts.append(BatchPart(part.expectations, part.operations))
+            merged.size += part.size
+        return merged
 
     def close(self) -> None:
         """Release the database; the engine refuses every later operation.
@@ -173,7 +263,12 @@ class StorageEngine(ABC):
     # ------------------------------------------------------------------ what an engine provides
     @abstractmethod
     def apply(self, batch: WriteBatch) -> None:
-        """Apply every operation of ``batch`` atomically; return only once it is durable."""
+        """Apply every operation of ``batch`` atomically; return only once it is durable.
+
+        Each part's expectations (:meth:`WriteBatch.split`) are checked, in part order and
+        seeing the earlier parts' operations, atomically with the write; the first part
+        whose expectation fails raises :class:`ExpectationFailed` with nothing applied.
+        """
 
     @abstractmethod
     def get(self, space: str, key: bytes) -> bytes | None:

@@ -10,7 +10,9 @@ has returned. A lone committer leads at once: nobody waits for company.
 
 A failed write fails every commit in its group, and the write function makes the store
 terminal, so the batches queued after it fail too; nothing of a failed group is ever
-reported as written.
+reported as written. A batch whose expectation fails (see
+:meth:`svit.store.engine.WriteBatch.expect`) fails alone with the conflict the write
+function reports for it; the rest of its group is written.
 
 Every other holder of the store lock (reads, cuts, forks, exports, the thread log)
 enters it through :meth:`GroupCommit.__enter__`, which waits until no queued or
@@ -48,11 +50,13 @@ class Ticket(Generic[B]):
 class GroupCommit(Generic[B]):
     """The store lock (reentrant) plus a leader/follower queue of synced write batches.
 
-    ``write_group`` writes a list of batches as ONE synced write, or raises; it is
-    called by one leader at a time, never under the store lock's wait.
+    ``write_group`` writes a list of batches as ONE synced write, or raises; it returns
+    one entry per batch, None when written or the error of a batch left out of the write
+    (a failed expectation). It is called by one leader at a time, never under the store
+    lock's wait.
     """
 
-    def __init__(self, write_group: Callable[[list[B]], None]) -> None:
+    def __init__(self, write_group: Callable[[list[B]], list[BaseException | None]]) -> None:
         self._write_group = write_group
         self._lock = threading.RLock()
         self._state = threading.Condition(threading.Lock())
@@ -152,11 +156,12 @@ class GroupCommit(Generic[B]):
         group, self._queue = self._queue, []
         self._leading = True
         error: BaseException | None = None
+        results: list[BaseException | None] = [None] * len(group)
         released = False
         try:
             self._state.release()
             released = True
-            self._write_group([ticket.batch for ticket in group])
+            results = self._write_group([ticket.batch for ticket in group])
         except BaseException as exc:
             error = exc
         finally:
@@ -165,8 +170,8 @@ class GroupCommit(Generic[B]):
             self._leading = False
             self.writes += 1
             self.batches += len(group)
-            for ticket in group:
-                ticket.error = error
+            for ticket, result in zip(group, results):
+                ticket.error = error if error is not None else result
                 ticket.done = True
             self._in_flight -= len(group)
             self._state.notify_all()

@@ -61,6 +61,10 @@ class DurableProcess:
         and ports) whose commits go to ``store`` from ``head`` on."""
         self._store = store
         self._head = head
+        #: ``(key space, key, expected value or None)`` staged as expectations in every
+        #: commit of this handle (a host's lease fence): a commit after the fence moved
+        #: is refused with ``PersistenceConflict``.
+        self.fences: list[tuple[str, bytes, bytes | None]] = []
         self._process = Process(
             state.address, state.root, state.version, state.limits,
             hooks=state.hooks, mounts=state.mounts, ports=state.ports, sink=_HandleSink(store, self),

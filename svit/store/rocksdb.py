@@ -37,7 +37,7 @@ import rocksdict
 
 from ..errors import InvalidPersistence, PersistenceUnavailable, SvitError
 from . import rocksdb_files
-from .engine import StorageEngine, WriteBatch
+from .engine import ExpectationFailed, StorageEngine, WriteBatch
 from .failures import storage_error
 from .fsshim import FileSystem
 from .keys import CF_DEFAULT, COLUMN_FAMILIES
@@ -182,6 +182,18 @@ class RocksDBEngine(StorageEngine):
     def apply(self, batch: WriteBatch) -> None:
         native = rocksdict.WriteBatch(raw_mode=True)
         handles = self._handles
+        if batch.expectations:
+            # Only this process writes the directory and writes are serialized (the store
+            # lock or the group's one leader), so reads here and the write below are atomic.
+            staged: dict[tuple[str, bytes], bytes | None] = {}
+            for index, part in enumerate(batch.split()):
+                for space, key, expected in part.expectations:
+                    where = (space, key)
+                    found = staged[where] if where in staged else self._column_families[space].get(key)
+                    if found != expected:
+                        raise ExpectationFailed(index)
+                for space, key, value in part.operations:
+                    staged[(space, key)] = value
         for space, key, value in batch.operations:
             if value is None:
                 native.delete(key, handles[space])

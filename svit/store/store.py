@@ -79,14 +79,23 @@ __all__ = [
     "Transaction",
     "Head",
     "apply_mutations",
+    "is_database_url",
+    "DATABASE_SCHEMES",
 ]
 
 STORE_FORMAT = b"svit-store@3"
+#: URL schemes :meth:`ProcessStore.open` opens as a PostgreSQL database.
+DATABASE_SCHEMES = ("postgresql://", "postgres://")
 MAX_TRANSACTION_BYTES = 16 * 1024 * 1024
 U64_MAX = 2**64 - 1
 # The names the commit path and the handle operations use for the record pieces.
 _State = State
 _readable_snapshot = records.readable_snapshot
+
+
+def is_database_url(location: str | os.PathLike[str]) -> bool:
+    """True when ``location`` names a PostgreSQL database rather than a directory."""
+    return isinstance(location, str) and location.startswith(DATABASE_SCHEMES)
 
 
 def apply_mutations(root: Node, mutations: Iterable[Mutation], what: str) -> Node:
@@ -119,11 +128,17 @@ class ProcessStore:
     # ------------------------------------------------------------------ opening
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, open_deadline: float | None = OPEN_DEADLINE_SECONDS) -> ProcessStore:
-        """Open (creating if absent) a RocksDB store directory; refuses foreign or unknown layouts.
+        """Open (creating if absent) a store; refuses foreign or unknown layouts.
 
-        Reading an existing store's files must end within ``open_deadline`` seconds
+        ``path`` is a RocksDB store directory, or a ``postgresql://`` URL naming a
+        database (:mod:`svit.store.postgres`; needs the ``postgresql`` extra). Reading an
+        existing RocksDB store's files must end within ``open_deadline`` seconds
         (``InvalidPersistence`` otherwise; None: unbounded), see :mod:`svit.store.rocksdb`.
         """
+        if is_database_url(path):
+            from .postgres import PostgreSQLEngine  # noqa: PLC0415 - psycopg is an optional extra
+
+            return cls.over(PostgreSQLEngine.open(str(path)))
         return cls.over(RocksDBEngine.open(path, open_deadline=open_deadline))
 
     @classmethod
@@ -191,7 +206,7 @@ class ProcessStore:
 
     def statement(self) -> dict[str, Any]:
         """Where the history lives, how it is protected, and what is derived (durability 2, 14)."""
-        real = os.path.realpath(self.path)
+        real = self.path if is_database_url(self.path) else os.path.realpath(self.path)
         engine = self.engine.describe()
         return {
             "path": real,
@@ -311,8 +326,12 @@ class ProcessStore:
             batch = self._batch()
             batch.put(CF_RECORD, keys.base_key(address), base_bytes)
             batch.put(CF_RECORD, keys.head_key(address), self._head_record(address, base_hash, head, version, root.hash))
+            self._stage_head_expectation(batch, address, absent=True)
             pending = self._stage_nodes(batch, root)
-            self._write(batch)
+            try:
+                self._write(batch)
+            except PersistenceConflict:
+                raise PersistenceAlreadyExists(address) from None
             self._accept_head(address, base_hash, head, version, root.hash)
             self._remember_nodes(pending)
             self._latest[address] = _State(version, root, process.limits, head, base_hash)
@@ -391,6 +410,8 @@ class ProcessStore:
             batch.put(CF_RECORD, keys.head_key(child_address),
                       self._head_record(child_address, base_hash, child_head, child.version, child.root_hash))
             batch.put(CF_INDEX, keys.child_key(parent_address, child_address), b"")
+            self._stage_head_expectation(batch, parent_address)
+            self._stage_head_expectation(batch, child_address, absent=True)
             pending = self._stage_nodes(batch, child.root)
             # The child keeps the parent's reasoning session: shared, in this same batch.
             stage_fork_share(self, batch, parent_address, child_address, parent.read("/thread"))
@@ -422,6 +443,7 @@ class ProcessStore:
             self._stage_detach(batch, address)
             batch.delete(CF_RECORD, keys.base_key(address))
             batch.delete(CF_RECORD, keys.head_key(address))
+            self._stage_head_expectation(batch, address)
             for prefix, cf in ((keys.transaction_prefix(address), CF_RECORD), (keys.snapshot_prefix(address), CF_RECORD),
                                (keys.thread_events_prefix(address), CF_RECORD),
                                (keys.thread_partitions_prefix(address), CF_RECORD),
@@ -647,8 +669,15 @@ class ProcessStore:
         Every head this store writes passes through :attr:`_heads` (a commit's as soon as
         its batch is queued, before its sync), and no one else writes heads (the engine
         is this store's alone), so the store's own record is the compare-and-swap
-        reference; only an address it has not seen yet is read and verified.
+        reference; only an address it has not seen yet is read and verified. On a shared
+        engine other processes write heads too: the stored head is read every time, and
+        the commit expects its exact bytes (:meth:`_stage_head_expectation`).
         """
+        if self.engine.shared:
+            stored = self._decode_head(address)
+            if stored is None:
+                raise PersistenceNotFound(address)
+            return stored
         head = self._heads.get(address)
         if head is None:
             head = self._decode_head(address)
@@ -656,6 +685,19 @@ class ProcessStore:
                 raise PersistenceNotFound(address)
             self._heads[address] = head
         return head
+
+    def _stage_head_expectation(self, batch: WriteBatch, address: str, *, absent: bool = False) -> None:
+        """On a shared engine, make ``batch`` apply only if the head of ``address`` still
+        holds the bytes just read here (or is still absent): the compare-and-swap is then
+        made by the engine, atomically with the write. Call right after reading the head."""
+        if not self.engine.shared:
+            return
+        head_key = keys.head_key(address)
+        if absent:
+            batch.expect(CF_RECORD, head_key, None)
+            batch.expect(CF_RECORD, keys.base_key(address), None)
+            return
+        batch.expect(CF_RECORD, head_key, self._get(CF_RECORD, head_key))
 
     def _accept_head(self, address: str, base_hash: str, head: Head, version: int, root_hash: str) -> None:
         """Note the head a write of this store just made (or queued) for ``address``."""
@@ -718,19 +760,41 @@ class ProcessStore:
                 batch.put(CF_INDEX, keys.path_key(address, path, position), b"")
             head_bytes = self._head_record(address, base_hash, new_head, version_after, root_hash)
             batch.put(CF_RECORD, keys.head_key(address), head_bytes)
+            self._stage_head_expectation(batch, address)
+            for space, key, value in handle.fences:
+                batch.expect(space, key, value)
             ticket = lock.submit(batch)
             self._accept_head(address, base_hash, new_head, version_after, root_hash)
             accepted = self._heads[address]
             # Known from now on: a later commit that skips these nodes is queued behind this
             # batch (written in the same or a later write), and a failed write is terminal.
-            # Noted under the lock, so a sweep (which forgets) never interleaves.
-            self._remember_nodes(pending)
+            # Noted under the lock, so a sweep (which forgets) never interleaves. A batch
+            # with expectations may be left out of its write, so its nodes are noted only
+            # once it was written (a commit beside it stages them again meanwhile).
+            conditional = bool(batch.expectations)
+            if not conditional:
+                self._remember_nodes(pending)
         # A failed write leaves the store terminal (nothing chains to ``accepted`` then); a
         # waiter interrupted here leaves its batch queued, to be written as accepted.
-        lock.wait(ticket)
+        try:
+            lock.wait(ticket)
+        except PersistenceConflict:
+            self._forget_head(address, accepted)
+            raise
+        if conditional:
+            with lock.committing():
+                self._remember_nodes(pending)
         self._head_cache[address] = (head_bytes, dict(accepted))
         handle.set_head(new_head)
         self._latest[address] = _State(version_after, root_after, handle.limits, new_head, base_hash)
+
+    def _forget_head(self, address: str, accepted: dict[str, Any]) -> None:
+        """A queued head was refused (an expectation failed): the next commit reads the
+        stored head again instead of chaining to the one that was never written."""
+        with self._lock.committing():
+            if self._heads.get(address) is accepted:
+                del self._heads[address]
+            self._head_cache.pop(address, None)
 
     # ------------------------------------------------------------------ handle operations
     def _check_head(self, handle: DurableProcess) -> dict[str, Any]:
@@ -749,6 +813,7 @@ class ProcessStore:
             record, snapshot_hash = self._snapshot_record(handle.address, handle.head, process)
             batch = self._batch()
             batch.put(CF_RECORD, keys.snapshot_key(handle.address, snapshot_hash), record[0])
+            self._stage_head_expectation(batch, handle.address)
             self._write(batch)
             return record[1]
 
@@ -783,6 +848,9 @@ class ProcessStore:
             batch.put(CF_RECORD, keys.base_key(address), base_bytes)
             batch.put(CF_RECORD, keys.head_key(address),
                       self._head_record(address, base_hash, new_head, process.version, process.root_hash))
+            self._stage_head_expectation(batch, address)
+            for space, key, value in handle.fences:
+                batch.expect(space, key, value)
             self._write(batch)
             self._accept_head(address, base_hash, new_head, process.version, process.root_hash)
             handle.set_head(new_head)
