@@ -112,7 +112,8 @@ class SpawnPort:
             # The parent's pending inbox items are the parent's to answer, not the child's.
             while (head := process.inbox_front()) is not None:
                 process.acknowledge_inbox(head)
-            builder = Svit.resume(process).reasoner(self.reasoner).ports(self.child_ports or Ports())
+            # One task, answered within this port call: a failed turn is reported, not retried.
+            builder = Svit.resume(process).reasoner(self.reasoner).ports(self.child_ports or Ports()).max_attempts(1)
             if self.max_iterations is not None:
                 builder.max_iterations(self.max_iterations)
             child = builder.build()

@@ -430,6 +430,28 @@ class Process:
                 raise InboxConflict()
             return self._commit_change([RemoveFront("/inbox", head.hash)], "inbox.acknowledge")
 
+    def update_inbox_and_thread(
+        self, thread: Any, source: str, *, remove_head: Any = None, remove: bool = False, append: Sequence[Any] = ()
+    ) -> Change:
+        """Replace ``/thread`` and change ``/inbox`` in one version: with ``remove`` the head
+        goes (only if it equals ``remove_head``, else :class:`InboxConflict`), then
+        ``append`` is added at the end. The reasoning loop's bookkeeping of failing and
+        set-aside items, so an item is never in both places nor in neither."""
+        with self._lock:
+            thread_node = tree.from_value(thread, scripts_allowed=False)
+            validate_thread(thread_node, self.limits)
+            mutations: list[Mutation] = []
+            if remove:
+                inbox = section(self.root, "inbox")
+                head = tree.get(inbox, ("0",)) if inbox.size else None
+                if head is None or head.digest != tree.from_value(remove_head, scripts_allowed=False).digest:
+                    raise InboxConflict()
+                mutations.append(RemoveFront("/inbox", head.hash))
+            if append:
+                mutations.append(Append("/inbox", tuple(tree.from_value(v, scripts_allowed=False) for v in append)))
+            mutations.append(Set("/thread", thread_node))
+            return self._commit_change(mutations, source)
+
     def replace_thread_state(self, value: Any) -> Change:
         with self._lock:
             node = tree.from_value(value, scripts_allowed=False)

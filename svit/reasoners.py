@@ -117,6 +117,9 @@ class ScriptedReasoner:
 
 # ---------------------------------------------------------------------- OpenAI-compatible
 
+#: HTTP statuses (besides every 5xx) after which the same request may succeed later.
+RETRYABLE_STATUSES = frozenset({408, 409, 429})
+
 
 def _load_openai(user: str) -> Any:
     try:
@@ -224,7 +227,11 @@ class _ChatCompletions:
         choices = getattr(response, "choices", None) or []
         if not choices:
             raise ReasonerFailed("the model returned no choices")
-        message = choices[0].message
+        choice = choices[0]
+        message = choice.message
+        finish_reason = getattr(choice, "finish_reason", None)
+        finish = sanitize(finish_reason, 64) if isinstance(finish_reason, str) else None
+        usage = _usage(getattr(response, "usage", None))
         calls: list[ToolCall] = []
         for call in getattr(message, "tool_calls", None) or []:
             function = getattr(call, "function", None)
@@ -232,18 +239,28 @@ class _ChatCompletions:
                 raise ReasonerFailed(f"unsupported tool call type: {sanitize(str(getattr(call, 'type', '?')), 64)}")
             calls.append(ToolCall(call.id or f"call-{len(calls) + 1}", function.name, _decode_arguments(function.arguments)))
         if calls:
-            return Reply(text=message.content or None, tool_calls=tuple(calls))
-        return Reply(text=message.content or "")
+            return Reply(text=message.content or None, tool_calls=tuple(calls), finish_reason=finish, usage=usage)
+        return Reply(text=message.content or "", finish_reason=finish, usage=usage)
 
     def _failure(self, exc: Exception) -> ReasonerFailed:
+        """The client's exception as a structured :class:`ReasonerFailed` (raised ``from``
+        it): timeouts, lost connections, 408, 409, 429 and 5xx are retryable; any other
+        status (400, 401, 403, 404, 422...) is not."""
         openai = self._openai
         if isinstance(exc, openai.APITimeoutError):
-            return ReasonerFailed(f"model request timed out after {self.timeout:g}s")
+            return ReasonerFailed(f"model request timed out after {self.timeout:g}s", error_type="timeout")
         if isinstance(exc, openai.APIStatusError):
-            detail = _status_detail(exc, self._secret)
-            return ReasonerFailed(f"model provider returned HTTP {exc.status_code}" + (f": {detail}" if detail else ""))
+            status = int(exc.status_code)
+            error_type, detail = _status_detail(exc, self._secret)
+            return ReasonerFailed(
+                f"model provider returned HTTP {status}" + (f": {detail}" if detail else ""),
+                status=status,
+                retryable=status in RETRYABLE_STATUSES or status >= 500,
+                error_type=error_type,
+                provider_message=detail or None,
+            )
         if isinstance(exc, openai.APIConnectionError):
-            return ReasonerFailed("could not connect to the model provider")
+            return ReasonerFailed("could not connect to the model provider", error_type="connection")
         return ReasonerFailed(f"model request failed: {sanitize(redact(' '.join(str(exc).split()), [self._secret]), 300)}")
 
 
@@ -264,7 +281,7 @@ class OpenAIReasoner(_ChatCompletions):
         try:
             response = self._client.chat.completions.create(**request)
         except Exception as exc:
-            raise self._failure(exc) from None
+            raise self._failure(exc) from exc
         return self._reply(response)
 
 
@@ -280,7 +297,7 @@ class AsyncOpenAIReasoner(_ChatCompletions):
         try:
             response = await self._client.chat.completions.create(**request)
         except Exception as exc:  # cancellation is not an Exception: it propagates
-            raise self._failure(exc) from None
+            raise self._failure(exc) from exc
         return self._reply(response)
 
     async def aclose(self) -> None:
@@ -288,19 +305,40 @@ class AsyncOpenAIReasoner(_ChatCompletions):
         await self._client.close()
 
 
-def _status_detail(exc: Any, secret: str) -> str:
-    """The provider's own error message, credentials removed before it is capped (a
-    server may echo the request's Authorization header in it)."""
+def _status_detail(exc: Any, secret: str) -> tuple[str | None, str]:
+    """The provider's own error type and message, credentials removed before the message
+    is capped (a server may echo the request's Authorization header in it)."""
     body = getattr(exc, "body", None)
-    if isinstance(body, dict):
-        error = body.get("error", body)
-        message = error.get("message") if isinstance(error, dict) else error
-        if isinstance(message, str):
-            return sanitize(redact(" ".join(message.split()), [secret]), 300)
-    return ""
+    if not isinstance(body, dict):
+        return None, ""
+    error = body.get("error", body)
+    error_type: str | None = None
+    if isinstance(error, dict):
+        kind = error.get("type") if isinstance(error.get("type"), str) else error.get("code")
+        if isinstance(kind, str) and kind:
+            error_type = sanitize(redact(kind, [secret]), 64)
+        message = error.get("message")
+    else:
+        message = error
+    if isinstance(message, str):
+        return error_type, sanitize(redact(" ".join(message.split()), [secret]), 300)
+    return error_type, ""
+
+
+def _usage(usage: Any) -> dict[str, int] | None:
+    """The token counts a provider reported, integers only (None when it reported none)."""
+    if usage is None:
+        return None
+    counts: dict[str, int] = {}
+    for name in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        value = getattr(usage, name, None)
+        if type(value) is int and value >= 0:
+            counts[name] = value
+    return counts or None
 
 
 __all__ = [
+    "RETRYABLE_STATUSES",
     "AsyncOpenAIReasoner",
     "AsyncReasoner",
     "OpenAIReasoner",

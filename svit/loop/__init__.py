@@ -2,7 +2,7 @@
 bounded observers, the canonical event log, and ``AsyncSvit`` (its asyncio surface)."""
 
 from .aio import AsyncObserver, AsyncSvit
-from .builders import SvitBuilder, SvitResumeBuilder
+from .builders import LoopOptions, SvitBuilder, SvitResumeBuilder
 from .errors import (
     Closed,
     Empty,
@@ -14,6 +14,8 @@ from .errors import (
     ObserveError,
     ReasonerFailed,
     ReasonerUnavailable,
+    ReplyTruncated,
+    SetAsideNotFound,
     TurnFailed,
 )
 from .events import (
@@ -25,6 +27,7 @@ from .events import (
     Failed,
     MemoryEventLog,
     MessageEvent,
+    Retrying,
     SvitEvent,
     ThreadHistoryRetention,
 )
@@ -34,6 +37,7 @@ from .observers import Observer
 from .prompt import compose_system_prompt
 from .svit import Inbox, Svit
 from .tools import TOOL_SPECS, ToolSpec
+from .turns import TurnOutcome, run_next_turn
 
 __all__ = [
     "AsyncObserver",
@@ -50,6 +54,7 @@ __all__ = [
     "InboxClosed",
     "InvalidThread",
     "Lagged",
+    "LoopOptions",
     "MemoryEventLog",
     "Message",
     "MessageEvent",
@@ -60,6 +65,9 @@ __all__ = [
     "ReasonerFailed",
     "ReasonerUnavailable",
     "Reply",
+    "ReplyTruncated",
+    "Retrying",
+    "SetAsideNotFound",
     "Svit",
     "SvitBuilder",
     "SvitEvent",
@@ -70,5 +78,7 @@ __all__ = [
     "ToolCall",
     "ToolSpec",
     "TurnFailed",
+    "TurnOutcome",
     "compose_system_prompt",
+    "run_next_turn",
 ]

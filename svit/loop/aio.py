@@ -225,7 +225,9 @@ class AsyncSvit:
         """Off the event loop: sealing or a first start waits while a send commits."""
         if seal:
             self._svit.worker.seal()
-        self._svit.start()
+            self._svit.worker.ensure_started()
+        else:
+            self._svit.start()
 
     async def _wait(self, states: tuple[str, ...], timeout: float | None, late: str, *, seal: bool) -> None:
         self._check_loop()

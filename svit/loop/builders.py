@@ -16,17 +16,33 @@ if TYPE_CHECKING:
     from ..protocol import HostedProcess
     from .svit import Svit
 
-__all__ = ["DEFAULT_MAX_ITERATIONS", "LoopOptions", "Opener", "SvitBuilder", "SvitResumeBuilder"]
+__all__ = [
+    "DEFAULT_BACKOFF_BASE",
+    "DEFAULT_BACKOFF_CAP",
+    "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_MAX_ITERATIONS",
+    "LoopOptions",
+    "Opener",
+    "SvitBuilder",
+    "SvitResumeBuilder",
+]
 
 #: What a builder opens the Svit with (``Svit`` itself: ``Svit(process, options)``).
 Opener = Callable[["HostedProcess", "LoopOptions"], "Svit"]
 
 DEFAULT_MAX_ITERATIONS = 16
+#: Attempts of one inbox item before it is set aside (a non-retryable failure: the first).
+DEFAULT_MAX_ATTEMPTS = 5
+#: Seconds before the first retry of a failed turn; each later one waits twice as long.
+DEFAULT_BACKOFF_BASE = 1.0
+#: The longest wait between two attempts, in seconds.
+DEFAULT_BACKOFF_CAP = 300.0
 
 
 class LoopOptions:
     """Options shared by a new build and a resume: reasoner, instructions, ports, iterations,
-    event log. A built Svit keeps them (a fork of it is opened with the same)."""
+    retries of failed turns, event log. A built Svit keeps them (a fork of it is opened
+    with the same)."""
 
     def __init__(self) -> None:
         self.instructions_text: str | None = None
@@ -35,6 +51,9 @@ class LoopOptions:
         self.iterations = DEFAULT_MAX_ITERATIONS
         self.port_registry: Ports | None = None
         self.log: EventLog | None = None
+        self.attempts = DEFAULT_MAX_ATTEMPTS
+        self.backoff_base = DEFAULT_BACKOFF_BASE
+        self.backoff_cap = DEFAULT_BACKOFF_CAP
 
     def instructions(self, text: str | None) -> Self:
         if text is not None and type(text) is not str:
@@ -50,6 +69,24 @@ class LoopOptions:
         if type(n) is not int or n < 1:
             raise InvalidValue("max_iterations must be a positive integer")
         self.iterations = n
+        return self
+
+    def max_attempts(self, n: int) -> Self:
+        """Set an inbox item aside after ``n`` failed turns (default 5; 1: at the first)."""
+        if type(n) is not int or n < 1:
+            raise InvalidValue("max_attempts must be a positive integer")
+        self.attempts = n
+        return self
+
+    def retry_backoff(self, base: float, cap: float) -> Self:
+        """Wait ``base * 2**(attempts - 1)`` seconds, at most ``cap``, before retrying a
+        failed turn (default 1 s doubling up to 300 s)."""
+        for name, value in (("base", base), ("cap", cap)):
+            if type(value) not in (int, float) or not 0 <= value <= 86_400 or value != value:
+                raise InvalidValue(f"retry backoff {name} must be 0-86400 seconds")
+        if cap < base:
+            raise InvalidValue("retry backoff cap must not be below its base")
+        self.backoff_base, self.backoff_cap = float(base), float(cap)
         return self
 
     def ports(self, ports: Ports) -> Self:

@@ -56,6 +56,7 @@ __all__ = [
     "CanonicalEvent",
     "MessageEvent",
     "Failed",
+    "Retrying",
 ]
 
 # ---------------------------------------------------------------------- runtime signals
@@ -88,6 +89,20 @@ class MessageEvent(SvitEvent):
 
 @dataclass(frozen=True)
 class Failed(SvitEvent):
-    """The loop stopped because a turn failed; ``text`` is a sanitized diagnostic."""
+    """An inbox item was set aside after its last failed turn (``item_id`` and the
+    ``error`` record say which and why), or, without an ``item_id``, the loop stopped on
+    a failure outside a turn; ``text`` is a sanitized diagnostic."""
 
     text: str = field(default="")
+    item_id: str | None = None
+    error: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Retrying(SvitEvent):
+    """A turn for ``item_id`` failed (``error``); the item is tried again at ``retry_at``
+    (seconds since the epoch)."""
+
+    item_id: str | None
+    retry_at: float
+    error: dict[str, Any] | None = None

@@ -66,6 +66,7 @@ from .hosting import HostPort, SvitPortContext
 from .messages import Message
 from .observers import Observer
 from .prompt import SYSTEM_PROMPT, compose_system_prompt
+from .turns import TURNS_KEY
 from .worker import TurnWorker
 
 __all__ = ["SYSTEM_PROMPT", "THREAD_FORMAT", "Inbox", "Svit", "SvitBuilder", "SvitPortContext", "SvitResumeBuilder",
@@ -153,8 +154,11 @@ class Svit:
         }
         if thread is None:
             process.initialize_thread_state(metadata)
-        elif thread != metadata:
-            process.replace_thread_state(metadata)
+        else:
+            # The failing head and the set-aside items (/thread/turns) outlive a reopen.
+            kept = {key: value for key, value in thread.items() if key == TURNS_KEY}
+            if {key: value for key, value in thread.items() if key != TURNS_KEY} != metadata:
+                process.replace_thread_state({**metadata, **kept})
 
     @staticmethod
     def _thread_identity(thread: Any, address: str, log: Any) -> tuple[str, str | None]:
@@ -402,16 +406,19 @@ class Svit:
 
     # ------------------------------------------------------------------ loop control
     def start(self) -> None:
-        """Start the loop thread (once); committed inbox items are processed first."""
+        """Start the loop thread; committed inbox items are processed first. A running loop
+        is left alone; a stopped one (after :meth:`block`) starts again, inbox reopened."""
         self._worker.start()
 
     def block(self, timeout: float | None = None) -> None:
-        """Seal the inbox, drain what is committed, and join; raises if a turn failed."""
+        """Seal the inbox, drain what is committed (failed turns are retried after their
+        backoff or set aside), and join; raises :class:`TurnFailed` if an item was set aside."""
         self._worker.block(timeout)
 
     @property
     def failure(self) -> str | None:
-        """The sanitized diagnostic of the turn that stopped the loop, if any."""
+        """The sanitized diagnostic of the latest set-aside item's last failure (or of the
+        failure that stopped the loop) since the loop started, if any."""
         return self._worker.failure
 
     # ------------------------------------------------------------------ publication

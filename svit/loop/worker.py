@@ -1,68 +1,34 @@
 """The turn loop of a Svit: one worker thread over the durable inbox.
 
-A message sent to the inbox is committed to ``/inbox`` first, then the worker is woken;
-items are handled strictly in order, and the head is acknowledged only after its turn
-produced a final answer, so a crash or a failed turn leaves the item committed for
-recovery. A turn left unfinished by a host that went away (its input recorded, neither a
-final answer nor a failure) is recorded as failed when the loop next runs, and its inbox
-item is retried.
+A message sent to the inbox is committed to ``/inbox`` first, then the worker is woken.
+The worker is a loop over :func:`svit.loop.turns.next_turn` (the turn contract, also
+used by hosts without a thread per process): items are handled strictly in order, the
+head is acknowledged only after its turn produced a final answer, and a failed turn is
+retried after its backoff (the worker sleeps until ``retry_at``, woken early by nothing
+but a new send) or set aside, after which the next item is next. A set-aside item is
+reported as :class:`~svit.loop.events.Failed` and makes :meth:`TurnWorker.block` raise
+:class:`TurnFailed` once the inbox is drained; only a failure outside a turn (the store
+refusing a commit, say) stops the loop.
 """
 
 from __future__ import annotations
 
-import inspect
 import threading
-import uuid
+import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from .. import tree
-from ..errors import InvalidValue, SvitError, sanitize
-from ..redact import redact
-from .aio import run_on_host_loop
-from .errors import InboxClosed, MissingOutboxMessage, TurnFailed
-from .events import (
-    INPUT_MESSAGE,
-    MAX_WINDOW,
-    OUTPUT_MESSAGE,
-    TOOL_COMPLETED,
-    TOOL_STARTED,
-    TURN_FAILED,
-    CanonicalEvent,
-    Committed,
-    Event,
-    Failed,
-    MessageEvent,
-    SvitEvent,
-    message_of,
-)
-from .messages import Message, Reply
+from ..errors import InvalidValue
+from .errors import InboxClosed, TurnFailed
+from .events import CanonicalEvent, Committed, Event, Failed, MessageEvent, Retrying, SvitEvent, message_of
+from .messages import Message
 from .observers import Broadcast
-from .tools import TOOL_SPECS, run_tool
+from .turns import INTERRUPTED_TEXT, MAX_ITERATIONS_TEXT, next_turn, turn_failure_text
 
 if TYPE_CHECKING:
     from ..process import Change
     from .svit import Svit
 
 __all__ = ["INTERRUPTED_TEXT", "MAX_ITERATIONS_TEXT", "TurnWorker", "turn_failure_text"]
-
-MAX_ITERATIONS_TEXT = "maximum reason/act iterations reached before a final answer"
-INTERRUPTED_TEXT = "the turn was interrupted before it completed"
-
-
-def turn_failure_text(exc: BaseException) -> str:
-    """The diagnostic of a failed turn, for the host (``turn.failed`` and ``block``): one
-    line, capped, credentials redacted, never a traceback.
-
-    Unlike :func:`svit.failure_text` (what a script sees of a port failure: only an
-    exception's kind), the host is shown the exception's own text.
-    """
-    if isinstance(exc, TurnFailed):
-        text = exc.detail
-    elif isinstance(exc, SvitError):
-        text = exc.message
-    else:
-        text = str(exc) or type(exc).__name__
-    return sanitize(redact(" ".join(text.split())))
 
 
 class TurnWorker:
@@ -145,24 +111,54 @@ class TurnWorker:
 
     # ------------------------------------------------------------------ control
     def start(self) -> None:
-        """Start the worker thread (once); committed inbox items are processed first."""
+        """Start the worker thread; committed inbox items are processed first. While it runs
+        this does nothing; after the loop stopped (:meth:`block` drained it, or a failure
+        outside a turn stopped it) it starts again with the inbox open and new observers
+        (the old ones were closed), its failure cleared."""
         with self._cond:
-            if self._started:
+            if self._started and self._state != "stopped":
                 return
-            self._started = True
-            self._thread = threading.Thread(target=self._run, name=f"svit-loop {self._agent.address}", daemon=True)
-            self._thread.start()
+            if self._started:
+                assert self._thread is not None
+                self._thread.join()  # it has published "stopped": only its exit is left
+                self._sealed = self._stopped = False
+                self._failure = None
+                self.replies = Broadcast(retain_unobserved=True)
+                self.signals = Broadcast()
+                self._state = "new"
+            self._launch()
+
+    def ensure_started(self) -> None:
+        """Start the worker thread if it never ran (never restarts a stopped loop)."""
+        with self._cond:
+            if not self._started:
+                self._launch()
+
+    def _launch(self) -> None:
+        self._started = True
+        self._thread = threading.Thread(target=self._run, name=f"svit-loop {self._agent.address}", daemon=True)
+        self._thread.start()
 
     def block(self, timeout: float | None = None) -> None:
-        """Seal the inbox, drain what is committed, and join; raises if a turn failed."""
+        """Seal the inbox, drain what is committed, and join; raises :class:`TurnFailed` if
+        an item was set aside (or the loop stopped on a failure) since it started."""
         self.seal()
-        self.start()
+        self.ensure_started()
         assert self._thread is not None
         self._thread.join(timeout)
         if self._thread.is_alive():
             raise TimeoutError("the Svit loop is still draining its inbox")
         if self._failure is not None:
             raise TurnFailed(self._failure)
+
+    def claim_tail_check(self) -> bool:
+        """True the first time it is asked: the first turn of this loop looks for a turn its
+        predecessor left unfinished."""
+        with self._watch_lock:
+            if self._tail_checked:
+                return False
+            self._tail_checked = True
+            return True
 
     def seal(self) -> None:
         with self._cond:
@@ -207,7 +203,8 @@ class TurnWorker:
 
     # ------------------------------------------------------------------ the thread
     def _run(self) -> None:
-        process = self._agent.process
+        agent = self._agent
+        process = agent.process
         try:
             while True:
                 with self._cond:
@@ -220,20 +217,21 @@ class TurnWorker:
                             return
                         self._set_state("idle")
                         self._cond.wait()
-                try:
-                    self._turn(head)
-                except BaseException as exc:  # any failure stops the loop; the item stays committed
-                    text = turn_failure_text(exc)
+                outcome = next_turn(agent)
+                if outcome.kind == "done" and outcome.reply is not None:
+                    self.replies.publish(outcome.reply)
+                elif outcome.kind == "set_aside":
+                    text = _error_text(outcome.error)
                     with self._cond:
                         self._failure = text
-                        self._stopped = True
-                    self.signals.publish(Failed(text))
-                    return
-        except BaseException as exc:  # outside a turn (reading the inbox): still a failure, never a quiet stop
+                    self.signals.publish(Failed(text, outcome.item_id, outcome.error))
+                elif outcome.kind == "retry" and outcome.retry_at is not None:
+                    self.signals.publish(Retrying(outcome.item_id, outcome.retry_at, outcome.error))
+                    self._sleep_until(outcome.retry_at)
+        except BaseException as exc:  # outside a turn (the store refused a commit): the loop stops, never quietly
             text = turn_failure_text(exc)
             with self._cond:
-                if self._failure is None:
-                    self._failure = text
+                self._failure = text
             self.signals.publish(Failed(text))
         finally:
             with self._cond:
@@ -243,64 +241,16 @@ class TurnWorker:
             with self._cond:
                 self._set_state("stopped")
 
-    def _turn(self, item: Any) -> None:
-        if not self._tail_checked:
-            self._close_interrupted_turn()
-            self._tail_checked = True
-        turn_id = uuid.uuid4().hex
-        try:
-            message = Message.from_json(item)
-            self.record(INPUT_MESSAGE, {"message": message.to_json(), "turn_id": turn_id})
-            final = self._reason(turn_id)
-            # Only a successful turn removes its item, and only if it is still the head.
-            self.committed(self._agent.process.acknowledge_inbox(item))
-        except BaseException as exc:
-            self.record(TURN_FAILED, {"error": turn_failure_text(exc), "turn_id": turn_id})
-            raise
-        self.replies.publish(final)
-
-    def _close_interrupted_turn(self) -> None:
-        """Mark the session's last turn failed if it neither finished nor failed (its host
-        went away mid-turn), so the retry does not show the model its partial steps.
-
-        The turn is named by its newest step, not found by its input: a checkpoint and a
-        cut may already have removed the input, and what the model sees must not depend
-        on the cut."""
-        agent = self._agent
-        for event in reversed(agent.event_log.recent(agent.address, agent.session_id, MAX_WINDOW)):
-            if event.type == TURN_FAILED:
-                return
-            if event.type == OUTPUT_MESSAGE:
-                message = message_of(event)
-                if message is not None and not message.tool_calls:
+    def _sleep_until(self, when: float) -> None:
+        """Wait for an item's retry time (a send wakes the wait, which then goes on)."""
+        with self._cond:
+            while True:
+                remaining = when - time.time()
+                if remaining <= 0:
                     return
-            turn_id = event.data.get("turn_id")
-            if turn_id is not None and event.type in (INPUT_MESSAGE, OUTPUT_MESSAGE, TOOL_STARTED, TOOL_COMPLETED):
-                self.record(TURN_FAILED, {"error": INTERRUPTED_TEXT, "turn_id": turn_id})
-                return
+                self._cond.wait(remaining)
 
-    def _reason(self, turn_id: str) -> Message:
-        agent = self._agent
-        options = agent.options
-        for _ in range(options.iterations):
-            conversation = agent.conversation()
-            reply = options.reasoner_object.complete(agent.system_prompt, conversation, list(TOOL_SPECS))
-            if inspect.isawaitable(reply):  # an AsyncReasoner: its coroutine runs on the host's event loop
-                reply = run_on_host_loop(self._host_loop, reply)
-            if not isinstance(reply, Reply):
-                raise TurnFailed("the reasoner did not return a Reply")
-            if reply.is_final and reply.text is None:
-                raise MissingOutboxMessage("the reasoner returned neither tool calls nor text")
-            answer = Message.agent(reply.text or "", reply.tool_calls)
-            payload = answer.to_json()
-            # Model output that exceeds value limits fails closed.
-            tree.validate_value(tree.from_value(payload, scripts_allowed=False), agent.limits, scripts_allowed=False)
-            self.record(OUTPUT_MESSAGE, {"message": payload, "turn_id": turn_id})
-            if reply.is_final:
-                return answer
-            for call in reply.tool_calls:
-                self.record(TOOL_STARTED, {"tool_call": call.to_json(), "turn_id": turn_id})
-                text, ok = run_tool(agent, call)
-                result = Message.tool_result(call, text)
-                self.record(TOOL_COMPLETED, {"ok": ok, "result": result.to_json(), "turn_id": turn_id})
-        raise TurnFailed(MAX_ITERATIONS_TEXT)
+
+def _error_text(error: dict[str, Any] | None) -> str:
+    message = error.get("message") if error is not None else None
+    return message if type(message) is str and message else "the turn failed"

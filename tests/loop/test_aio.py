@@ -51,7 +51,8 @@ def run(coroutine: Any, deadline: float = 10) -> Any:
 
 
 def make(reasoner: Any, **memory: Any) -> Svit:
-    builder = Svit.builder(ADDRESS).reasoner(reasoner)
+    # A failed turn sets its item aside at once here (retries: tests/loop/test_turns.py).
+    builder = Svit.builder(ADDRESS).reasoner(reasoner).max_attempts(1)
     for name, value in memory.items():
         builder.memory(name, value)
     return builder.build()
@@ -423,11 +424,16 @@ def async_outcome(reasoner: Any) -> tuple:
     return run(main())
 
 
+def set_aside_items(agent: Svit) -> list[Any]:
+    assert agent.read("/inbox") == []
+    return [entry["item"] for entry in agent.read("/thread/turns/set_aside")]
+
+
 def summary(agent: Svit, error: TurnFailed, events: list) -> tuple:
     return (
         str(error),
         agent.failure,
-        agent.read("/inbox"),
+        set_aside_items(agent),
         [e.type for e in agent.recent_events(10)],
         [type(e).__name__ for e in events],
         [e.text for e in events if isinstance(e, Failed)],
@@ -463,9 +469,9 @@ def time_out(conversation: Any) -> str:
 def test_failing_async_reasoner_fails_the_turn_like_a_sync_one(async_reasoner, sync_steps, text):
     expected = sync_outcome(ScriptedReasoner(sync_steps))
     assert async_outcome(async_reasoner) == expected
-    error, failure, inbox, log, kinds, failed = expected
+    error, failure, set_aside, log, kinds, failed = expected
     assert text in error and failure == failed[0] and text in failure
-    assert inbox == [MESSAGE.to_json()]
+    assert set_aside == [MESSAGE.to_json()]
     assert log == ["input.message", "turn.failed"]
     assert kinds[0] == "Committed" and kinds[-1] == "Failed"
 
@@ -479,7 +485,7 @@ def test_async_reasoner_without_an_event_loop_fails_the_turn_cleanly():
             agent.block(timeout=5)
         gc.collect()
     assert not [w for w in caught if "never awaited" in str(w.message)]
-    assert agent.read("/inbox") == [MESSAGE.to_json()]
+    assert set_aside_items(agent) == [MESSAGE.to_json()]
 
 
 def test_event_loop_shutdown_mid_call_fails_the_turn_instead_of_hanging():
@@ -503,7 +509,7 @@ def test_event_loop_shutdown_mid_call_fails_the_turn_instead_of_hanging():
     run(main())
     with pytest.raises(TurnFailed, match="cancelled"):
         agent.block(timeout=5)
-    assert agent.read("/inbox") == [MESSAGE.to_json()]
+    assert set_aside_items(agent) == [MESSAGE.to_json()]
 
 
 def test_event_loop_closed_without_cancelling_the_call_fails_the_turn_instead_of_hanging():
@@ -530,7 +536,7 @@ def test_event_loop_closed_without_cancelling_the_call_fails_the_turn_instead_of
     loop.close()
     with pytest.raises(TurnFailed, match="event loop"):
         agent.block(timeout=10)
-    assert agent.read("/inbox") == [MESSAGE.to_json()]
+    assert set_aside_items(agent) == [MESSAGE.to_json()]
 
 
 # ---------------------------------------------------------------------- AsyncOpenAIReasoner
@@ -613,7 +619,7 @@ def test_async_openai_failures_fail_the_turn_like_the_sync_reasoner(server, resp
     async_agent = run(main())
     assert async_agent.failure == sync_agent.failure
     assert text in async_agent.failure and KEY not in async_agent.failure
-    assert async_agent.read("/inbox") == sync_agent.read("/inbox") == [MESSAGE.to_json()]
+    assert set_aside_items(async_agent) == set_aside_items(sync_agent) == [MESSAGE.to_json()]
 
 
 # ---------------------------------------------------------------------- README

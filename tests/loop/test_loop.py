@@ -27,6 +27,7 @@ from svit.loop import (
     TurnFailed,
 )
 from svit.loop.observers import Broadcast
+from svit.loop.set_aside import retry_set_aside
 from svit.loop.tools import TOOL_SPECS, run_tool
 from svit.ports.llm import LlmPort
 from svit.ports.spawn import SpawnPort
@@ -149,8 +150,8 @@ def test_item70_scripted_write_then_answer():
     assert json.loads(conversation[-1].text) == {"changed": ["/memory/color"], "path": "/memory/color", "version": 3}
 
 
-def test_item71_iteration_limit_fails_the_turn_and_keeps_the_item():
-    agent = Svit.builder(ADDRESS).max_iterations(1).reasoner(
+def test_item71_iteration_limit_fails_the_turn_and_sets_the_item_aside():
+    agent = Svit.builder(ADDRESS).max_iterations(1).max_attempts(1).reasoner(
         ScriptedReasoner([tool("read", path="/memory")], repeat_last=True)
     ).build()
     replies, events = agent.outbox(), agent.events()
@@ -161,9 +162,11 @@ def test_item71_iteration_limit_fails_the_turn_and_keeps_the_item():
         agent.block()
     with pytest.raises(Closed):
         replies.recv(timeout=1)
-    assert agent.read("/inbox") == [sent.to_json()]
+    assert agent.read("/inbox") == []
+    assert [entry["item"] for entry in agent.read("/thread/turns/set_aside")] == [sent.to_json()]
     failed = [e for e in drain(events) if isinstance(e, Failed)]
     assert len(failed) == 1 and "maximum reason/act iterations" in failed[0].text
+    assert failed[0].item_id == sent.id and failed[0].error["code"] == "turn_failed"
     with pytest.raises(InboxClosed):
         agent.inbox().send(Message.user("after failure"))
 
@@ -190,49 +193,54 @@ def test_inbox_is_fifo_and_acknowledged_only_after_success():
     assert agent.read("/inbox") == []
 
 
-def test_failed_turn_leaves_item_and_a_resumed_loop_retries_it():
+def test_failed_turn_sets_the_item_aside_and_a_resumed_loop_runs_it_once_retried():
     log = MemoryEventLog()
 
     def broken(conversation):
         raise ReasonerFailed("provider unavailable")
 
-    agent = Svit.builder(ADDRESS).event_log(log).reasoner(ScriptedReasoner([broken])).build()
+    agent = Svit.builder(ADDRESS).event_log(log).max_attempts(1).reasoner(ScriptedReasoner([broken])).build()
     events = agent.events()
     message = Message.user("Please retry me.")
     agent.inbox().send(message)
     with pytest.raises(TurnFailed, match="provider unavailable") as info:
         agent.block()
     assert "Traceback" not in str(info.value)
-    assert agent.read("/inbox") == [message.to_json()]
+    assert agent.read("/inbox") == []
+    assert [entry["item"] for entry in agent.read("/thread/turns/set_aside")] == [message.to_json()]
     assert agent.failure is not None and "provider unavailable" in agent.failure
     assert [e.type for e in agent.recent_events(10)] == ["input.message", "turn.failed"]
     assert any(isinstance(e, Failed) for e in drain(events))
 
     retry = ScriptedReasoner(["Done at last."])
-    resumed = Svit.resume(Process.restore(agent.snapshot())).event_log(log).reasoner(retry).build()
+    restored = Process.restore(agent.snapshot())
+    retry_set_aside(restored, message.id)  # the operator puts it back (svit inbox retry)
+    resumed = Svit.resume(restored).event_log(log).reasoner(retry).build()
     assert resumed.session_id == agent.session_id
     replies = resumed.outbox()
     resumed.block()
     assert replies.recv(timeout=1).text == "Done at last."
-    assert resumed.read("/inbox") == []
+    assert resumed.read("/inbox") == [] and resumed.read("/thread/turns") is None
     # The failed attempt is history, but the retry's conversation does not repeat it.
     assert [m.text for m in retry.requests[0][1]] == ["Please retry me."]
     assert [m.role for m in resumed.messages()] == ["user", "user", "agent"]
 
 
 def test_model_output_over_value_limits_fails_closed():
-    agent = Svit.builder(ADDRESS).limits(Limits(max_text_bytes=16384)).reasoner(ScriptedReasoner(["x" * 20000])).build()
+    agent = Svit.builder(ADDRESS).limits(Limits(max_text_bytes=16384)).max_attempts(1).reasoner(
+        ScriptedReasoner(["x" * 20000])
+    ).build()
     replies = agent.outbox()
     agent.inbox().send(Message.user("Say a lot."))
     with pytest.raises(TurnFailed, match="maximum text bytes exceeded"):
         agent.block()
-    assert len(agent.read("/inbox")) == 1
+    assert len(agent.read("/inbox")) == 0 and len(agent.read("/thread/turns/set_aside")) == 1
     with pytest.raises(Closed):
         replies.try_recv()
 
 
 def test_reply_without_text_or_tool_calls_fails():
-    agent = make(ScriptedReasoner([Reply(text=None)]))
+    agent = Svit.builder(ADDRESS).max_attempts(1).reasoner(ScriptedReasoner([Reply(text=None)])).build()
     agent.inbox().send(Message.user("hi"))
     with pytest.raises(TurnFailed, match="no final agent message"):
         agent.block()
@@ -567,16 +575,15 @@ def test_acknowledgement_conflict_fails_the_turn_without_a_reply():
         process.enqueue_inbox(Message.user("replacement").to_json())
         return "answer"
 
-    agent = make(ScriptedReasoner([meddle]))
+    agent = make(ScriptedReasoner([meddle, "second answer"]))
     holder["agent"] = agent
     replies = agent.outbox()
     agent.inbox().send("original")
-    with pytest.raises(TurnFailed, match="inbox_conflict|inbox head changed"):
-        agent.block()
-    with pytest.raises(Closed):
-        replies.recv(timeout=1)
-    assert [e.type for e in agent.recent_events(10)][-1] == "turn.failed"
-    assert agent.read("/inbox")[0]["content"][0]["text"] == "replacement"
+    agent.block()  # the conflicted turn is not counted against anything: the new head is next
+    assert [m.text for m in drain(replies)] == ["second answer"]  # never "answer"
+    failed = [e for e in agent.recent_events(10) if e.type == "turn.failed"]
+    assert len(failed) == 1 and failed[0].data["failure"]["code"] == "inbox_conflict"
+    assert agent.read("/inbox") == [] and agent.read("/thread/turns") is None
 
 
 def test_design_snippet_order_send_then_subscribe():

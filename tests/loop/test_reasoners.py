@@ -100,7 +100,9 @@ def test_environment_configuration(server, monkeypatch):
 def test_final_text_and_request_shape(server):
     server.queue(fake_openai.text("Hello there."))
     reply = reasoner(server).complete("system text", [Message.user("hi")], TOOL_SPECS)
-    assert reply == Reply(text="Hello there.")
+    assert reply == Reply(
+        text="Hello there.", finish_reason="stop", usage={"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+    )
     request = server.requests[0]
     assert request["model"] == "fake-model"
     assert request["messages"] == [{"role": "system", "content": "system text"}, {"role": "user", "content": "hi"}]
@@ -189,14 +191,19 @@ def test_svit_loop_with_openai_reasoner_writes_memory(server):
     assert messages[5]["content"].startswith("error: invalid_tool_arguments: ")
 
 
-def test_failed_request_fails_the_turn_and_keeps_the_item(server):
+def test_failed_request_fails_the_turn_and_sets_the_item_aside(server):
     server.queue(fake_openai.error(401, "bad key"))
     agent = Svit.builder(ADDRESS).reasoner(reasoner(server)).build()
-    agent.inbox().send(Message.user("hi"))
+    sent = Message.user("hi")
+    agent.inbox().send(sent)
     with pytest.raises(Exception, match="HTTP 401") as info:
         agent.block()
     assert KEY not in str(info.value)
-    assert len(agent.read("/inbox")) == 1
+    # 401 cannot succeed on a retry: set aside at once (one request), kept with its error.
+    assert agent.read("/inbox") == [] and len(server.requests) == 1
+    [entry] = agent.read("/thread/turns/set_aside")
+    assert entry["item"] == sent.to_json() and entry["attempts"] == 1
+    assert entry["error"]["status"] == 401 and entry["error"]["retryable"] is False
 
 
 def test_llm_port_through_openai(server):
