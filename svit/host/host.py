@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidValue, PersistenceConflict, PersistenceNotFound, SvitError
+from ..loop.builders import LoopOptions
+from ..loop.turns import run_next_turn
 from ..paths import validate_address
 from ..redact import redact
 from ..thread import Message
@@ -41,7 +43,6 @@ from .leases import Lease, LeaseKeeper
 from .schedule import ReadyQueue, Timers
 
 if TYPE_CHECKING:
-    from ..loop.builders import LoopOptions
     from ..reasoners import Reasoner
     from ..store import DurableProcess, ProcessStore
 
@@ -571,9 +572,6 @@ class Host:
         return self._agent_turn(entry, route, now)
 
     def _agent_turn(self, entry: _Entry, route: _Route, now: float) -> bool:
-        from ..loop.builders import LoopOptions
-        from ..loop.turns import run_next_turn
-
         options = route.options if route.options is not None else LoopOptions()
         outcome = run_next_turn(entry.handle, entry.reasoner, options, now=now)
         if outcome.kind == "empty":
