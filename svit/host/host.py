@@ -161,6 +161,7 @@ class Host:
         self._routes: list[_Route] = []
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._entries_lock = threading.Lock()
+        self._opening: dict[str, threading.Lock] = {}
         self._queue = ReadyQueue()
         self._agent_due = Timers()
         self._parked = Timers()
@@ -337,6 +338,19 @@ class Host:
             if entry is not None:
                 self._entries.move_to_end(address)
                 return entry
+            gate = self._opening.setdefault(address, threading.Lock())
+        with gate:  # one opening per address: a second handle would make the first stale
+            with self._entries_lock:
+                entry = self._entries.get(address)
+                if entry is not None:
+                    return entry
+            try:
+                return self._open_new(address)
+            finally:
+                with self._entries_lock:
+                    self._opening.pop(address, None)
+
+    def _open_new(self, address: str) -> _Entry | None:
         lease = None
         if self.leases is not None:
             lease = self.leases.acquire(address)
