@@ -6,6 +6,7 @@ with_trailer``), which is well defined because ``tests`` is a package.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,23 +19,72 @@ from svit.lisp.context import Context, LispLimits, enter, leave
 from svit.snapshot import MAGIC
 from svit.store import ProcessStore, keys
 from tests.loop.fake_openai import FakeOpenAI
+from tests.store import pg_cluster
 
-__all__ = ["make_files", "raw_db", "reopen", "with_trailer"]
+__all__ = ["ENGINES", "location_of", "make_files", "raw_db", "reopen", "with_trailer"]
 
 
 # ---------------------------------------------------------------------------- fixtures
 
 
-@pytest.fixture
-def engine_kind() -> str:
-    """The storage engine the ``store`` fixture opens."""
-    return "rocksdb"
+ENGINES = ["rocksdb", "postgresql"]
+
+
+@pytest.fixture(scope="session")
+def postgresql_server() -> Iterator[str]:
+    """The URL of a PostgreSQL server for this test session: ``SVIT_TEST_POSTGRESQL_URL``
+    if set, else a throwaway cluster (initdb into a temporary directory, 127.0.0.1 on a
+    free port) stopped at the end. Without PostgreSQL the tests that need it skip, unless
+    ``SVIT_REQUIRE_POSTGRESQL=1`` (CI), where they fail."""
+    given = os.environ.get("SVIT_TEST_POSTGRESQL_URL")
+    if given:
+        yield given
+        return
+    required = os.environ.get("SVIT_REQUIRE_POSTGRESQL") == "1"
+    if pg_cluster.binaries() is None:
+        message = "PostgreSQL binaries (initdb, pg_ctl) not found; set SVIT_TEST_POSTGRESQL_URL"
+        if required:
+            pytest.fail(message)
+        pytest.skip(message)
+    try:
+        cluster = pg_cluster.Cluster.start()
+    except Exception as exc:
+        if required:
+            pytest.fail(f"cannot start PostgreSQL: {exc}")
+        pytest.skip(f"cannot start PostgreSQL: {exc}")
+    try:
+        yield cluster.url
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[ProcessStore]:
-    """An open process store in ``tmp_path/store``, closed after the test (closing twice is harmless)."""
-    opened = ProcessStore.open(str(tmp_path / "store"))
+def postgresql_url(postgresql_server: str) -> Iterator[str]:
+    """A database of this test's own: a fresh schema on the session's server (dropped after)."""
+    schema, url = pg_cluster.create_schema(postgresql_server)
+    yield url
+    pg_cluster.drop_schema(postgresql_server, schema)
+
+
+@pytest.fixture(params=ENGINES)
+def engine_kind(request: pytest.FixtureRequest) -> str:
+    """The storage engine the ``store`` fixture opens: each test using it runs on both."""
+    return str(request.param)
+
+
+@pytest.fixture
+def store_location(engine_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """Where this test's store lives: ``tmp_path/store`` or its own PostgreSQL schema."""
+    if engine_kind == "postgresql":
+        return str(request.getfixturevalue("postgresql_url"))
+    return str(tmp_path / "store")
+
+
+@pytest.fixture
+def store(store_location: str) -> Iterator[ProcessStore]:
+    """An open process store (RocksDB in ``tmp_path/store``, or a PostgreSQL schema of its
+    own), closed after the test (closing twice is harmless)."""
+    opened = ProcessStore.open(store_location)
     yield opened
     opened.close()
 
@@ -73,9 +123,16 @@ def no_openai_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def reopen(store: ProcessStore) -> ProcessStore:
-    """Close ``store`` and open the same directory again (what a restart does)."""
+    """Close ``store`` and open the same directory or database again (what a restart does)."""
     store.close()
-    return ProcessStore.open(store.path)
+    return ProcessStore.open(location_of(store))
+
+
+def location_of(store: ProcessStore) -> str:
+    """What opens ``store`` again: its directory, or its database URL (with the options
+    that select its schema; ``store.path`` shows a PostgreSQL URL without them)."""
+    url = getattr(store.engine, "url", None)
+    return url if isinstance(url, str) else store.path
 
 
 def raw_db(path: str) -> rocksdict.Rdict:

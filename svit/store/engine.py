@@ -39,7 +39,7 @@ from . import failures, keys
 from .group import GroupCommit
 from .keys import IRREPLACEABLE, REBUILDABLE
 
-__all__ = ["ALL_CLASSES", "WriteBatch", "BatchPart", "ExpectationFailed", "NotWritten", "StorageEngine"]
+__all__ = ["ALL_CLASSES", "WriteBatch", "BatchPart", "ExpectationFailed", "NotWritten", "StorageFailure", "StorageEngine"]
 
 #: Both durability classes: what an ordinary operation's batch may touch.
 ALL_CLASSES = (IRREPLACEABLE, REBUILDABLE)
@@ -115,6 +115,16 @@ class ExpectationFailed(Exception):
     def __init__(self, index: int) -> None:
         super().__init__(index)
         self.index = index
+
+
+class StorageFailure(Exception):
+    """A failed write an engine has already classified: ``reason`` and a host-free
+    ``description`` (:mod:`svit.store.failures` classifies every other exception)."""
+
+    def __init__(self, reason: str, description: str) -> None:
+        super().__init__(description)
+        self.reason = reason
+        self.description = description
 
 
 class NotWritten(Exception):
@@ -212,7 +222,10 @@ class StorageEngine(ABC):
                     f"synced write not made ({lost.description}); nothing of it was written", reason=lost.reason
                 ) from None
             except BaseException as exc:
-                reason, description = failures.classify(exc)
+                if isinstance(exc, StorageFailure):
+                    reason, description = exc.reason, exc.description
+                else:
+                    reason, description = failures.classify(exc)
                 self._failure = description
                 raise PersistenceUnavailable(
                     f"synced write failed ({description}); the store is terminal until reopened", reason=reason

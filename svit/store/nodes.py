@@ -33,6 +33,10 @@ class StoredNodes:
     def present(self, digest: bytes, pending: set[bytes]) -> bool:
         if digest in pending or digest in self._known:
             return True
+        if self.engine.shared:
+            # A read is a round trip to a server: stage the chunk again instead (writing
+            # a content-addressed chunk that is already stored changes nothing).
+            return False
         return self.engine.get(CF_NODES, keys.node_key(digest)) is not None
 
     def stage(self, batch: WriteBatch, root: Node) -> set[bytes]:

@@ -695,10 +695,11 @@ class ProcessStore:
             self._heads[address] = head
         return head
 
-    def _stage_head_expectation(self, batch: WriteBatch, address: str, *, absent: bool = False) -> None:
+    def _stage_head_expectation(self, batch: WriteBatch, address: str, *, absent: bool = False,
+                                read: bytes | None = None) -> None:
         """On a shared engine, make ``batch`` apply only if the head of ``address`` still
-        holds the bytes just read here (or is still absent): the compare-and-swap is then
-        made by the engine, atomically with the write. Call right after reading the head."""
+        holds the bytes read (``read``, or read here) or is still absent (``absent``): the
+        compare-and-swap is then made by the engine, atomically with the write."""
         if not self.engine.shared:
             return
         head_key = keys.head_key(address)
@@ -706,7 +707,7 @@ class ProcessStore:
             batch.expect(CF_RECORD, head_key, None)
             batch.expect(CF_RECORD, keys.base_key(address), None)
             return
-        batch.expect(CF_RECORD, head_key, self._get(CF_RECORD, head_key))
+        batch.expect(CF_RECORD, head_key, read if read is not None else self._get(CF_RECORD, head_key))
 
     def _accept_head(self, address: str, base_hash: str, head: Head, version: int, root_hash: str) -> None:
         """Note the head a write of this store just made (or queued) for ``address``."""
@@ -770,7 +771,9 @@ class ProcessStore:
             self.mailbox.stage_commit(batch, transition)
             head_bytes = self._head_record(address, base_hash, new_head, version_after, root_hash)
             batch.put(CF_RECORD, keys.head_key(address), head_bytes)
-            self._stage_head_expectation(batch, address)
+            # On a shared engine _current_head just read (and decoded) the stored head.
+            self._stage_head_expectation(batch, address, read=self._head_cache[address][0]
+                                         if self.engine.shared else None)
             for space, key, value in handle.fences:
                 batch.expect(space, key, value)
             ticket = lock.submit(batch)

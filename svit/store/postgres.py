@@ -1,0 +1,467 @@
+"""The PostgreSQL storage engine: the only module that touches ``psycopg``.
+
+Layout: one table per key space of :mod:`svit.store.keys` (``svit_default``,
+``svit_record``, ``svit_nodes``, ``svit_index``), each ``key bytea primary key, value
+bytea not null``, in the schema the URL's ``search_path`` names (created on open). bytea
+compares byte by byte, so ``ORDER BY key`` is the key order RocksDB keeps and a prefix
+scan is a key range. One more table, ``svit_writers``, holds one commit marker per open
+connection (see below).
+
+A write batch is ONE transaction of plain SQL, sent pipelined: ``BEGIN``, each part's
+expectations, its puts (``INSERT ... ON CONFLICT (key) DO UPDATE``) and deletes, the
+connection's commit marker, ``COMMIT``. An expectation of a value is
+``SELECT value ... FOR UPDATE`` (the row stays locked until the transaction ends, so a
+concurrent writer of that key waits and then sees the new value); an expectation of
+absence is a plain ``INSERT`` of the key (removed again unless the batch writes the key),
+which waits for, and then collides with, any concurrent transaction creating it. A batch
+without value expectations is one round trip; one with them is two (the checked values
+come back before ``COMMIT`` is sent). ``synchronous_commit`` is set ``on`` for every
+connection, so ``COMMIT`` returns only once the server has flushed the commit record to
+its write-ahead log.
+
+A commit whose reply is lost (the connection fails while ``COMMIT`` is in flight) is
+resolved by reading back: every transaction also writes a fresh random token into the
+connection's row of ``svit_writers``; a new connection locks that row (which waits until
+the lost transaction has ended, committed or aborted) and compares the token. Present:
+the batch committed and the write succeeds. Absent: it did not, and the write raises
+``PersistenceUnavailable`` (reason ``interrupted``) leaving the engine healthy. If the
+server cannot be reached to tell within :data:`RESOLVE_SECONDS`, the engine is terminal.
+A failure before ``COMMIT`` was sent cannot have committed and is reported the same way.
+
+``sequence()`` is the server's current write-ahead-log position
+(``pg_current_wal_lsn()`` in bytes): it moves forward with every committed write of any
+writer, needs no write of its own, and fits in 64 bits.
+
+Errors never carry the URL's password or the server's text (which may name host paths
+or data): every failure is described from a fixed vocabulary by its SQLSTATE class.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+import urllib.parse
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import psycopg_pool
+from psycopg import sql
+
+from ..errors import InvalidPersistence, PersistenceUnavailable, SvitError
+from .engine import BatchPart, ExpectationFailed, NotWritten, StorageEngine, StorageFailure, WriteBatch
+from .keys import COLUMN_FAMILIES
+
+__all__ = [
+    "PostgreSQLEngine",
+    "TABLE_PREFIX",
+    "WRITERS_TABLE",
+    "RESOLVE_SECONDS",
+    "location",
+    "table_name",
+]
+
+#: Every table of the store starts with this; a ``svit_`` table the layout does not
+#: declare refuses the open, as an unregistered column family does on RocksDB.
+TABLE_PREFIX = "svit_"
+#: One commit marker per open connection: ``(writer text primary key, token bytea)``.
+WRITERS_TABLE = "svit_writers"
+#: How long a lost commit reply may take to resolve before the engine gives up (terminal).
+RESOLVE_SECONDS = 10.0
+#: How long an open waits for its first connection.
+CONNECT_SECONDS = 10.0
+#: Rows fetched per query of a scan (a scan is a sequence of key-range pages).
+SCAN_PAGE = 512
+
+
+def table_name(space: str) -> str:
+    return f"{TABLE_PREFIX}{space}"
+
+
+def location(url: str) -> str:
+    """``url`` without its password and query (what errors and statements may show)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        port = f":{parts.port}" if parts.port is not None else ""
+        user = f"{urllib.parse.unquote(parts.username)}@" if parts.username else ""
+        return f"{parts.scheme}://{user}{host}{port}{parts.path}"
+    except ValueError:
+        return "postgresql://(unparsable URL)"
+
+
+def _upper_bound(prefix: bytes) -> bytes | None:
+    """The least key greater than every key starting with ``prefix`` (None: no bound)."""
+    trimmed = prefix.rstrip(b"\xff")
+    if not trimmed:
+        return None
+    return trimmed[:-1] + bytes([trimmed[-1] + 1])
+
+
+def _classify(exc: BaseException) -> tuple[str, str]:
+    """``(reason, description)`` of a psycopg failure, from a fixed vocabulary."""
+    if isinstance(exc, psycopg_pool.PoolTimeout):
+        return "unreachable", "the database server cannot be reached (no connection within the timeout)"
+    if isinstance(exc, psycopg.OperationalError) and getattr(exc, "sqlstate", None) is None:
+        return "unreachable", "the connection to the database server failed"
+    state = getattr(exc, "sqlstate", None) or ""
+    if state.startswith("53"):
+        return "full", "the database server is out of resources (disk, memory or connections)"
+    if state.startswith("28"):
+        return "refused", "the database server refused the credentials"
+    if state.startswith("42501") or state == "25006":
+        return "read_only", "the database refuses writes (permission or read-only transaction)"
+    if state.startswith("3D"):
+        return "not_found", "the database named in the URL does not exist"
+    if state.startswith("57") or state.startswith("08"):
+        return "unreachable", f"the database server ended the connection (SQLSTATE {state})"
+    if state.startswith("XX"):
+        return "damaged", f"the database server reports an internal error (SQLSTATE {state})"
+    name = type(exc).__name__
+    return "unknown", f"unexpected database failure ({name}{f', SQLSTATE {state}' if state else ''})"
+
+
+def _unavailable(exc: BaseException, doing: str) -> PersistenceUnavailable:
+    reason, description = _classify(exc)
+    return PersistenceUnavailable(f"{doing}: {description}", reason=reason)
+
+
+class _LostReply(Exception):
+    """The connection failed while ``COMMIT`` was in flight: the outcome must be read back."""
+
+
+class PostgreSQLEngine(StorageEngine):
+    """One PostgreSQL schema; each key space is a table; a batch is one transaction."""
+
+    shared = True
+
+    def __init__(self, url: str, pool: psycopg_pool.ConnectionPool, engine_id: str) -> None:
+        super().__init__(location(url))
+        #: The URL as given (it may hold a password: never shown; :attr:`path` is safe).
+        self.url = url
+        self._pool = pool
+        self._engine_id = engine_id
+        self._tables = {space: sql.Identifier(table_name(space)) for space in COLUMN_FAMILIES}
+        self.resolve_seconds = RESOLVE_SECONDS
+        #: Lost commit replies resolved by reading back, and how each ended (for drills).
+        self.resolved: list[str] = []
+        self._statements = _Statements(self._tables)
+
+    # ------------------------------------------------------------------ opening
+    @classmethod
+    def open(cls, url: str, *, max_connections: int = 8, connect_timeout: float = CONNECT_SECONDS) -> PostgreSQLEngine:
+        """Connect (a pool of up to ``max_connections``), create the tables if absent, and
+        refuse a schema holding ``svit_`` tables the layout does not declare."""
+        engine_id = uuid.uuid4().hex
+
+        def configure(conn: psycopg.Connection[Any]) -> None:
+            # Every connection commits synchronously and owns one marker row from the start,
+            # so a lost reply's transaction holds that row's lock while it is in flight.
+            conn.execute("SET synchronous_commit TO on")
+            conn.execute(
+                sql.SQL("INSERT INTO {} (writer, token) VALUES (%s, %s) ON CONFLICT (writer) DO NOTHING")
+                .format(sql.Identifier(WRITERS_TABLE)), [_writer(engine_id, conn), b""])
+
+        try:
+            _create_schema(url, connect_timeout)
+            pool = psycopg_pool.ConnectionPool(
+                url, min_size=1, max_size=max(2, max_connections), open=False, configure=configure,
+                kwargs={"autocommit": True, "connect_timeout": max(1, int(connect_timeout))},
+                timeout=connect_timeout, name="svit-store", reconnect_timeout=connect_timeout,
+            )
+            pool.open(wait=True, timeout=connect_timeout)
+        except SvitError:
+            raise
+        except Exception as exc:
+            raise _unavailable(exc, "cannot open store") from None
+        return cls(url, pool, engine_id)
+
+    # ------------------------------------------------------------------ writing
+    def apply(self, batch: WriteBatch) -> None:
+        parts = batch.split()
+        token = secrets.token_bytes(16)
+        try:
+            with self._pool.connection() as conn:
+                writer = _writer(self._engine_id, conn)
+                try:
+                    self._transaction(conn, parts, writer, token)
+                except _LostReply:
+                    self._resolve(writer, token)
+        except (ExpectationFailed, NotWritten, StorageFailure):
+            raise
+        except psycopg.Error as exc:
+            reason, description = _classify(exc)
+            if reason == "unreachable":
+                # Nothing was committed (COMMIT was never sent): the engine stays sound.
+                raise NotWritten(f"{description}; nothing was committed", "interrupted") from None
+            raise StorageFailure(reason, description) from None
+        except psycopg_pool.PoolTimeout as exc:
+            reason, description = _classify(exc)
+            raise NotWritten(f"{description}; nothing was committed", "unreachable") from None
+
+    def _transaction(self, conn: psycopg.Connection[Any], parts: list[BatchPart], writer: str, token: bytes) -> None:
+        """Write ``parts`` as one transaction on ``conn``: pipelined, COMMIT last."""
+        checks_values = any(expected is not None for part in parts for _, _, expected in part.expectations)
+        statements = self._statements
+        value_checks: list[tuple[int, psycopg.Cursor[Any], bytes]] = []
+        try:
+            with conn.pipeline() as pipeline:
+                conn.execute("BEGIN")
+                for index, part in enumerate(parts):
+                    for cursor_query, params, expected in statements.part(part):
+                        cursor = conn.execute(cursor_query, params)
+                        if expected is not None:
+                            value_checks.append((index, cursor, expected))
+                conn.execute(statements.marker, [writer, token])
+                if not checks_values:
+                    try:
+                        conn.execute("COMMIT")
+                        pipeline.sync()
+                    except psycopg.errors.UniqueViolation:
+                        raise
+                    except psycopg.OperationalError as exc:
+                        if _connection_lost(conn, exc):
+                            raise _LostReply() from None
+                        raise
+                    return
+                pipeline.sync()
+        except psycopg.errors.UniqueViolation:
+            # An expectation of absence met a key that exists; find which part, one by one.
+            self._rollback(conn)
+            raise ExpectationFailed(self._first_failing_part(conn, parts)) from None
+        for index, cursor, expected in value_checks:
+            row = cursor.fetchone()
+            if row is None or bytes(row[0]) != expected:
+                self._rollback(conn)
+                raise ExpectationFailed(index)
+        try:
+            conn.execute("COMMIT")
+        except psycopg.OperationalError as exc:
+            if _connection_lost(conn, exc):
+                raise _LostReply() from None
+            raise
+
+    def _first_failing_part(self, conn: psycopg.Connection[Any], parts: list[BatchPart]) -> int:
+        """Run ``parts`` statement by statement in a transaction that is rolled back: the
+        index of the first part whose expectation fails (the last part if none fails now,
+        which leaves that batch to conflict: its expectation failed a moment ago)."""
+        statements = self._statements
+        try:
+            conn.execute("BEGIN")
+            for index, part in enumerate(parts):
+                for query, params, expected in statements.part(part):
+                    try:
+                        cursor = conn.execute(query, params)
+                    except psycopg.errors.UniqueViolation:
+                        return index
+                    if expected is not None:
+                        row = cursor.fetchone()
+                        if row is None or bytes(row[0]) != expected:
+                            return index
+            return len(parts) - 1
+        finally:
+            self._rollback(conn)
+
+    @staticmethod
+    def _rollback(conn: psycopg.Connection[Any]) -> None:
+        try:
+            conn.execute("ROLLBACK")
+        except psycopg.Error:
+            pass
+
+    def _resolve(self, writer: str, token: bytes) -> None:
+        """Read back whether the transaction that wrote ``token`` committed (see the module
+        docstring); return if it did, raise :class:`NotWritten` if it did not. A server
+        that cannot be reached within :attr:`resolve_seconds` raises (terminal)."""
+        deadline = time.monotonic() + self.resolve_seconds
+        query = sql.SQL("SELECT token FROM {} WHERE writer = %s FOR UPDATE").format(sql.Identifier(WRITERS_TABLE))
+        while True:
+            try:
+                left = max(1, int(deadline - time.monotonic()))
+                with psycopg.connect(self.url, connect_timeout=left, autocommit=True) as conn:
+                    conn.execute(sql.SQL("SET lock_timeout = {}").format(sql.Literal(f"{left}s")))
+                    with conn.transaction():
+                        row = conn.execute(query, [writer]).fetchone()
+                break
+            except psycopg.Error:
+                if time.monotonic() >= deadline:
+                    raise StorageFailure(
+                        "unreachable", "the reply to a commit was lost and the database server could not be "
+                        "reached to tell whether it committed") from None
+                time.sleep(0.1)
+        if row is not None and bytes(row[0]) == token:
+            self.resolved.append("committed")
+            return
+        self.resolved.append("not committed")
+        raise NotWritten("the connection failed while the commit was in flight, and reading back shows it "
+                         "did not commit; nothing was written")
+
+    # ------------------------------------------------------------------ reading
+    def get(self, space: str, key: bytes) -> bytes | None:
+        try:
+            with self._pool.connection() as conn:
+                row = conn.execute(self._statements.get[space], [key]).fetchone()
+        except Exception as exc:
+            raise _unavailable(exc, "read failed") from None
+        return None if row is None else bytes(row[0])
+
+    def scan(self, space: str, prefix: bytes, start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        upper = _upper_bound(prefix)
+        low = start if start is not None and start > prefix else prefix
+        inclusive = True
+        while True:
+            try:
+                with self._pool.connection() as conn:
+                    rows = conn.execute(self._statements.scan(space, inclusive, upper is not None),
+                                        [low, upper, SCAN_PAGE] if upper is not None else [low, SCAN_PAGE]).fetchall()
+            except Exception as exc:
+                raise _unavailable(exc, "scan failed") from None
+            for key, value in rows:
+                yield bytes(key), bytes(value)
+            if len(rows) < SCAN_PAGE:
+                return
+            low, inclusive = bytes(rows[-1][0]), False
+
+    def last_key(self, space: str, prefix: bytes) -> bytes | None:
+        upper = _upper_bound(prefix)
+        try:
+            with self._pool.connection() as conn:
+                row = conn.execute(self._statements.last(space, upper is not None),
+                                   [prefix, upper] if upper is not None else [prefix]).fetchone()
+        except Exception as exc:
+            raise _unavailable(exc, "scan failed") from None
+        return None if row is None else bytes(row[0])
+
+    def sequence(self) -> int:
+        try:
+            with self._pool.connection() as conn:
+                row = conn.execute("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint").fetchone()
+        except Exception as exc:
+            raise _unavailable(exc, "read failed") from None
+        return int(row[0]) if row is not None else 0
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "engine": "postgresql",
+            "write": "every acknowledged commit in one PostgreSQL transaction with synchronous_commit=on "
+                     "(COMMIT returns after the server flushed its write-ahead log; commits arriving together "
+                     "share one)",
+            "wal_recovery_mode": "PostgreSQL crash recovery (write-ahead log replay)",
+            # One database: the derived index shares the record's server and disk.
+            "shares_device": True,
+            "location": self.path,
+        }
+
+    def _release(self) -> None:
+        try:
+            with self._pool.connection(timeout=2) as conn:
+                conn.execute(sql.SQL("DELETE FROM {} WHERE writer LIKE %s").format(sql.Identifier(WRITERS_TABLE)),
+                             [f"{self._engine_id}:%"])
+        except Exception:
+            pass  # markers of a closed engine are harmless; the next open does not read them
+        finally:
+            self._pool.close(timeout=5)
+
+
+def _writer(engine_id: str, conn: psycopg.Connection[Any]) -> str:
+    """The marker row of ``conn``: this engine's id and the server process serving it
+    (fixed for the connection's life, unique among the server's live connections)."""
+    return f"{engine_id}:{conn.info.backend_pid}"
+
+
+def _connection_lost(conn: psycopg.Connection[Any], exc: BaseException) -> bool:
+    """True when ``exc`` is the connection failing (not the server refusing the statement)."""
+    return conn.broken or conn.closed or getattr(exc, "sqlstate", None) is None \
+        or str(getattr(exc, "sqlstate", "")).startswith(("08", "57"))
+
+
+def _create_schema(url: str, connect_timeout: float) -> None:
+    """Create the tables if absent; refuse unregistered ``svit_`` tables."""
+    tables = [table_name(space) for space in COLUMN_FAMILIES]
+    with psycopg.connect(url, autocommit=True, connect_timeout=max(1, int(connect_timeout))) as conn:
+        for _attempt in range(3):
+            try:
+                with conn.transaction():
+                    for name in tables:
+                        conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (key bytea PRIMARY KEY, value bytea NOT NULL)")
+                                     .format(sql.Identifier(name)))
+                    conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (writer text PRIMARY KEY, token bytea NOT NULL)")
+                                 .format(sql.Identifier(WRITERS_TABLE)))
+                break
+            except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateTable):
+                continue  # another process created them at the same moment: look again
+        rows = conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() "
+            "AND table_name LIKE 'svit\\_%'").fetchall()
+    unknown = sorted({str(row[0]) for row in rows} - set(tables) - {WRITERS_TABLE})
+    if unknown:
+        raise InvalidPersistence(f"store has unregistered tables: {unknown}")
+
+
+class _Statements:
+    """The SQL of every operation, composed once per engine."""
+
+    def __init__(self, tables: dict[str, sql.Identifier]) -> None:
+        self.tables = tables
+        self.get = {space: sql.SQL("SELECT value FROM {} WHERE key = %s").format(t) for space, t in tables.items()}
+        self.lock_value = {space: sql.SQL("SELECT value FROM {} WHERE key = %s FOR UPDATE").format(t)
+                           for space, t in tables.items()}
+        self.claim_absent = {space: sql.SQL("INSERT INTO {} (key, value) VALUES (%s, '')").format(t)
+                             for space, t in tables.items()}
+        self.upsert = {space: sql.SQL(
+            "INSERT INTO {} (key, value) SELECT * FROM unnest(%s::bytea[], %s::bytea[]) "
+            "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value").format(t) for space, t in tables.items()}
+        self.delete = {space: sql.SQL("DELETE FROM {} WHERE key = ANY(%s::bytea[])").format(t)
+                       for space, t in tables.items()}
+        self.marker = sql.SQL("INSERT INTO {} (writer, token) VALUES (%s, %s) ON CONFLICT (writer) "
+                              "DO UPDATE SET token = EXCLUDED.token").format(sql.Identifier(WRITERS_TABLE))
+        self._scans: dict[tuple[str, bool, bool], sql.Composed] = {}
+        self._lasts: dict[tuple[str, bool], sql.Composed] = {}
+
+    def part(self, part: BatchPart) -> Iterator[tuple[sql.Composed, list[Any], bytes | None]]:
+        """``(statement, parameters, expected value or None)`` for one part: its
+        expectations first, then its writes (the last operation on each key wins)."""
+        final: dict[tuple[str, bytes], bytes | None] = {}
+        for space, key, value in part.operations:
+            final[(space, key)] = value
+        for space, key, expected in part.expectations:
+            if expected is None:
+                yield self.claim_absent[space], [key], None
+                final.setdefault((space, key), None)  # the claim is removed unless written
+            else:
+                yield self.lock_value[space], [key], expected
+        puts: dict[str, tuple[list[bytes], list[bytes]]] = {}
+        deletes: dict[str, list[bytes]] = {}
+        for (space, key), value in final.items():
+            if value is None:
+                deletes.setdefault(space, []).append(key)
+            else:
+                keys_, values = puts.setdefault(space, ([], []))
+                keys_.append(key)
+                values.append(value)
+        for space, keys_list in deletes.items():
+            yield self.delete[space], [keys_list], None
+        for space, (keys_list, values) in puts.items():
+            yield self.upsert[space], [keys_list, values], None
+
+    def scan(self, space: str, inclusive: bool, bounded: bool) -> sql.Composed:
+        found = self._scans.get((space, inclusive, bounded))
+        if found is None:
+            low = ">=" if inclusive else ">"
+            high = " AND key < %s" if bounded else ""
+            found = sql.SQL(f"SELECT key, value FROM {{}} WHERE key {low} %s{high} ORDER BY key LIMIT %s").format(
+                self.tables[space])
+            self._scans[(space, inclusive, bounded)] = found
+        return found
+
+    def last(self, space: str, bounded: bool) -> sql.Composed:
+        found = self._lasts.get((space, bounded))
+        if found is None:
+            high = " AND key < %s" if bounded else ""
+            found = sql.SQL(f"SELECT key FROM {{}} WHERE key >= %s{high} ORDER BY key DESC LIMIT 1").format(
+                self.tables[space])
+            self._lasts[(space, bounded)] = found
+        return found
