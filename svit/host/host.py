@@ -50,6 +50,12 @@ __all__ = ["AddressFailure", "Host", "HostStats", "HostTimeout", "ReasonerFactor
 
 _log = logging.getLogger("svit.host")
 
+#: Why an address is woken (besides its inbox, which every slot looks at): mail may be
+#: waiting for it, or delivery outcomes to settle in its outbox.
+DELIVER = "deliver"
+SETTLE = "settle"
+EVERYTHING = frozenset({DELIVER, SETTLE})
+
 #: Makes the reasoner of one agent address (called once per opened handle).
 ReasonerFactory = Callable[[str], "Reasoner"]
 
@@ -162,6 +168,10 @@ class Host:
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._entries_lock = threading.Lock()
         self._opening: dict[str, threading.Lock] = {}
+        self._needs: dict[str, set[str]] = {}
+        self._needs_lock = threading.Lock()
+        #: Addresses another live host holds, with when its lease runs out (not polled till then).
+        self._foreign: dict[str, float] = {}
         self._queue = ReadyQueue()
         self._agent_due = Timers()
         self._parked = Timers()
@@ -327,7 +337,17 @@ class Host:
                 self._refused(entry)
                 raise
         self._progressed()
+        self._wake(address)
+
+    def _wake(self, address: str, *needs: str) -> None:
+        if needs:
+            with self._needs_lock:
+                self._needs.setdefault(address, set()).update(needs)
         self._queue.wake(address)
+
+    def _take_needs(self, address: str) -> set[str]:
+        with self._needs_lock:
+            return self._needs.pop(address, set())
 
     # ------------------------------------------------------------------ handles and leases
     def _open(self, address: str) -> _Entry | None:
@@ -353,9 +373,14 @@ class Host:
     def _open_new(self, address: str) -> _Entry | None:
         lease = None
         if self.leases is not None:
-            lease = self.leases.acquire(address)
+            lease, theirs = self.leases.claim(address)
             if lease is None:
+                if theirs is not None:
+                    with self._entries_lock:
+                        self._foreign[address] = theirs.expires
                 return None
+            with self._entries_lock:
+                self._foreign.pop(address, None)
         try:
             handle = self.store.resume(address)
         except BaseException:
@@ -416,14 +441,14 @@ class Host:
         while not self._stopping.is_set():
             now = time.time()
             for address in self._agent_due.due(now) + self._parked.due(now):
-                self._queue.wake(address)
+                self._wake(address)
             if renew_every is not None and now >= next_renew:
                 next_renew = now + renew_every
                 with self._entries_lock:
                     held = list(self._entries.values())
                 for entry in held:
                     if entry.lease is not None and self.leases is not None and self.leases.needs_renewal(entry.lease):
-                        self._queue.wake(entry.address)  # renewed by the worker that serves it
+                        self._wake(entry.address)  # renewed by the worker that serves it
             if now >= next_poll:
                 self._quiet_check()
                 try:
@@ -446,14 +471,19 @@ class Host:
     def _poll(self) -> None:
         """Queue every address the store says has work for a host."""
         mailbox = self.store.mailbox
-        for target in mailbox.targets(limit=self.scan_limit):
-            self._queue.wake(target)
-        for sender in mailbox.unsettled(limit=self.scan_limit):
-            self._queue.wake(sender)
         now = time.time()
+        with self._entries_lock:
+            foreign = {a for a, expires in self._foreign.items() if expires > now}
+            self._foreign = {a: self._foreign[a] for a in foreign}
+        for target in mailbox.targets(limit=self.scan_limit):
+            if target not in foreign:
+                self._wake(target, DELIVER)
+        for sender in mailbox.unsettled(limit=self.scan_limit):
+            if sender not in foreign:
+                self._wake(sender, SETTLE)
         for address in mailbox.ready(limit=self.scan_limit):
-            if self._route(address) is not None and not self._parked.waiting(address, now):
-                self._queue.wake(address)
+            if address not in foreign and self._route(address) is not None and not self._parked.waiting(address, now):
+                self._wake(address)
 
     def _quiet_check(self) -> None:
         """One poll round: quiet when nothing ran or changed since the previous round's
@@ -490,6 +520,9 @@ class Host:
 
     def _serve(self, address: str) -> bool:
         """One slot for ``address``; True when it made progress (serve it again later)."""
+        needs = self._take_needs(address)
+        with self._entries_lock:
+            fresh = address not in self._entries
         try:
             entry = self._open(address)
         except PersistenceNotFound:
@@ -500,7 +533,7 @@ class Host:
                 for message_id in refused:
                     sender = _sender_of(message_id)
                     if sender is not None:
-                        self._queue.wake(sender)
+                        self._wake(sender, SETTLE)
             return False
         if entry is None:
             return False
@@ -508,7 +541,7 @@ class Host:
             if self._forgotten(entry):
                 return True
             try:
-                return self._serve_entry(entry)
+                return self._serve_entry(entry, EVERYTHING if fresh else needs)
             except PersistenceConflict:
                 self._refused(entry)
                 self._progressed()
@@ -527,33 +560,38 @@ class Host:
         with self._entries_lock:
             return self._entries.get(entry.address) is not entry
 
-    def _serve_entry(self, entry: _Entry) -> bool:
+    def _serve_entry(self, entry: _Entry, needs: set[str] | frozenset[str]) -> bool:
+        """Settle, deliver (each only when there may be something to do: a fresh handle,
+        or a wake-up that said so) and handle at most one inbox item."""
         if not self._renew(entry):
             self._forget(entry)  # taken over while we were away: nothing was committed with it
             return False
         handle = entry.handle
         mailbox = self.store.mailbox
         progressed = False
-        if mailbox.settle(handle) is not None:
+        if SETTLE in needs and mailbox.settle(handle) is not None:
             progressed = True
-        delivery = mailbox.deliver(handle, limit=self.delivery_batch, inbox_limit=self.inbox_limit)
-        if delivery.delivered or delivery.undeliverable:
-            progressed = True
-            self._count("delivered", len(delivery.delivered))
-            self._count("undeliverable", len(delivery.undeliverable))
-            senders = {_sender_of(mid) for mid in delivery.delivered}
-            senders.update(_sender_of(mid) for mid, _reason in delivery.undeliverable)
-            for sender in senders:
-                if sender is not None:
-                    self._queue.wake(sender)
+        if DELIVER in needs:
+            delivery = mailbox.deliver(handle, limit=self.delivery_batch, inbox_limit=self.inbox_limit)
+            if delivery.delivered or delivery.undeliverable:
+                progressed = True
+                self._count("delivered", len(delivery.delivered))
+                self._count("undeliverable", len(delivery.undeliverable))
+                senders = {_sender_of(mid) for mid in delivery.delivered}
+                senders.update(_sender_of(mid) for mid, _reason in delivery.undeliverable)
+                for sender in senders:
+                    if sender is not None:
+                        self._wake(sender, SETTLE)
+                if len(delivery.delivered) + len(delivery.undeliverable) >= self.delivery_batch:
+                    self._wake(entry.address, DELIVER)  # a full batch: more may wait
         route = self._route(entry.address)
         if route is not None and self._accepting and self._turn(entry, route):
             progressed = True
-        if progressed:
-            self._progressed()
             for intent in handle.message_intents():
                 if "undeliverable" not in intent and isinstance(intent.get("to"), str):
-                    self._queue.wake(intent["to"])
+                    self._wake(intent["to"], DELIVER)
+        if progressed:
+            self._progressed()
         return progressed
 
     def _turn(self, entry: _Entry, route: _Route) -> bool:

@@ -94,19 +94,24 @@ class LeaseKeeper:
     def acquire(self, address: str) -> Lease | None:
         """Take ``address``'s lease when it is free, expired or already ours; None when
         another live holder has it or a racing host took it first."""
+        return self.claim(address)[0]
+
+    def claim(self, address: str) -> tuple[Lease | None, Lease | None]:
+        """``(ours, theirs)``: the lease taken (as :meth:`acquire`), or the live lease of
+        the other holder that kept us from it (None when a racing host won the swap)."""
         raw, current = self.read(address)
         now = self.clock()
         if current is not None and current.owner == self.owner:
-            return self.renew(current)
+            return self.renew(current), None
         if current is not None and current.expires > now:
-            return None
+            return None, current
         epoch = 1 if current is None else current.epoch + 1
         if raw is not None and current is None:
             epoch = 1  # an unreadable record: start the count again
         new = encode_lease(self.owner, epoch, now + self.ttl)
         if not self._swap(address, raw, new):
-            return None
-        return Lease(address, self.owner, epoch, now + self.ttl, new)
+            return None, None
+        return Lease(address, self.owner, epoch, now + self.ttl, new), None
 
     def renew(self, lease: Lease) -> Lease | None:
         """Extend a held lease (same epoch); None when it was lost (taken over)."""

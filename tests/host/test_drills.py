@@ -149,7 +149,8 @@ def test_drill_postgresql_three_hosts_killed_and_paused(postgresql_url: str, tmp
             workers.append(Worker(postgresql_url, prefix, tmp_path, f"w{n}"))
             workers[-1].start()
         rng = random.Random(14)
-        deadline = time.monotonic() + 50
+        began = time.monotonic()
+        deadline = began + 50
         kills = pauses = extra = 0
         next_kill = time.monotonic() + rng.uniform(0.5, 1.5)
         next_pause = time.monotonic() + 2.0
@@ -184,7 +185,11 @@ def test_drill_postgresql_three_hosts_killed_and_paused(postgresql_url: str, tmp
             time.sleep(0.05)
         for worker in workers:
             worker.terminate()
-        print(f"drill(postgresql): kills={kills} pauses={pauses} stale_refusals={stale()}")
+        print(f"drill(postgresql): kills={kills} pauses={pauses} stale_refusals={stale()} "
+              f"in {time.monotonic() - began:.1f} s")
+        for worker in workers:
+            print(f"  {worker.name}: {worker.stats()}")
+        print("  waiting:", store.mailbox.targets()[:5], store.mailbox.unsettled()[:5], store.mailbox.ready()[:5])
         assert kills >= 2
         assert stale() >= 1, "no stale owner's commit was refused"
         verify(store, prefix, EXPECTED + extra)
