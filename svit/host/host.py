@@ -55,6 +55,8 @@ _log = logging.getLogger("svit.host")
 DELIVER = "deliver"
 SETTLE = "settle"
 EVERYTHING = frozenset({DELIVER, SETTLE})
+#: An outbox longer than this is settled even while the inbox has items to handle.
+SETTLE_AT = 32
 
 #: Makes the reasoner of one agent address (called once per opened handle).
 ReasonerFactory = Callable[[str], "Reasoner"]
@@ -433,6 +435,26 @@ class Host:
         entry.handle.fences = [renewed.fence]
         return True
 
+    def _renew_idle(self, entry: _Entry) -> None:
+        """Renew a held lease from the scheduler when no slot is using the entry (a slot in
+        progress renews it itself first, so its commits never carry a fence that moved)."""
+        if entry.lease is None or self.leases is None or not self.leases.needs_renewal(entry.lease):
+            return
+        if not entry.lock.acquire(blocking=False):
+            return
+        try:
+            if self._forgotten(entry):
+                return
+            try:
+                renewed = self._renew(entry)
+            except SvitError as exc:
+                self._last_error = _error_record(exc)
+                return
+            if not renewed:
+                self._forget(entry)
+        finally:
+            entry.lock.release()
+
     # ------------------------------------------------------------------ the scheduler
     def _schedule(self) -> None:
         next_poll = 0.0
@@ -447,8 +469,7 @@ class Host:
                 with self._entries_lock:
                     held = list(self._entries.values())
                 for entry in held:
-                    if entry.lease is not None and self.leases is not None and self.leases.needs_renewal(entry.lease):
-                        self._wake(entry.address)  # renewed by the worker that serves it
+                    self._renew_idle(entry)
             if now >= next_poll:
                 self._quiet_check()
                 try:
@@ -569,6 +590,19 @@ class Host:
         handle = entry.handle
         mailbox = self.store.mailbox
         progressed = False
+        route = self._route(entry.address)
+        if route is not None and handle.inbox_front() is not None:
+            # Items to handle first: mail and outcomes gather meanwhile and go in one commit
+            # each once the inbox is empty (an outbox grown long is settled anyway).
+            deferred = set(needs)
+            if SETTLE in deferred and len(handle.message_intents()) > SETTLE_AT:
+                deferred.discard(SETTLE)
+                if mailbox.settle(handle) is not None:
+                    progressed = True
+            if deferred:
+                with self._needs_lock:
+                    self._needs.setdefault(entry.address, set()).update(deferred)
+            needs = set()
         if SETTLE in needs and mailbox.settle(handle) is not None:
             progressed = True
         if DELIVER in needs:
@@ -584,7 +618,6 @@ class Host:
                         self._wake(sender, SETTLE)
                 if len(delivery.delivered) + len(delivery.undeliverable) >= self.delivery_batch:
                     self._wake(entry.address, DELIVER)  # a full batch: more may wait
-        route = self._route(entry.address)
         if route is not None and self._accepting and self._turn(entry, route):
             progressed = True
             for intent in handle.message_intents():

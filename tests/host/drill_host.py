@@ -44,7 +44,7 @@ def main() -> None:
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda _signum, _frame: stopping.set())
     store = ProcessStore.open(args.store)
-    host = Host(store, workers=args.workers, poll_interval=0.02, lease_ttl=args.ttl, delivery_batch=16)
+    host = Host(store, workers=args.workers, poll_interval=0.1, lease_ttl=args.ttl)
     host.handle(args.prefix, script="/lib/on_message").start()
     print("ready", flush=True)
     while not stopping.is_set():

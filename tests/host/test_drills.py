@@ -32,7 +32,7 @@ PEERS = 30
 SEEDS = 4  # per address
 HOPS = 8  # each seed message is forwarded this many times
 EXPECTED = PEERS * SEEDS * (HOPS + 1)  # 1,080 messages through the mailbox
-LEASE_TTL = 1.0
+LEASE_TTL = 2.0
 
 
 @dataclass
