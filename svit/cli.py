@@ -147,9 +147,15 @@ def open_process_for(args: argparse.Namespace) -> Any:
     return open_store(args).resume(address)
 
 
-def store_path(args: argparse.Namespace) -> Path:
-    """``--store``, else ``SVIT_STORE``, else the platform user-data directory."""
+DATABASE_SCHEMES = ("postgresql://", "postgres://")
+
+
+def store_path(args: argparse.Namespace) -> Path | str:
+    """``--store``, else ``SVIT_STORE``, else the platform user-data directory: a store
+    directory, or a ``postgresql://`` URL (kept as given)."""
     explicit = getattr(args, "store", None) or os.environ.get("SVIT_STORE")
+    if explicit and explicit.startswith(DATABASE_SCHEMES):
+        return explicit
     if explicit:
         return Path(explicit).expanduser()
     import platformdirs  # noqa: PLC0415 - deferred: see the module docstring
@@ -161,10 +167,15 @@ _open_stores: list[ProcessStore] = []
 
 
 def open_store(args: argparse.Namespace) -> ProcessStore:
-    """Open (creating, and saying where, the first time) the embedded store."""
+    """Open (creating, and saying where, the first time) the embedded store, or the
+    PostgreSQL database ``--store``/``SVIT_STORE`` names."""
     from .store import ProcessStore  # noqa: PLC0415 - deferred: see the module docstring
 
     path = store_path(args)
+    if isinstance(path, str):
+        store = ProcessStore.open(path)
+        _open_stores.append(store)
+        return store
     fresh = not (path / "CURRENT").exists()
     store = ProcessStore.open(path)
     _open_stores.append(store)
@@ -352,8 +363,14 @@ def cmd_archive_restore(args: argparse.Namespace) -> int:
 
 def cmd_archive_status(args: argparse.Namespace) -> int:
     archive = archive_for(args)
-    status = archive.status(str(store_path(args)))
-    if (store_path(args) / "CURRENT").exists():  # an existing store: is it behind the archive?
+    path = store_path(args)
+    if isinstance(path, str):
+        from .store.store import database_location  # noqa: PLC0415 - deferred: see the module docstring
+
+        status = archive.status(database_location(path))
+    else:
+        status = archive.status(str(path))
+    if isinstance(path, str) or (path / "CURRENT").exists():  # an existing store: is it behind the archive?
         rollbacks = archive.check_rollback(open_store(args))
         _report_rollbacks(rollbacks)
         status["rollbacks"] = [rollback.__dict__ for rollback in rollbacks]
@@ -369,9 +386,9 @@ def cmd_reset_index(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="svit", description="Svit: an embedded scripting sandbox for agents.")
     parser.add_argument("--version", action="version", version=f"svit {__version__}")
-    parser.add_argument("--store", default=None, help="the store directory (default: $SVIT_STORE or the user data directory)")
+    parser.add_argument("--store", default=None, help="the store directory or a postgresql:// URL (default: $SVIT_STORE or the user data directory)")
     common = _Parser(add_help=False)
-    common.add_argument("--store", default=argparse.SUPPRESS, help="the store directory (default: $SVIT_STORE or the user data directory)")
+    common.add_argument("--store", default=argparse.SUPPRESS, help="the store directory or a postgresql:// URL (default: $SVIT_STORE or the user data directory)")
     common.add_argument("--pretty", action="store_true", help="indent JSON output")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True

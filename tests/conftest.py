@@ -6,8 +6,9 @@ with_trailer``), which is well defined because ``tests`` is a package.
 
 from __future__ import annotations
 
+import gc
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import blake3
@@ -18,10 +19,12 @@ from svit.lisp.budget import Budget
 from svit.lisp.context import Context, LispLimits, enter, leave
 from svit.snapshot import MAGIC
 from svit.store import ProcessStore, keys
+from svit.store.postgres import table_name
+from svit.store.store import is_database_url
 from tests.loop.fake_openai import FakeOpenAI
 from tests.store import pg_cluster
 
-__all__ = ["ENGINES", "location_of", "make_files", "raw_db", "reopen", "with_trailer"]
+__all__ = ["ENGINES", "location_of", "make_files", "raw_db", "reopen", "rewrite_raw", "with_trailer"]
 
 
 # ---------------------------------------------------------------------------- fixtures
@@ -139,6 +142,40 @@ def raw_db(path: str) -> rocksdict.Rdict:
     """The database opened directly, bypassing the store (to tamper with it)."""
     families = {name: rocksdict.Options(raw_mode=True) for name in keys.COLUMN_FAMILIES if name != "default"}
     return rocksdict.Rdict(path, rocksdict.Options(raw_mode=True), column_families=families)
+
+
+def rewrite_raw(location: str, column_family: str, key: bytes, change: Callable[[bytes], bytes | None]) -> None:
+    """Rewrite one stored value of a closed store, bypassing it (to tamper with it):
+    ``change(old) -> new``, None deletes. ``location`` is a directory or a database URL."""
+    if is_database_url(location):
+        import psycopg
+        from psycopg import sql
+
+        table = sql.Identifier(table_name(column_family))
+        with psycopg.connect(location, autocommit=True) as conn:
+            row = conn.execute(sql.SQL("SELECT value FROM {} WHERE key = %s").format(table), [key]).fetchone()
+            assert row is not None, key
+            old = bytes(row[0])
+            new = change(old)
+            if new is None:
+                conn.execute(sql.SQL("DELETE FROM {} WHERE key = %s").format(table), [key])
+            else:
+                assert new != old
+                conn.execute(sql.SQL("UPDATE {} SET value = %s WHERE key = %s").format(table), [new, key])
+        return
+    db = raw_db(location)
+    cf = db if column_family == "default" else db.get_column_family(column_family)
+    old_value = cf.get(key)
+    assert old_value is not None, key
+    new_value = change(old_value)
+    if new_value is None:
+        del cf[key]
+    else:
+        assert new_value != old_value
+        cf[key] = new_value
+    del cf
+    db.close()
+    gc.collect()
 
 
 def with_trailer(body: bytes) -> bytes:

@@ -245,4 +245,5 @@ def test_the_test_extra_holds_every_other_extra() -> None:
     assert {"http", "restricted", "openai", "all", "test"} <= set(extras)
     others = {req for name, reqs in extras.items() if name != "test" for req in reqs}
     assert others <= set(extras["test"])
-    assert set(extras["all"]) == set(extras["http"]) | set(extras["restricted"]) | set(extras["openai"])
+    assert set(extras["all"]) == set(extras["http"]) | set(extras["restricted"]) | set(extras["openai"]) \
+        | set(extras["postgresql"])

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import secrets
 import time
-import urllib.parse
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -52,6 +51,7 @@ from psycopg import sql
 from ..errors import InvalidPersistence, PersistenceUnavailable, SvitError
 from .engine import BatchPart, ExpectationFailed, NotWritten, StorageEngine, StorageFailure, WriteBatch
 from .keys import COLUMN_FAMILIES
+from .store import database_location as location
 
 __all__ = [
     "PostgreSQLEngine",
@@ -77,20 +77,6 @@ SCAN_PAGE = 512
 
 def table_name(space: str) -> str:
     return f"{TABLE_PREFIX}{space}"
-
-
-def location(url: str) -> str:
-    """``url`` without its password and query (what errors and statements may show)."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-        host = parts.hostname or ""
-        if ":" in host:
-            host = f"[{host}]"
-        port = f":{parts.port}" if parts.port is not None else ""
-        user = f"{urllib.parse.unquote(parts.username)}@" if parts.username else ""
-        return f"{parts.scheme}://{user}{host}{port}{parts.path}"
-    except ValueError:
-        return "postgresql://(unparsable URL)"
 
 
 def _upper_bound(prefix: bytes) -> bytes | None:
@@ -183,24 +169,26 @@ class PostgreSQLEngine(StorageEngine):
     def apply(self, batch: WriteBatch) -> None:
         parts = batch.split()
         token = secrets.token_bytes(16)
-        try:
-            with self._pool.connection() as conn:
-                writer = _writer(self._engine_id, conn)
-                try:
-                    self._transaction(conn, parts, writer, token)
-                except _LostReply:
-                    self._resolve(writer, token)
-        except (ExpectationFailed, NotWritten, StorageFailure):
-            raise
-        except psycopg.Error as exc:
-            reason, description = _classify(exc)
-            if reason == "unreachable":
-                # Nothing was committed (COMMIT was never sent): the engine stays sound.
-                raise NotWritten(f"{description}; nothing was committed", "interrupted") from None
-            raise StorageFailure(reason, description) from None
-        except psycopg_pool.PoolTimeout as exc:
-            reason, description = _classify(exc)
-            raise NotWritten(f"{description}; nothing was committed", "unreachable") from None
+        for attempt in (1, 2):
+            try:
+                with self._pool.connection() as conn:
+                    writer = _writer(self._engine_id, conn)
+                    try:
+                        self._transaction(conn, parts, writer, token)
+                    except _LostReply:
+                        self._resolve(writer, token)
+                return
+            except (ExpectationFailed, NotWritten, StorageFailure):
+                raise
+            except psycopg.Error as exc:
+                reason, description = _classify(exc)
+                if reason != "unreachable":
+                    raise StorageFailure(reason, description) from None
+                if attempt == 1 and not isinstance(exc, psycopg_pool.PoolTimeout):
+                    # A pooled connection the server had ended: nothing was committed (COMMIT
+                    # was never sent), so the batch is written once more on a fresh one.
+                    continue
+                raise NotWritten(f"{description}; nothing was committed", "unreachable") from None
 
     def _transaction(self, conn: psycopg.Connection[Any], parts: list[BatchPart], writer: str, token: bytes) -> None:
         """Write ``parts`` as one transaction on ``conn``: pipelined, COMMIT last."""
@@ -300,25 +288,31 @@ class PostgreSQLEngine(StorageEngine):
                          "did not commit; nothing was written")
 
     # ------------------------------------------------------------------ reading
+    def _query(self, query: sql.Composed | str, params: list[Any], doing: str) -> list[tuple[Any, ...]]:
+        """The rows of one read; a pooled connection the server had ended is replaced once
+        (a read changes nothing, so it is safe to run again)."""
+        for attempt in (1, 2):
+            try:
+                with self._pool.connection() as conn:
+                    return conn.execute(query, params).fetchall()
+            except Exception as exc:
+                if attempt == 1 and isinstance(exc, psycopg.OperationalError) \
+                        and not isinstance(exc, psycopg_pool.PoolTimeout) and _classify(exc)[0] == "unreachable":
+                    continue
+                raise _unavailable(exc, doing) from None
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
     def get(self, space: str, key: bytes) -> bytes | None:
-        try:
-            with self._pool.connection() as conn:
-                row = conn.execute(self._statements.get[space], [key]).fetchone()
-        except Exception as exc:
-            raise _unavailable(exc, "read failed") from None
-        return None if row is None else bytes(row[0])
+        rows = self._query(self._statements.get[space], [key], "read failed")
+        return bytes(rows[0][0]) if rows else None
 
     def scan(self, space: str, prefix: bytes, start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         upper = _upper_bound(prefix)
         low = start if start is not None and start > prefix else prefix
         inclusive = True
         while True:
-            try:
-                with self._pool.connection() as conn:
-                    rows = conn.execute(self._statements.scan(space, inclusive, upper is not None),
-                                        [low, upper, SCAN_PAGE] if upper is not None else [low, SCAN_PAGE]).fetchall()
-            except Exception as exc:
-                raise _unavailable(exc, "scan failed") from None
+            params = [low, upper, SCAN_PAGE] if upper is not None else [low, SCAN_PAGE]
+            rows = self._query(self._statements.scan(space, inclusive, upper is not None), params, "scan failed")
             for key, value in rows:
                 yield bytes(key), bytes(value)
             if len(rows) < SCAN_PAGE:
@@ -327,21 +321,13 @@ class PostgreSQLEngine(StorageEngine):
 
     def last_key(self, space: str, prefix: bytes) -> bytes | None:
         upper = _upper_bound(prefix)
-        try:
-            with self._pool.connection() as conn:
-                row = conn.execute(self._statements.last(space, upper is not None),
-                                   [prefix, upper] if upper is not None else [prefix]).fetchone()
-        except Exception as exc:
-            raise _unavailable(exc, "scan failed") from None
-        return None if row is None else bytes(row[0])
+        rows = self._query(self._statements.last(space, upper is not None),
+                           [prefix, upper] if upper is not None else [prefix], "scan failed")
+        return bytes(rows[0][0]) if rows else None
 
     def sequence(self) -> int:
-        try:
-            with self._pool.connection() as conn:
-                row = conn.execute("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint").fetchone()
-        except Exception as exc:
-            raise _unavailable(exc, "read failed") from None
-        return int(row[0]) if row is not None else 0
+        rows = self._query("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint", [], "read failed")
+        return int(rows[0][0]) if rows else 0
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+import urllib.parse
 import uuid
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
@@ -45,6 +46,7 @@ from ..errors import (
     PersistenceConflict,
     PersistenceNotFound,
     PersistenceReferenced,
+    PersistenceUnavailable,
     ResourceLimitExceeded,
     SvitError,
 )
@@ -81,6 +83,7 @@ __all__ = [
     "Head",
     "apply_mutations",
     "is_database_url",
+    "database_location",
     "DATABASE_SCHEMES",
 ]
 
@@ -97,6 +100,24 @@ _readable_snapshot = records.readable_snapshot
 def is_database_url(location: str | os.PathLike[str]) -> bool:
     """True when ``location`` names a PostgreSQL database rather than a directory."""
     return isinstance(location, str) and location.startswith(DATABASE_SCHEMES)
+
+
+def database_location(url: str) -> str:
+    """``url`` without its password (what errors and statements may show); the rest,
+    query options included, still opens the same database where no password is needed."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        port = f":{parts.port}" if parts.port is not None else ""
+        user = f"{urllib.parse.quote(urllib.parse.unquote(parts.username), safe='')}@" if parts.username else ""
+        query = urllib.parse.urlencode(
+            [(name, value) for name, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+             if name.lower() not in ("password", "sslpassword")], quote_via=urllib.parse.quote)
+        return f"{parts.scheme}://{user}{host}{port}{parts.path}{'?' + query if query else ''}"
+    except ValueError:
+        return "postgresql://(unparsable URL)"
 
 
 def apply_mutations(root: Node, mutations: Iterable[Mutation], what: str) -> Node:
@@ -139,8 +160,12 @@ class ProcessStore:
         (``InvalidPersistence`` otherwise; None: unbounded), see :mod:`svit.store.rocksdb`.
         """
         if is_database_url(path):
-            from .postgres import PostgreSQLEngine  # noqa: PLC0415 - psycopg is an optional extra
-
+            try:
+                from .postgres import PostgreSQLEngine  # noqa: PLC0415 - psycopg is an optional extra
+            except ImportError as missing:
+                raise PersistenceUnavailable(
+                    f"a postgresql:// store needs the 'postgresql' extra ({missing.name} is not installed): "
+                    "pip install 'svit[postgresql]'", reason="unavailable") from None
             return cls.over(PostgreSQLEngine.open(str(path)))
         return cls.over(RocksDBEngine.open(path, open_deadline=open_deadline))
 

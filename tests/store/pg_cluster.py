@@ -106,7 +106,7 @@ class Cluster:
 
 def create_schema(base: str) -> tuple[str, str]:
     """A fresh empty schema on the server at ``base``: ``(schema name, URL whose connections use it)``."""
-    import psycopg  # noqa: PLC0415 - only when a PostgreSQL test runs
+    import psycopg
 
     schema = f"t_{uuid.uuid4().hex}"
     with psycopg.connect(base, autocommit=True, connect_timeout=10) as conn:
@@ -116,7 +116,7 @@ def create_schema(base: str) -> tuple[str, str]:
 
 def drop_schema(url: str, schema: str) -> None:
     """Drop ``schema`` and everything in it (after a test)."""
-    import psycopg  # noqa: PLC0415
+    import psycopg
 
     try:
         with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:

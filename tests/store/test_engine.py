@@ -14,16 +14,24 @@ from svit.store import ProcessStore, keys, records
 from svit.store.engine import StorageEngine, WriteBatch
 from svit.store.faults import FailingWrites
 from svit.store.keys import CF_DEFAULT, CF_INDEX, CF_RECORD, REBUILDABLE
+from svit.store.postgres import PostgreSQLEngine
 from svit.store.rocksdb import RocksDBEngine
-from svit.store.store import STORE_FORMAT
+from svit.store.store import STORE_FORMAT, is_database_url
 
 STORE_PACKAGE = Path(__file__).resolve().parents[2] / "svit" / "store"
 ADDR = "svit://local/test/engine"
 
 
+def open_engine(location: str) -> StorageEngine:
+    """The engine at ``location`` (a directory, or a PostgreSQL URL), opened directly."""
+    if is_database_url(location):
+        return PostgreSQLEngine.open(location)
+    return RocksDBEngine.open(location)
+
+
 @pytest.fixture
-def engine(tmp_path):
-    opened = RocksDBEngine.open(tmp_path / "db")
+def engine(store_location):
+    opened = open_engine(store_location)
     yield opened
     opened.close()
 
@@ -96,8 +104,8 @@ def test_a_healthy_write_after_the_fault_block_is_a_control(engine):
     assert not engine.terminal and engine.get(CF_RECORD, _event_key(2)) == b"two"
 
 
-def test_a_closed_engine_refuses_everything(tmp_path):
-    opened = RocksDBEngine.open(tmp_path / "db")
+def test_a_closed_engine_refuses_everything(store_location):
+    opened = open_engine(store_location)
     opened.close()
     opened.close()  # idempotent
     assert opened.closed
@@ -106,13 +114,13 @@ def test_a_closed_engine_refuses_everything(tmp_path):
     assert caught.value.reason == "closed"
 
 
-def test_a_store_runs_over_an_engine_it_is_given(tmp_path):
-    store = ProcessStore.over(RocksDBEngine.open(tmp_path / "db"))
+def test_a_store_runs_over_an_engine_it_is_given(store_location):
+    store = ProcessStore.over(open_engine(store_location))
     h = store.create(Process.builder(ADDR).memory("n", 1).build())
     h.write("/memory/n", 2)
     assert store.engine.get(CF_DEFAULT, keys.FORMAT_KEY) == STORE_FORMAT
     store.close()
-    again = ProcessStore.open(tmp_path / "db")
+    again = ProcessStore.open(store_location)
     assert again.resume(ADDR).read("/memory/n") == 2
     again.close()
 
@@ -120,17 +128,17 @@ def test_a_store_runs_over_an_engine_it_is_given(tmp_path):
 # ---------------------------------------------------------------------- old formats are refused
 
 
-def test_a_store_of_the_previous_format_is_refused_naming_it(tmp_path):
-    engine = RocksDBEngine.open(tmp_path / "db")
+def test_a_store_of_the_previous_format_is_refused_naming_it(store_location):
+    engine = open_engine(store_location)
     batch = engine.batch()
     batch.put(CF_DEFAULT, keys.FORMAT_KEY, b"svit-store@1")
     engine.write(batch)
     engine.close()
     with pytest.raises(InvalidPersistence) as caught:
-        ProcessStore.open(tmp_path / "db")
+        ProcessStore.open(store_location)
     assert "'svit-store@1'" in caught.value.message and STORE_FORMAT.decode() in caught.value.message
-    # the refusal released the lock: the directory opens again
-    RocksDBEngine.open(tmp_path / "db").close()
+    # the refusal released the lock (RocksDB) or its connections: the store opens again
+    open_engine(store_location).close()
 
 
 def _format_one_head(address: str) -> bytes:
@@ -169,6 +177,12 @@ def _imported(module: ast.Module) -> set[str]:
 def test_only_the_rocksdb_engine_imports_rocksdict():
     users = sorted(name for name, module in _modules().items() if "rocksdict" in _imported(module))
     assert users == ["rocksdb.py"]
+
+
+def test_only_the_postgresql_engine_imports_psycopg():
+    users = sorted(name for name, module in _modules().items()
+                   if any(imported.split(".")[0] in ("psycopg", "psycopg_pool") for imported in _imported(module)))
+    assert users == ["postgres.py"]
 
 
 def test_the_store_does_not_import_the_loop():

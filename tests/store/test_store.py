@@ -25,7 +25,7 @@ from svit.errors import (
 from svit.store import KEY_CLASSES, REBUILDABLE, ProcessStore, StoreSnapshot, codec, keys
 from svit.store import store as store_module
 from svit.store.faults import FailingWrites
-from tests.conftest import raw_db, reopen
+from tests.conftest import location_of, raw_db, reopen, rewrite_raw
 
 ADDR = "svit://local/test/counter"
 CHILD = "svit://local/test/child"
@@ -51,24 +51,10 @@ def path(tmp_path):
 
 def tamper(store: ProcessStore, column_family: str, key: bytes, change) -> ProcessStore:
     """Close the store, rewrite one stored value with ``change(old) -> new`` (None deletes), reopen."""
-    path = store.path
+    location = location_of(store)
     store.close()
-    db = raw_db(path)
-    cf = db if column_family == "default" else db.get_column_family(column_family)
-    old = cf.get(key)
-    assert old is not None, key
-    new = change(old)
-    if new is None:
-        del cf[key]
-    else:
-        assert new != old
-        cf[key] = new
-    del cf
-    db.close()
-    import gc
-
-    gc.collect()
-    return ProcessStore.open(path)
+    rewrite_raw(location, column_family, key, change)
+    return ProcessStore.open(location)
 
 
 def flip(index: int):
@@ -292,7 +278,7 @@ def test_untampered_control_resumes(store):
 # key classes and reset_index
 
 
-def test_key_classes_are_declared_and_enforced(store):
+def test_key_classes_are_declared_and_enforced(store, engine_kind):
     assert {kc.column_family for kc in KEY_CLASSES} == set(keys.COLUMN_FAMILIES)
     assert all(kc.durability in ("irreplaceable", "rebuildable") for kc in KEY_CLASSES)
     assert {kc.name for kc in KEY_CLASSES if kc.durability == REBUILDABLE} == {"path_index", "child_index", "ready_index"}
@@ -308,7 +294,8 @@ def test_key_classes_are_declared_and_enforced(store):
             with pytest.raises(InvalidPersistence, match="may not write"):
                 store._batch(allowed=(REBUILDABLE,)).delete(kc.column_family, kc.prefix + b"x")
     statement = store.statement()
-    assert statement["wal_recovery_mode"] == "point_in_time" and statement["shares_device"] is True
+    recovery = "point_in_time" if engine_kind == "rocksdb" else "PostgreSQL crash recovery (write-ahead log replay)"
+    assert statement["wal_recovery_mode"] == recovery and statement["shares_device"] is True
     assert {entry["name"] for entry in statement["key_classes"]} == {kc.name for kc in KEY_CLASSES}
 
 

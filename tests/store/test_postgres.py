@@ -1,0 +1,283 @@
+"""What only the PostgreSQL engine has: a server between the store and its data.
+
+A commit whose reply is lost is resolved by reading back (committed: the commit stands;
+not committed: a clear error, the engine healthy; the server unreachable: terminal),
+faults injected by a proxy that cuts the connection around ``COMMIT``. Stores in two
+engine objects (as in two OS processes) share one database and its heads. Errors show
+neither the URL's password nor server text; a schema of another layout is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from svit import Process
+from svit.errors import InvalidPersistence, PersistenceConflict, PersistenceUnavailable
+from svit.store import ProcessStore, keys
+from svit.store.keys import CF_DEFAULT, CF_RECORD
+from svit.store.postgres import SCAN_PAGE, PostgreSQLEngine, location
+from tests.store.pg_cluster import free_port
+from tests.store.pg_proxy import Proxy
+
+ADDRESS = "svit://local/pg/counter"
+ROOT = str(Path(__file__).resolve().parents[2])
+COUNTER = """
+(define (main input)
+  (let ((next (+ (read "/memory/count") 1)))
+    (do (write "/memory/count" next) next)))
+"""
+
+
+def counter(where: str = ADDRESS) -> Process:
+    return Process.builder(where).memory("count", 0).library("counter", COUNTER).build()
+
+
+@pytest.fixture
+def proxied(postgresql_url: str) -> Iterator[tuple[Proxy, ProcessStore]]:
+    """A store whose every connection passes through a proxy that can cut it."""
+    proxy, url = Proxy.before(postgresql_url)
+    store = ProcessStore.open(url)
+    assert isinstance(store.engine, PostgreSQLEngine)
+    store.engine.resolve_seconds = 1.0
+    try:
+        yield proxy, store
+    finally:
+        proxy.refuse = False
+        store.close()
+        proxy.close()
+
+
+def stored_version(url: str) -> int:
+    with ProcessStore.open(url) as store:
+        return store.resume(ADDRESS).version
+
+
+# ---------------------------------------------------------------------------- lost replies
+
+
+def test_a_commit_whose_reply_is_lost_after_it_committed_stands(proxied: tuple[Proxy, ProcessStore],
+                                                                postgresql_url: str) -> None:
+    proxy, store = proxied
+    handle = store.create(counter())
+    proxy.arm("after")
+    assert handle.exec("/lib/counter").output == 1
+    assert proxy.cuts == 1 and store.engine.resolved == ["committed"]  # type: ignore[attr-defined]
+    assert handle.version == 1 and not store.terminal
+    assert handle.exec("/lib/counter").output == 2  # the next commit chains to it
+    assert stored_version(postgresql_url) == 2
+
+
+def test_a_commit_cut_before_the_server_saw_its_commit_is_not_written_and_the_engine_stays_healthy(
+        proxied: tuple[Proxy, ProcessStore], postgresql_url: str) -> None:
+    proxy, store = proxied
+    handle = store.create(counter())
+    handle.exec("/lib/counter")
+    proxy.arm("before")
+    with pytest.raises(PersistenceUnavailable) as caught:
+        handle.exec("/lib/counter")
+    assert proxy.cuts == 1 and store.engine.resolved == ["not committed"]  # type: ignore[attr-defined]
+    assert caught.value.reason == "interrupted" and "did not commit" in caught.value.message
+    assert handle.version == 1 and handle.read("/memory/count") == 1
+    assert not store.terminal
+    assert stored_version(postgresql_url) == 1
+    assert handle.exec("/lib/counter").output == 2  # the same handle goes on
+    assert stored_version(postgresql_url) == 2
+
+
+def test_a_lost_reply_the_server_cannot_be_reached_to_resolve_makes_the_engine_terminal(
+        proxied: tuple[Proxy, ProcessStore], postgresql_url: str) -> None:
+    proxy, store = proxied
+    handle = store.create(counter())
+    proxy.arm("before")
+    proxy.refuse = True
+    with pytest.raises(PersistenceUnavailable) as caught:
+        handle.exec("/lib/counter")
+    assert "could not be reached" in caught.value.message
+    assert store.terminal and handle.version == 0
+    with pytest.raises(PersistenceUnavailable) as later:
+        handle.exec("/lib/counter")
+    assert later.value.reason == "terminal"
+    proxy.refuse = False
+    assert stored_version(postgresql_url) == 0
+
+
+def test_a_connection_the_server_ended_between_commits_is_replaced(postgresql_url: str) -> None:
+    with ProcessStore.open(postgresql_url) as store:
+        handle = store.create(counter())
+        handle.exec("/lib/counter")
+        with psycopg.connect(postgresql_url, autocommit=True) as admin:
+            # Every other connection of this schema's test: the store's pooled ones.
+            ended = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
+                "AND backend_type = 'client backend' AND query NOT LIKE '%%pg_stat_activity%%' "
+                "AND pid IN (SELECT CAST(split_part(writer, ':', 2) AS int) FROM svit_writers)").fetchone()
+        assert ended is not None and ended[0] >= 1
+        assert handle.exec("/lib/counter").output == 2
+        assert not store.terminal
+
+
+# ---------------------------------------------------------------------------- many writers
+
+
+def test_two_stores_on_one_database_share_heads_and_exactly_one_of_two_racing_commits_wins(
+        postgresql_url: str) -> None:
+    with ProcessStore.open(postgresql_url) as first_store, ProcessStore.open(postgresql_url) as second_store:
+        first_store.create(counter())
+        wins = 0
+        for round_number in range(12):
+            handles = [first_store.resume(ADDRESS), second_store.resume(ADDRESS)]
+            assert handles[0].version == handles[1].version == wins
+            barrier = threading.Barrier(2)
+            outcomes: list[BaseException | None] = [None, None]
+
+            def race(i: int) -> None:
+                barrier.wait(5)
+                try:
+                    handles[i].write("/memory/who", f"{i}:{round_number}")
+                except BaseException as exc:
+                    outcomes[i] = exc
+
+            threads = [threading.Thread(target=race, args=(i,)) for i in range(2)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(30)
+            refused = [o for o in outcomes if o is not None]
+            assert len(refused) == 1 and isinstance(refused[0], PersistenceConflict), outcomes
+            wins += 1
+        assert first_store.resume(ADDRESS).version == second_store.resume(ADDRESS).version == wins
+        assert not first_store.terminal and not second_store.terminal
+
+
+def test_a_store_that_cached_a_head_another_store_moved_is_refused(postgresql_url: str) -> None:
+    with ProcessStore.open(postgresql_url) as first_store, ProcessStore.open(postgresql_url) as second_store:
+        stale = first_store.create(counter())
+        second_store.resume(ADDRESS).exec("/lib/counter")
+        with pytest.raises(PersistenceConflict):
+            stale.exec("/lib/counter")
+        assert first_store.resume(ADDRESS).exec("/lib/counter").output == 2
+
+
+# ---------------------------------------------------------------------------- reading
+
+
+def test_scans_are_in_key_order_across_pages_and_bounded_by_the_prefix(postgresql_url: str) -> None:
+    engine = PostgreSQLEngine.open(postgresql_url)
+    try:
+        batch = engine.batch()
+        prefix = keys.thread_session_prefix(ADDRESS, "s")
+        count = SCAN_PAGE * 2 + 7
+        for n in range(count):
+            batch.put(CF_RECORD, keys.thread_event_key(ADDRESS, "s", n), b"%d" % n)
+        batch.put(CF_RECORD, keys.thread_event_key(ADDRESS, "t", 0), b"other session")
+        engine.write(batch)
+        found = list(engine.scan(CF_RECORD, prefix))
+        assert [value for _, value in found] == [b"%d" % n for n in range(count)]
+        assert [key for key, _ in found] == sorted(key for key, _ in found)
+        start = keys.thread_event_key(ADDRESS, "s", SCAN_PAGE + 3)
+        assert next(iter(engine.scan(CF_RECORD, prefix, start)))[1] == b"%d" % (SCAN_PAGE + 3)
+        assert engine.last_key(CF_RECORD, prefix) == keys.thread_event_key(ADDRESS, "s", count - 1)
+        # A prefix ending in 0xff bytes still bounds the scan (its upper bound carries over).
+        high = engine.batch()
+        high.put(CF_DEFAULT, b"m/\xff\xffa", b"1")
+        high.put(CF_DEFAULT, b"m/\xff\xff", b"0")
+        engine.write(high)
+        assert [key for key, _ in engine.scan(CF_DEFAULT, b"m/\xff\xff")] == [b"m/\xff\xff", b"m/\xff\xffa"]
+        assert engine.last_key(CF_DEFAULT, b"m/\xff") == b"m/\xff\xffa"
+        before = engine.sequence()
+        one = engine.batch()
+        one.put(CF_DEFAULT, b"m/x", b"y")
+        engine.write(one)
+        assert engine.sequence() > before
+    finally:
+        engine.close()
+
+
+def test_describe_names_synchronous_commit_and_the_location_without_a_password() -> None:
+    assert location("postgresql://user:hunter2-secret@db.example:6543/svit?sslmode=require&password=p2") \
+        == "postgresql://user@db.example:6543/svit?sslmode=require"
+
+
+def test_the_statement_says_how_commits_are_made_durable(store: ProcessStore, engine_kind: str) -> None:
+    statement = store.statement()
+    if engine_kind == "postgresql":
+        assert "synchronous_commit=on" in statement["write"]
+        assert statement["path"].startswith("postgresql://")
+    else:
+        assert "sync=True" in statement["write"]
+
+
+# ---------------------------------------------------------------------------- refusals
+
+
+def test_an_unreachable_server_is_named_without_the_password() -> None:
+    url = f"postgresql://svit:not-this-password-42@127.0.0.1:{free_port()}/postgres"
+    with pytest.raises(PersistenceUnavailable) as caught:
+        PostgreSQLEngine.open(url, connect_timeout=2)
+    text = str(caught.value)
+    assert caught.value.reason == "unreachable"
+    assert "not-this-password-42" not in text and "127.0.0.1" not in text, text
+
+
+def test_a_missing_database_is_named(postgresql_server: str) -> None:
+    url = postgresql_server.rsplit("/", 1)[0] + "/no_such_database_here"
+    with pytest.raises(PersistenceUnavailable) as caught:
+        ProcessStore.open(url)
+    assert "no_such_database_here" not in str(caught.value)
+
+
+def test_a_schema_holding_an_unregistered_table_is_refused(postgresql_url: str) -> None:
+    ProcessStore.open(postgresql_url).close()
+    with psycopg.connect(postgresql_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE svit_mystery (key bytea PRIMARY KEY, value bytea NOT NULL)")
+    with pytest.raises(InvalidPersistence, match="unregistered tables"):
+        ProcessStore.open(postgresql_url)
+
+
+def test_a_database_of_another_format_is_refused(postgresql_url: str) -> None:
+    ProcessStore.open(postgresql_url).close()
+    with psycopg.connect(postgresql_url, autocommit=True) as conn:
+        conn.execute("UPDATE svit_default SET value = 'svit-store@1' WHERE key = %s", [keys.FORMAT_KEY])
+    with pytest.raises(InvalidPersistence, match="'svit-store@1'"):
+        ProcessStore.open(postgresql_url)
+
+
+def test_a_database_url_without_the_extra_names_the_extra(tmp_path: Path) -> None:
+    blocker = (
+        "import importlib.abc, sys\n"
+        "class Blocker(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('psycopg', 'psycopg_pool'):\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, Blocker())\n"
+        "from svit.store import ProcessStore\n"
+        "try:\n"
+        "    ProcessStore.open('postgresql://svit@127.0.0.1:9/postgres')\n"
+        "except Exception as error:\n"
+        "    print(type(error).__name__, error)\n")
+    done = subprocess.run([sys.executable, "-c", blocker], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": ROOT}, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "PersistenceUnavailable" in done.stdout and "pip install 'svit[postgresql]'" in done.stdout
+
+
+def test_the_cli_takes_a_database_url_from_store_and_from_svit_store(postgresql_url: str, tmp_path: Path) -> None:
+    def svit(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "svit.cli", *args], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "PYTHONPATH": ROOT, **(env or {})}, cwd=tmp_path)
+
+    made = svit("--store", postgresql_url, "new", ADDRESS, "--memory", "n=1")
+    assert made.returncode == 0, made.stderr
+    assert "created a process store" not in made.stderr
+    read = svit("read", ADDRESS, "/memory/n", env={"SVIT_STORE": postgresql_url})
+    assert read.returncode == 0, read.stderr
+    assert read.stdout.strip() == "1"
+    assert not list(tmp_path.iterdir())  # no directory was made for the URL
