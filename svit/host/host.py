@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InvalidValue, PersistenceConflict, PersistenceNotFound, SvitError
+from ..errors import InvalidValue, PersistenceConflict, PersistenceNotFound, PersistenceUnavailable, SvitError
 from ..loop.builders import LoopOptions
 from ..loop.turns import run_next_turn
 from ..paths import validate_address
@@ -186,8 +186,11 @@ class Host:
         self._round = 0
         self._quiet_streak = 0
         self._last_error: dict[str, Any] | None = None
+        #: Set once the store went terminal (a failed synced write): the host stops.
+        self._broken: PersistenceUnavailable | None = None
         self._threads: list[threading.Thread] = []
         self._started = False
+        self._stopped = False
         self._accepting = False
         self._stopping = threading.Event()
         self._wakeup = threading.Event()
@@ -270,6 +273,8 @@ class Host:
             thread = threading.Thread(target=self._work, name=f"svit-host-worker-{index}", daemon=True)
             self._threads.append(thread)
         self._threads.append(threading.Thread(target=self._schedule, name="svit-host-scheduler", daemon=True))
+        if self.leases is not None:
+            self._threads.append(threading.Thread(target=self._keep_leases, name="svit-host-leases", daemon=True))
         for thread in self._threads:
             thread.start()
         return self
@@ -277,8 +282,9 @@ class Host:
     def stop(self, drain: bool = True, timeout: float | None = 30.0) -> None:
         """Take no new work; with ``drain`` wait for the running slots to finish (each is
         whole commits, so nothing is left half-done), then release leases and handles."""
-        if not self._started or self._stopping.is_set():
+        if not self._started or self._stopped:
             return
+        self._stopped = True
         self._accepting = False
         self._stopping.set()
         self._queue.close()
@@ -306,6 +312,8 @@ class Host:
         routed inbox has an item to handle, and no turn is running or due (an agent's
         retry counts as due; a failed handler's item waiting for its backoff does not).
         ``HostTimeout`` after ``timeout`` seconds."""
+        if self._broken is not None:
+            raise self._broken
         if not self._started or self._stopping.is_set():
             raise InvalidValue("idle needs a running host")
         deadline = time.monotonic() + timeout
@@ -313,6 +321,8 @@ class Host:
             start = self._round
             while not (self._round >= start + 2 and self._quiet_streak >= 2):
                 remaining = deadline - time.monotonic()
+                if self._broken is not None:
+                    raise self._broken
                 if remaining <= 0 or self._stopping.is_set():
                     raise HostTimeout(f"work still waiting after {timeout} seconds")
                 self._state.wait(min(remaining, self.poll_interval))
@@ -435,45 +445,59 @@ class Host:
         entry.handle.fences = [renewed.fence]
         return True
 
-    def _renew_idle(self, entry: _Entry) -> None:
-        """Renew a held lease from the scheduler when no slot is using the entry (a slot in
-        progress renews it itself first, so its commits never carry a fence that moved)."""
-        if entry.lease is None or self.leases is None or not self.leases.needs_renewal(entry.lease):
+    def _keep_leases(self) -> None:
+        """The lease thread (shared stores only): renews held leases on its own cadence, so
+        a slow poll or a busy pool never lets them lapse."""
+        assert self.leases is not None
+        while not self._stopping.wait(self.leases.ttl / 8):
+            with self._entries_lock:
+                held = list(self._entries.values())
+            self._renew_idle(held)
+
+    def _renew_idle(self, held: list[_Entry]) -> None:
+        """Renew the held leases that need it and that no slot is using, in one write (a
+        slot in progress renews its own first, so its commits never carry a fence that
+        moved); an entry whose lease was lost is dropped."""
+        keeper = self.leases
+        if keeper is None:
             return
-        if not entry.lock.acquire(blocking=False):
-            return
+        locked: list[_Entry] = []
         try:
-            if self._forgotten(entry):
+            for entry in held:
+                if entry.lease is not None and keeper.needs_renewal(entry.lease) and entry.lock.acquire(blocking=False):
+                    locked.append(entry)
+            current = [e for e in locked if e.lease is not None and not self._forgotten(e)]
+            if not current:
                 return
             try:
-                renewed = self._renew(entry)
+                renewed = keeper.renew_many([e.lease for e in current if e.lease is not None])
             except SvitError as exc:
                 self._last_error = _error_record(exc)
                 return
-            if not renewed:
-                self._forget(entry)
+            for entry in current:
+                lease = renewed.get(entry.address)
+                if lease is None:
+                    self._forget(entry)
+                else:
+                    entry.lease = lease
+                    entry.handle.fences = [lease.fence]
         finally:
-            entry.lock.release()
+            for entry in locked:
+                entry.lock.release()
 
     # ------------------------------------------------------------------ the scheduler
     def _schedule(self) -> None:
         next_poll = 0.0
-        renew_every = (self.leases.ttl / 6) if self.leases is not None else None
-        next_renew = 0.0
         while not self._stopping.is_set():
             now = time.time()
             for address in self._agent_due.due(now) + self._parked.due(now):
                 self._wake(address)
-            if renew_every is not None and now >= next_renew:
-                next_renew = now + renew_every
-                with self._entries_lock:
-                    held = list(self._entries.values())
-                for entry in held:
-                    self._renew_idle(entry)
             if now >= next_poll:
                 self._quiet_check()
                 try:
                     self._poll()
+                except PersistenceUnavailable as exc:
+                    self._store_failed(exc)
                 except SvitError as exc:
                     self._last_error = _error_record(exc)
                     _log.warning("host poll failed: %s", exc.message)
@@ -506,6 +530,29 @@ class Host:
             if address not in foreign and self._route(address) is not None and not self._parked.waiting(address, now):
                 self._wake(address)
 
+    def _store_failed(self, exc: PersistenceUnavailable) -> None:
+        """A closed or terminal store ends the host's work (reopen the store, start a new
+        host); an unavailable one that is still sound (a commit that did not happen) is
+        only recorded, the item stays and is tried again."""
+        self._last_error = _error_record(exc)
+        if not (self.store.terminal or self.store.closed):
+            return
+        with self._state:
+            if self._broken is not None:
+                return
+            self._broken = exc
+            self._state.notify_all()
+        _log.error("host stops: %s", exc.message)
+        self._accepting = False
+        self._stopping.set()
+        self._queue.close()
+        self._wakeup.set()
+
+    @property
+    def failed(self) -> PersistenceUnavailable | None:
+        """Why the host stopped on its own (its store went terminal or closed), or None."""
+        return self._broken
+
     def _quiet_check(self) -> None:
         """One poll round: quiet when nothing ran or changed since the previous round's
         poll, nothing is queued or running, and no agent retry is due."""
@@ -533,6 +580,8 @@ class Host:
             again = False
             try:
                 again = self._serve(address)
+            except PersistenceUnavailable as exc:
+                self._store_failed(exc)
             except Exception as exc:  # the host's own machinery: recorded, never fatal
                 self._last_error = _error_record(exc)
                 _log.warning("host failed serving %s: %s", address, self._last_error["message"])

@@ -121,6 +121,27 @@ class LeaseKeeper:
             return None
         return Lease(lease.address, self.owner, lease.epoch, now + self.ttl, new)
 
+    def renew_many(self, leases: list[Lease]) -> dict[str, Lease | None]:
+        """Renew several held leases in ONE write (each with its own expectation); when any
+        was lost the batch is refused as a whole, and each is then renewed on its own.
+        Returns each address's renewed lease, or None for one that was lost."""
+        if len(leases) <= 1:
+            return {lease.address: self.renew(lease) for lease in leases}
+        now = self.clock()
+        batch = self.engine.batch()
+        renewed: dict[str, Lease | None] = {}
+        for lease in leases:
+            key = keys.lease_key(lease.address)
+            new = encode_lease(self.owner, lease.epoch, now + self.ttl)
+            batch.expect(keys.CF_DEFAULT, key, lease.raw)
+            batch.put(keys.CF_DEFAULT, key, new)
+            renewed[lease.address] = Lease(lease.address, self.owner, lease.epoch, now + self.ttl, new)
+        try:
+            self.engine.write(batch)
+        except PersistenceConflict:
+            return {lease.address: self.renew(lease) for lease in leases}
+        return renewed
+
     def release(self, lease: Lease) -> bool:
         """Give a held lease up (so anyone may take it at once); False when already lost.
 
@@ -133,5 +154,5 @@ class LeaseKeeper:
         return raw == lease.raw
 
     def needs_renewal(self, lease: Lease) -> bool:
-        """Past a third of its TTL: renew now, leaving two thirds as slack."""
-        return lease.expires - self.clock() < self.ttl * 2 / 3
+        """Past half its TTL: renew now, leaving the other half as slack."""
+        return lease.expires - self.clock() < self.ttl / 2

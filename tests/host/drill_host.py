@@ -13,8 +13,10 @@ import argparse
 import json
 import os
 import signal
+import sys
 import threading
 
+from svit.errors import PersistenceUnavailable
 from svit.host import Host, HostTimeout
 from svit.store import ProcessStore
 
@@ -53,6 +55,10 @@ def main() -> None:
             idle = True
         except HostTimeout:
             idle = False
+        except PersistenceUnavailable:  # the store went terminal: this host is done
+            write_stats(args.stats, host, idle=False, final=True)
+            host.stop(drain=False)
+            sys.exit(3)
         write_stats(args.stats, host, idle, final=False)
         if idle:
             stopping.wait(0.05)

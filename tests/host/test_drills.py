@@ -33,6 +33,8 @@ SEEDS = 4  # per address
 HOPS = 8  # each seed message is forwarded this many times
 EXPECTED = PEERS * SEEDS * (HOPS + 1)  # 1,080 messages through the mailbox
 LEASE_TTL = 2.0
+#: How long the drill pauses a host: past its lease TTL, so the others take its addresses over.
+PAUSE = LEASE_TTL * 1.5
 
 
 @dataclass
@@ -151,7 +153,7 @@ def test_drill_postgresql_three_hosts_killed_and_paused(postgresql_url: str, tmp
         rng = random.Random(14)
         began = time.monotonic()
         deadline = began + 50
-        kills = pauses = extra = 0
+        kills = pauses = extra = restarts = 0
         next_kill = time.monotonic() + rng.uniform(0.5, 1.5)
         next_pause = time.monotonic() + 2.0
 
@@ -160,6 +162,10 @@ def test_drill_postgresql_three_hosts_killed_and_paused(postgresql_url: str, tmp
 
         while time.monotonic() < deadline:
             now = time.monotonic()
+            for worker in workers:
+                if worker.process is not None and worker.process.poll() is not None:
+                    worker.start()  # a host whose store connection went terminal exits; start another
+                    restarts += 1
             done = quiet(store, prefix)
             if done and stale() >= 1 and kills >= 2:
                 break
@@ -173,7 +179,7 @@ def test_drill_postgresql_three_hosts_killed_and_paused(postgresql_url: str, tmp
                 paused = workers[0]
                 assert paused.process is not None
                 os.kill(paused.process.pid, signal.SIGSTOP)
-                time.sleep(LEASE_TTL * 2.5)  # its leases expire; the others take the addresses over
+                time.sleep(PAUSE)  # its leases expire; the others take the addresses over
                 os.kill(paused.process.pid, signal.SIGCONT)
                 pauses += 1
                 next_pause = time.monotonic() + 1.0
@@ -185,7 +191,7 @@ def test_drill_postgresql_three_hosts_killed_and_paused(postgresql_url: str, tmp
             time.sleep(0.05)
         for worker in workers:
             worker.terminate()
-        print(f"drill(postgresql): kills={kills} pauses={pauses} stale_refusals={stale()} "
+        print(f"drill(postgresql): kills={kills} pauses={pauses} restarts={restarts} stale_refusals={stale()} "
               f"in {time.monotonic() - began:.1f} s")
         for worker in workers:
             print(f"  {worker.name}: {worker.stats()}")

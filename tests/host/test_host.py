@@ -10,9 +10,10 @@ from collections.abc import Iterator
 import pytest
 
 from svit import Process
-from svit.errors import InvalidValue, PersistenceNotFound
+from svit.errors import InvalidValue, PersistenceNotFound, PersistenceUnavailable
 from svit.host import Host, HostTimeout
 from svit.store import ProcessStore, keys
+from svit.store.faults import FailingWrites
 from tests.host.scripts import FAIL_ON, RECORD, relay_process
 
 PREFIX = "svit://local/hosttest/"
@@ -190,3 +191,14 @@ def test_routes_are_checked(store: ProcessStore) -> None:
         host.agents(PREFIX, reasoner="not callable")  # type: ignore[arg-type]
     with pytest.raises(InvalidValue):
         host.idle(1)
+
+
+def test_a_terminal_store_stops_the_host_and_idle_says_why(store: ProcessStore, hosts: list[Host]) -> None:
+    store.create(recorder(PREFIX + "doomed"))
+    host = started(hosts, store)
+    with FailingWrites(store), pytest.raises(PersistenceUnavailable):
+        host.send(PREFIX + "doomed", "x")  # this write fails: the store is terminal
+    assert store.terminal
+    with pytest.raises(PersistenceUnavailable):
+        host.idle(timeout=10)  # the next poll finds the store terminal and the host stops
+    assert host.failed is not None and host.failed.code == "persistence_unavailable"

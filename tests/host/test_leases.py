@@ -100,3 +100,20 @@ def test_hosts_on_a_shared_store_count_a_stale_owners_refusal(postgresql_url: st
     finally:
         first.close()
         second.close()
+
+
+def test_renewing_many_at_once_keeps_the_live_ones_when_one_was_lost(store: ProcessStore) -> None:
+    clock = Clock()
+    a, b = keepers(store, clock)
+    first, second = a.acquire(ADDR + "1"), a.acquire(ADDR + "2")
+    assert first is not None and second is not None
+    clock.now += 3
+    both = a.renew_many([first, second])
+    assert [lease.expires if lease else None for lease in both.values()] == [1008.0, 1008.0]
+    clock.now += 6  # both expired; b takes the first over
+    assert b.acquire(ADDR + "1") is not None
+    renewed = both[ADDR + "2"]
+    assert renewed is not None
+    result = a.renew_many([lease for lease in both.values() if lease is not None])
+    assert result[ADDR + "1"] is None
+    assert result[ADDR + "2"] is not None and result[ADDR + "2"].epoch == 1
