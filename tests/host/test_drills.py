@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,7 +34,11 @@ HOPS = 8  # each seed message is forwarded this many times
 EXPECTED = PEERS * SEEDS * (HOPS + 1)  # 1,080 messages through the mailbox
 LEASE_TTL = 2.0
 #: How long the drill pauses a host: past its lease TTL, so the others take its addresses over.
-PAUSE = LEASE_TTL * 1.5
+PAUSE = LEASE_TTL * 2.5
+#: The drill disrupts for at most this long, then waits for the hosts to finish (bounds
+#: in seconds from the start; a loaded machine makes PostgreSQL commits slow).
+DISRUPT_SECONDS = 35
+DRAIN_SECONDS = 80
 
 
 @dataclass
@@ -127,6 +131,14 @@ def verify(store: ProcessStore, prefix: str, expected: int) -> None:
     assert [t for t in store.mailbox.targets() if t.startswith(prefix)] == []
 
 
+def wait_until(condition: Callable[[], bool], deadline: float) -> bool:
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def quiet(store: ProcessStore, prefix: str) -> bool:
     """No mail waiting, nothing to settle, no inbox item, for the drill's addresses."""
     mailbox = store.mailbox
@@ -149,54 +161,69 @@ def test_drill_postgresql_three_hosts_killed_and_paused(postgresql_url: str, tmp
         seed(store, prefix)
         for n in range(3):
             workers.append(Worker(postgresql_url, prefix, tmp_path, f"w{n}"))
-            workers[-1].start()
         rng = random.Random(14)
         began = time.monotonic()
-        deadline = began + 50
         kills = pauses = extra = restarts = 0
-        next_kill = time.monotonic() + rng.uniform(0.5, 1.5)
-        next_pause = time.monotonic() + 2.0
 
         def stale() -> int:
             return sum(int(s.get("stale_refusals", 0)) for w in workers for s in w.stats())  # type: ignore[call-overload]
 
-        while time.monotonic() < deadline:
-            now = time.monotonic()
+        def turns(worker: Worker) -> int:
+            current = worker.current()
+            return int(current.get("turns", 0)) if current else 0  # type: ignore[call-overload]
+
+        def restart_exited() -> int:
+            started = 0
             for worker in workers:
                 if worker.process is not None and worker.process.poll() is not None:
-                    worker.start()  # a host whose store connection went terminal exits; start another
-                    restarts += 1
-            done = quiet(store, prefix)
-            if done and stale() >= 1 and kills >= 2:
-                break
-            if not done and now >= next_kill and kills < 6:
-                victim = rng.choice(workers[1:])  # workers[0] is the one that is paused
+                    worker.start()  # a host whose store went terminal exits; another takes its place
+                    started += 1
+            return started
+
+        # The first host starts alone and takes every address; the moment the other two
+        # start, it is paused (SIGSTOP) with slots in flight, until they have taken its
+        # addresses over (its leases ran out). Resumed, its in-flight commits carry fences
+        # that moved: each must be refused.
+        first = workers[0]
+        first.start()
+        wait_until(lambda: turns(first) >= 20, began + 20)
+        for worker in workers[1:]:
+            worker.start()
+        while stale() == 0 and pauses < 3 and time.monotonic() < began + DISRUPT_SECONDS:
+            assert first.process is not None
+            os.kill(first.process.pid, signal.SIGSTOP)
+            paused_at = time.monotonic()
+            wait_until(lambda: all(turns(w) >= 10 for w in workers[1:]), paused_at + 20)
+            time.sleep(max(0.0, paused_at + PAUSE - time.monotonic()))
+            os.kill(first.process.pid, signal.SIGCONT)
+            pauses += 1
+            wait_until(lambda: stale() > 0, time.monotonic() + 2)
+            if stale() == 0 and quiet(store, prefix):
+                for index in rng.sample(range(PEERS), 4):
+                    extra += reseed(store, f"{prefix}{index}", count=3, hops=6)
+        # Kills: the other hosts are SIGKILLed and restarted at random.
+        next_kill = time.monotonic() + rng.uniform(1.0, 2.0)
+        while kills < 3 and time.monotonic() < began + DISRUPT_SECONDS and not quiet(store, prefix):
+            restarts += restart_exited()
+            if time.monotonic() >= next_kill:
+                victim = rng.choice(workers)
                 victim.kill()
                 victim.start()
                 kills += 1
-                next_kill = now + rng.uniform(0.5, 1.5)
-            if now >= next_pause and stale() == 0 and pauses < 8:
-                paused = workers[0]
-                assert paused.process is not None
-                os.kill(paused.process.pid, signal.SIGSTOP)
-                time.sleep(PAUSE)  # its leases expire; the others take the addresses over
-                os.kill(paused.process.pid, signal.SIGCONT)
-                pauses += 1
-                next_pause = time.monotonic() + 1.0
-            if done and stale() == 0 and pauses < 8:
-                # More traffic, so that the next pause catches the host with commits in flight.
-                for index in rng.sample(range(PEERS), 4):
-                    extra += reseed(store, f"{prefix}{index}", count=3, hops=6)
-                next_pause = time.monotonic() + 0.3
+                next_kill = time.monotonic() + rng.uniform(1.0, 2.5)
             time.sleep(0.05)
+        # Drain: the hosts finish the traffic.
+        while time.monotonic() < began + DRAIN_SECONDS and not quiet(store, prefix):
+            restarts += restart_exited()
+            time.sleep(0.1)
         for worker in workers:
             worker.terminate()
         print(f"drill(postgresql): kills={kills} pauses={pauses} restarts={restarts} stale_refusals={stale()} "
               f"in {time.monotonic() - began:.1f} s")
         for worker in workers:
-            print(f"  {worker.name}: {worker.stats()}")
-        print("  waiting:", store.mailbox.targets()[:5], store.mailbox.unsettled()[:5], store.mailbox.ready()[:5])
-        assert kills >= 2
+            print("  ", worker.name, [(r.get("turns"), r.get("stale_refusals"), r.get("conflicts"), r.get("final"))
+                                      for r in worker.stats()])
+        assert kills >= 2 and pauses >= 1
         assert stale() >= 1, "no stale owner's commit was refused"
         verify(store, prefix, EXPECTED + extra)
     finally:
