@@ -51,7 +51,7 @@ def main() -> None:
     print("ready", flush=True)
     while not stopping.is_set():
         try:
-            host.idle(timeout=0.1)
+            host.idle(timeout=0.5)
             idle = True
         except HostTimeout:
             idle = False
