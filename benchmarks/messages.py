@@ -6,7 +6,8 @@ outbox settled, until nothing waits. Printed per engine: the median over ``--rep
 bursts of messages delivered per second, (1) by the mailbox calls alone and (2) end to
 end through a :class:`svit.host.Host` whose handler consumes each message (one commit
 per message). PostgreSQL runs in a throwaway cluster (``initdb`` into a temporary
-directory, 127.0.0.1, stopped at exit) unless ``--postgresql URL`` names one.
+directory, 127.0.0.1, stopped at exit; ``tests/store/pg_cluster.py``) unless
+``--postgresql URL`` names one.
 
 Run: python benchmarks/messages.py [--repeat N] [--burst N] [--postgresql URL]
 """
@@ -17,9 +18,7 @@ import argparse
 import contextlib
 import os
 import shutil
-import socket
 import statistics
-import subprocess
 import tempfile
 import time
 import uuid
@@ -28,8 +27,7 @@ from collections.abc import Iterator
 from svit import Process
 from svit.host import Host
 from svit.store import ProcessStore
-
-BIN = os.environ.get("SVIT_POSTGRESQL_BIN", "/usr/local/bin")
+from tests.store.pg_cluster import Cluster
 
 CONSUME = '(define (main item) (do (write "/memory/count" (+ (read "/memory/count") 1)) 0))'
 
@@ -41,21 +39,12 @@ def burst_source(target: str, count: int) -> str:
 
 @contextlib.contextmanager
 def throwaway_postgresql() -> Iterator[str]:
-    """A PostgreSQL cluster of its own for the run, on a free 127.0.0.1 port."""
-    directory = tempfile.mkdtemp(prefix="svit-bench-pg-")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    data = os.path.join(directory, "data")
-    subprocess.run([f"{BIN}/initdb", "-D", data, "-U", "svit", "--auth=trust", "-E", "UTF8"],
-                   check=True, capture_output=True)
-    subprocess.run([f"{BIN}/pg_ctl", "-D", data, "-l", os.path.join(directory, "log"), "-w", "-o",
-                    f"-h 127.0.0.1 -p {port} -k {directory}", "start"], check=True, capture_output=True)
+    """A PostgreSQL cluster of its own for the run (the test suite's throwaway cluster)."""
+    cluster = Cluster.start()
     try:
-        yield f"postgresql://svit@127.0.0.1:{port}/postgres"
+        yield cluster.url
     finally:
-        subprocess.run([f"{BIN}/pg_ctl", "-D", data, "-m", "fast", "-w", "stop"], capture_output=True)
-        shutil.rmtree(directory, ignore_errors=True)
+        cluster.stop()
 
 
 def mailbox_rate(store: ProcessStore, burst: int, repeat: int) -> float:
