@@ -116,4 +116,5 @@ def test_renewing_many_at_once_keeps_the_live_ones_when_one_was_lost(store: Proc
     assert renewed is not None
     result = a.renew_many([lease for lease in both.values() if lease is not None])
     assert result[ADDR + "1"] is None
-    assert result[ADDR + "2"] is not None and result[ADDR + "2"].epoch == 1
+    kept = result[ADDR + "2"]
+    assert kept is not None and kept.epoch == 1
