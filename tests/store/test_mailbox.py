@@ -712,3 +712,17 @@ class MailMachine(RuleBasedStateMachine):
 TestMailMachine = MailMachine.TestCase
 TestMailMachine.settings = settings(max_examples=8, stateful_step_count=12, deadline=None,
                                     suppress_health_check=[HealthCheck.too_slow])
+
+
+def test_a_refusal_alone_still_checks_the_targets_fences(store):
+    """A delivery that only refuses makes no commit, but it is fenced like one."""
+    a = store.create(sender())
+    b = store.create(target(limits=SMALL))
+    send(a, "z" * 500, B)
+    b.fences = [(keys.CF_RECORD, keys.head_key(B), b"not the head")]  # type: ignore[attr-defined]
+    with pytest.raises(PersistenceConflict):
+        store.mailbox.deliver(b)
+    assert [m["message_id"] for m in store.mailbox.pending(B)] == [f"{A}:1:0"]
+    assert store.mailbox.undeliverable(A) == []
+    b.fences = []  # type: ignore[attr-defined]
+    assert store.mailbox.deliver(b).undeliverable == [(f"{A}:1:0", "invalid_value: maximum text bytes exceeded")]
