@@ -304,10 +304,11 @@ class Mailbox:
         for key, value in annex.put:
             batch.put(CF_RECORD, key, value)
 
-    def _write_guarded(self, annex: MailAnnex, absent: tuple[bytes, ...] = ()) -> None:
+    def _write_guarded(self, annex: MailAnnex, absent: tuple[bytes, ...] = (), handle: Any = None) -> None:
         """Write ``annex`` as its own batch (no commit of any process), refused with
-        ``PersistenceConflict`` unless every removed record still holds its bytes and
-        every key of ``absent`` is absent."""
+        ``PersistenceConflict`` unless every removed record still holds its bytes, every
+        key of ``absent`` is absent, and the fences of ``handle`` (the process whose
+        mail it decides, see :class:`~svit.store.handle.DurableProcess`) still hold."""
         with self._lock:
             self._engine.check()
             batch = self._engine.batch()
@@ -315,6 +316,10 @@ class Mailbox:
                 if self._engine.get(CF_RECORD, key) is not None:
                     raise PersistenceConflict()
                 _expect(batch, key, None)
+            for space, key, value in getattr(handle, "fences", ()):
+                if self._engine.get(space, key) != value:
+                    raise PersistenceConflict()
+                _expect(batch, key, value, space)
             self._stage_annex(batch, annex)
             self._engine.write(batch)
 
@@ -451,7 +456,7 @@ class Mailbox:
             if items:
                 change = process.deliver_inbox(items, annex=annex)
             elif annex.removed:
-                self._write_guarded(annex)
+                self._write_guarded(annex, handle=target)
             return Delivery(delivered, refused, change)
 
     def _plan(self, address: str, entries: list[_Entry], root: Node, version_after: int, limits: Any,
@@ -548,7 +553,7 @@ class Mailbox:
             change = process.settle_outbox(delivered, undeliverable, annex=annex)
             if change is None:
                 # The outbox already says so (or no longer holds them): drop the outcomes alone.
-                self._write_guarded(annex)
+                self._write_guarded(annex, handle=sender)
             return change
 
 
@@ -557,12 +562,12 @@ def refusal_reason(error: SvitError) -> str:
     return f"{error.code}: {error.detail}" if error.detail else error.code
 
 
-def _expect(batch: WriteBatch, key: bytes, value: bytes | None) -> None:
+def _expect(batch: WriteBatch, key: bytes, value: bytes | None, space: str = CF_RECORD) -> None:
     """Stage an engine-side expectation when the engine checks them (a shared database);
     under the store lock, the reads before it already decided for an engine of one owner."""
     expect = getattr(batch, "expect", None)
     if expect is not None:
-        expect(CF_RECORD, key, value)
+        expect(space, key, value)
 
 
 def _close(scan: Iterator[tuple[bytes, bytes]]) -> None:

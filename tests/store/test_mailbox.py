@@ -9,11 +9,24 @@ a stateful model test.
 
 from __future__ import annotations
 
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from svit import Limits, Process
-from svit.errors import InvalidPersistence, InvalidValue, PersistenceConflict, SvitError
-from svit.store import keys
+from svit.errors import InvalidPersistence, InvalidValue, PersistenceConflict, PersistenceUnavailable, SvitError
+from svit.store import DurableProcess, ProcessStore, keys
+from svit.store.faults import FailingWrites
 from svit.store.mailbox import NO_SUCH_ADDRESS, Delivery
 from tests.conftest import reopen
 
@@ -427,3 +440,289 @@ def test_an_undeliverable_mark_must_be_text():
     outbox[0]["undeliverable"] = "no such address"
     root = tree.set_at(process.root, ("system", "outbox"), tree.from_value(outbox, scripts_allowed=False))
     assert Process.restore(Process(A, root, 0, process.limits).snapshot()).outbox() == outbox
+
+
+# ---------------------------------------------------------------------------- failures: every write
+
+
+def finish(store) -> None:
+    """What a host does after a restart: deliver or refuse everything waiting, settle every sender."""
+    for _ in range(100):
+        targets = store.mailbox.targets()
+        if not targets:
+            break
+        for address in targets:
+            if address in store.addresses():
+                store.mailbox.deliver(store.resume(address))
+            else:
+                store.mailbox.refuse_absent(address)
+    for address in store.mailbox.unsettled():
+        store.mailbox.settle(store.resume(address))
+    assert store.mailbox.targets() == [] and store.mailbox.unsettled() == []
+
+
+SEQUENCE_WRITES = 4
+
+
+def sequence(store, a, b) -> None:
+    """The delivery sequence, one synced write per step."""
+    send(a, "one", B, GONE, B)              # 1: the sender's commit writes the mail
+    store.mailbox.deliver(b)                # 2: the delivery commit of the target
+    store.mailbox.refuse_absent(GONE)       # 3: the refusal batch
+    store.mailbox.settle(a)                 # 4: the settling commit of the sender
+
+
+@pytest.mark.parametrize("apply", [False, True], ids=["lost", "landed"])
+@pytest.mark.parametrize("fail_at", range(1, SEQUENCE_WRITES + 2))
+def test_a_failed_write_anywhere_in_the_sequence_delivers_nothing_twice_and_loses_nothing(store, fail_at, apply):
+    a = store.create(sender())
+    b = store.create(target())
+    with FailingWrites(store, fail_at=fail_at, apply=apply) as fault:
+        if fail_at > SEQUENCE_WRITES:  # the control: no write fails
+            sequence(store, a, b)
+        else:
+            with pytest.raises(PersistenceUnavailable):
+                sequence(store, a, b)
+    assert fault.calls == min(fail_at, SEQUENCE_WRITES)
+    assert fault.failed == (0 if fail_at > SEQUENCE_WRITES else 1)
+    store = reopen(store)
+    try:
+        a = store.resume(A)
+        if a.version == 0:  # the send was never acknowledged nor written: the client sends again
+            send(a, "one", B, GONE, B)
+        finish(store)
+        a, b = store.resume(A), store.resume(B)
+        assert inbox_ids(b) == [f"{A}:1:0", f"{A}:1:2"]
+        assert [item["body"] for item in b.read("/inbox")] == ["one", "one"]
+        assert a.outbox() == [{"body": "one", "message_id": f"{A}:1:1", "to": GONE, "undeliverable": NO_SUCH_ADDRESS}]
+        assert [u["message_id"] for u in store.mailbox.undeliverable(A)] == [f"{A}:1:1"]
+        assert store.mailbox.delivered(B, f"{A}:1:0") and store.mailbox.delivered(B, f"{A}:1:2")
+    finally:
+        store.close()
+
+
+# ---------------------------------------------------------------------------- failures: SIGKILL
+
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mail_crash_worker.py")
+CRASH_SENDER = "svit://local/crash/sender"
+CRASH_TARGET = "svit://local/crash/target"
+
+
+def run_worker(path: str, *extra: str, kill_after: float | None = None) -> list[str]:
+    """Run the worker until it dies (by its own SIGKILL, or ours after ``kill_after`` s); its lines."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen([sys.executable, WORKER, path, *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    try:
+        if kill_after is not None:
+            assert proc.stdout is not None
+            assert proc.stdout.readline() == "ready\n", proc.stderr.read() if proc.stderr else ""
+            time.sleep(kill_after)
+            proc.send_signal(signal.SIGKILL)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL, err
+    return ([] if kill_after is None else ["ready"]) + [line for line in out.splitlines()]
+
+
+def check_exactly_once(path: str, acknowledged: set[str]) -> list[str]:
+    """Finish what the killed worker left, then: every acknowledged message is delivered
+    exactly once, in send order, nothing else is, the outbox is settled, history validates."""
+    store = ProcessStore.open(path)
+    try:
+        finish(store)
+        target_handle, sender_handle = store.resume(CRASH_TARGET), store.resume(CRASH_SENDER)
+        ids = inbox_ids(target_handle)
+        assert len(ids) == len(set(ids)), "a message was delivered twice"
+        assert acknowledged <= set(ids), "an acknowledged message was lost"
+        order = [tuple(int(part) for part in message_id.rsplit(":", 2)[1:]) for message_id in ids]
+        assert order == sorted(order), "messages out of send order"
+        sent = {f"{CRASH_SENDER}:{t.process_version_after}:{i}"
+                for t in sender_handle.query(source="activation") for i in range(2)}
+        assert set(ids) == sent, "delivered and committed messages differ"
+        assert sender_handle.outbox() == []
+        return ids
+    finally:
+        store.close()
+
+
+def test_sigkill_between_steps_and_at_random_moments_delivers_exactly_once(tmp_path):
+    path = str(tmp_path / "store")
+    started = time.monotonic()
+    acknowledged: set[str] = set()
+    runs = [("--die-after", "sent"), ("--die-after", "delivered"), ("--die-after", "settled")]
+    for extra in runs:
+        lines = run_worker(path, *extra)
+        assert lines[-1].split()[0] == extra[1], lines
+        for line in lines:
+            if line.startswith("sent "):
+                acknowledged.update(line.split()[1:])
+        check_exactly_once(path, acknowledged)
+    rng = random.Random(int.from_bytes(os.urandom(4), "big"))
+    for _ in range(2):
+        lines = run_worker(path, kill_after=rng.uniform(0.2, 0.6))
+        for line in lines:
+            if line.startswith("sent "):
+                acknowledged.update(line.split()[1:])
+        ids = check_exactly_once(path, acknowledged)
+    assert len(ids) > 6
+    assert time.monotonic() - started < 40
+
+
+def test_the_exactly_once_check_sees_a_double_delivery(tmp_path):
+    """Anti-vacuity: a deliverer that appends without recording is caught by the check."""
+    path = str(tmp_path / "store")
+    store = ProcessStore.open(path)
+    handle = store.create(Process.builder(CRASH_SENDER).library("two", SEND_TWO).build())
+    target_handle = store.create(target(CRASH_TARGET))
+    handle.exec("/lib/two", CRASH_TARGET)
+    first = store.mailbox.pending(CRASH_TARGET)[0]
+    target_handle.enqueue_inbox({"kind": "message", "message_id": first["message_id"], "from": first["from"],
+                                 "body": first["body"]})
+    store.close()
+    with pytest.raises(AssertionError, match="delivered twice"):
+        check_exactly_once(path, set())
+
+
+# ---------------------------------------------------------------------------- a stateful model
+
+SENDERS = (A, C)
+TARGETS = (B, "svit://local/mail/d")
+SMALL = Limits(max_text_bytes=400)
+
+
+def order_of(message_id: str) -> tuple[int, int]:
+    version, index = message_id.rsplit(":", 2)[1:]
+    return int(version), int(index)
+
+
+class MailMachine(RuleBasedStateMachine):
+    """Random sends, deliveries, refusals, settlements, acknowledgements, failed writes and
+    restarts; every acknowledged intent is always in exactly one place, and delivered at
+    most once, in send order per sender."""
+
+    @initialize()
+    def setup(self) -> None:
+        self.directory = tempfile.mkdtemp(prefix="svit-mail-")
+        self.store = ProcessStore.open(os.path.join(self.directory, "store"))
+        for address in SENDERS:
+            self.store.create(sender(address))
+        self.store.create(target(TARGETS[0]))
+        self.store.create(target(TARGETS[1], limits=SMALL))
+        #: Every acknowledged intent: id -> its target.
+        self.sent: dict[str, str] = {}
+        self.handles: dict[str, DurableProcess] = {}
+        self.refresh()
+
+    def refresh(self) -> None:
+        self.handles = {address: self.store.resume(address) for address in SENDERS + TARGETS}
+
+    def restart(self) -> None:
+        self.store = reopen(self.store)
+        self.refresh()
+
+    def teardown(self) -> None:
+        store = getattr(self, "store", None)
+        if store is not None:
+            store.close()
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    @rule(who=st.sampled_from(SENDERS), to=st.lists(st.sampled_from(TARGETS + (GONE,)), min_size=1, max_size=3),
+          big=st.booleans())
+    def send(self, who: str, to: list[str], big: bool) -> None:
+        activation = send(self.handles[who], "z" * 500 if big else "hi", *to)
+        for message in activation.messages:
+            self.sent[message["message_id"]] = message["to"]
+
+    @rule(to=st.sampled_from(TARGETS), limit=st.integers(1, 4), room=st.none() | st.integers(1, 3))
+    def deliver(self, to: str, limit: int, room: int | None) -> None:
+        self.store.mailbox.deliver(self.handles[to], limit=limit, inbox_limit=room)
+
+    @rule()
+    def refuse(self) -> None:
+        self.store.mailbox.refuse_absent(GONE)
+
+    @rule(who=st.sampled_from(SENDERS))
+    def settle(self, who: str) -> None:
+        self.store.mailbox.settle(self.handles[who])
+
+    @rule(to=st.sampled_from(TARGETS))
+    def acknowledge(self, to: str) -> None:
+        handle = self.handles[to]
+        front = handle.inbox_front()
+        if front is not None:
+            handle.acknowledge_inbox(front)
+
+    @rule(step=st.sampled_from(["deliver", "settle", "refuse"]), apply=st.booleans(),
+          who=st.sampled_from(SENDERS), to=st.sampled_from(TARGETS))
+    def failed_write(self, step: str, apply: bool, who: str, to: str) -> None:
+        with FailingWrites(self.store, fail_at=1, apply=apply) as fault:
+            try:
+                if step == "deliver":
+                    self.store.mailbox.deliver(self.handles[to])
+                elif step == "settle":
+                    self.store.mailbox.settle(self.handles[who])
+                else:
+                    self.store.mailbox.refuse_absent(GONE)
+            except PersistenceUnavailable:
+                pass
+        if fault.failed:
+            assert self.store.terminal
+        self.restart()
+
+    @invariant()
+    def each_intent_is_in_exactly_one_place(self) -> None:
+        if not hasattr(self, "store"):
+            return
+        mailbox = self.store.mailbox
+        pending = {m["message_id"] for address in TARGETS + (GONE,) for m in mailbox.pending(address, limit=1000)}
+        refused = {u["message_id"] for address in SENDERS for u in mailbox.undeliverable(address)}
+        for message_id, to in self.sent.items():
+            places = [message_id in pending, mailbox.delivered(to, message_id), message_id in refused]
+            assert places.count(True) == 1, (message_id, places)
+
+    @invariant()
+    def deliveries_are_once_and_in_send_order(self) -> None:
+        if not hasattr(self, "store"):
+            return
+        for address in TARGETS:
+            log = [value["message_id"] for t in self.handles[address].query(source="mailbox.deliver")
+                   for value in t.mutations[0]["values"]]
+            assert len(log) == len(set(log))
+            assert all(self.store.mailbox.delivered(address, message_id) for message_id in log)
+            for who in SENDERS:
+                mine = [order_of(m) for m in log if m.startswith(who + ":")]
+                assert mine == sorted(mine)
+
+    @invariant()
+    def a_settled_outbox_holds_only_pending_and_undeliverable(self) -> None:
+        if not hasattr(self, "store"):
+            return
+        unsettled = set(self.store.mailbox.unsettled())
+        for who in SENDERS:
+            if who in unsettled:
+                continue
+            for intent in self.handles[who].outbox():
+                assert not self.store.mailbox.delivered(intent["to"], intent["message_id"])
+
+
+TestMailMachine = MailMachine.TestCase
+TestMailMachine.settings = settings(max_examples=8, stateful_step_count=12, deadline=None,
+                                    suppress_health_check=[HealthCheck.too_slow])
+
+
+def test_a_refusal_alone_still_checks_the_targets_fences(store):
+    """A delivery that only refuses makes no commit, but it is fenced like one."""
+    a = store.create(sender())
+    b = store.create(target(limits=SMALL))
+    send(a, "z" * 500, B)
+    b.fences = [(keys.CF_RECORD, keys.head_key(B), b"not the head")]  # type: ignore[attr-defined]
+    with pytest.raises(PersistenceConflict):
+        store.mailbox.deliver(b)
+    assert [m["message_id"] for m in store.mailbox.pending(B)] == [f"{A}:1:0"]
+    assert store.mailbox.undeliverable(A) == []
+    b.fences = []  # type: ignore[attr-defined]
+    assert store.mailbox.deliver(b).undeliverable == [(f"{A}:1:0", "invalid_value: maximum text bytes exceeded")]
