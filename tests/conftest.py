@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from svit.store.store import is_database_url
 from tests.loop.fake_openai import FakeOpenAI
 from tests.store import pg_cluster
 
-__all__ = ["ENGINES", "location_of", "make_files", "raw_db", "reopen", "rewrite_raw", "with_trailer"]
+__all__ = ["ENGINES", "location_of", "make_files", "raw_db", "reopen", "rewrite_raw", "wipe_location", "with_trailer"]
 
 
 # ---------------------------------------------------------------------------- fixtures
@@ -176,6 +177,21 @@ def rewrite_raw(location: str, column_family: str, key: bytes, change: Callable[
     del cf
     db.close()
     gc.collect()
+
+
+def wipe_location(location: str) -> None:
+    """Destroy a closed store's data: its directory, or every table of its schema."""
+    if not is_database_url(location):
+        shutil.rmtree(location)
+        return
+    import psycopg  # noqa: PLC0415 - only for PostgreSQL stores
+
+    with psycopg.connect(location, autocommit=True) as conn:
+        names = [row[0] for row in conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() "
+            "AND table_name LIKE 'svit\\_%'").fetchall()]
+        for name in names:
+            conn.execute(f'DROP TABLE "{name}"')
 
 
 def with_trailer(body: bytes) -> bytes:

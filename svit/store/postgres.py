@@ -7,26 +7,27 @@ compares byte by byte, so ``ORDER BY key`` is the key order RocksDB keeps and a 
 scan is a key range. One more table, ``svit_writers``, holds one commit marker per open
 connection (see below).
 
-A write batch is ONE transaction of plain SQL, sent pipelined: ``BEGIN``, each part's
-expectations, its puts (``INSERT ... ON CONFLICT (key) DO UPDATE``) and deletes, the
-connection's commit marker, ``COMMIT``. An expectation of a value is
-``SELECT value ... FOR UPDATE`` (the row stays locked until the transaction ends, so a
-concurrent writer of that key waits and then sees the new value); an expectation of
-absence is a plain ``INSERT`` of the key (removed again unless the batch writes the key),
-which waits for, and then collides with, any concurrent transaction creating it. A batch
-without value expectations is one round trip; one with them is two (the checked values
-come back before ``COMMIT`` is sent). ``synchronous_commit`` is set ``on`` for every
-connection, so ``COMMIT`` returns only once the server has flushed the commit record to
-its write-ahead log.
+A write batch is ONE transaction of plain SQL, sent pipelined in one round trip:
+``BEGIN``, each part's expectations, its puts (``INSERT ... ON CONFLICT (key) DO
+UPDATE``) and deletes, the connection's commit marker, ``COMMIT``. An expectation of a
+value is a guard statement that locks the row holding it (``SELECT ... FOR UPDATE``: a
+concurrent writer of that key waits, and the row is checked again once that writer
+committed) and divides by the number of such rows, so a value that is not there aborts
+the transaction on the server (division by zero) and ``COMMIT`` never runs. An
+expectation of absence is a plain ``INSERT`` of the key (removed again unless the batch
+writes the key), which waits for, and then collides with, any concurrent transaction
+creating it. ``synchronous_commit`` is set ``on`` for every connection, so ``COMMIT``
+returns only once the server has flushed the commit record to its write-ahead log.
 
-A commit whose reply is lost (the connection fails while ``COMMIT`` is in flight) is
-resolved by reading back: every transaction also writes a fresh random token into the
-connection's row of ``svit_writers``; a new connection locks that row (which waits until
-the lost transaction has ended, committed or aborted) and compares the token. Present:
-the batch committed and the write succeeds. Absent: it did not, and the write raises
-``PersistenceUnavailable`` (reason ``interrupted``) leaving the engine healthy. If the
-server cannot be reached to tell within :data:`RESOLVE_SECONDS`, the engine is terminal.
-A failure before ``COMMIT`` was sent cannot have committed and is reported the same way.
+A commit whose reply is lost (the connection fails while the transaction is in flight)
+is resolved by reading back: every transaction also writes a fresh random token into
+the connection's row of ``svit_writers``; a new connection locks that row (which waits
+until the lost transaction has ended, committed or aborted) and compares the token.
+Present: the batch committed and the write succeeds. Absent: nothing was written, so the
+batch is sent once more on a fresh connection (a pooled connection the server had ended
+looks the same); if that fails the same way the write raises ``PersistenceUnavailable``
+(reason ``interrupted``, "did not commit") and the engine stays healthy. If the server
+cannot be reached to tell within :data:`RESOLVE_SECONDS`, the engine is terminal.
 
 ``sequence()`` is the server's current write-ahead-log position
 (``pg_current_wal_lsn()`` in bytes): it moves forward with every committed write of any
@@ -71,6 +72,9 @@ WRITERS_TABLE = "svit_writers"
 RESOLVE_SECONDS = 10.0
 #: How long an open waits for its first connection.
 CONNECT_SECONDS = 10.0
+#: What a failed expectation raises on the server: a claimed key that exists, or a
+#: guard that found no row holding the expected value.
+EXPECTATION_ERRORS = (psycopg.errors.UniqueViolation, psycopg.errors.DivisionByZero)
 #: Rows fetched per query of a scan (a scan is a sequence of key-range pages).
 SCAN_PAGE = 512
 
@@ -168,15 +172,21 @@ class PostgreSQLEngine(StorageEngine):
     # ------------------------------------------------------------------ writing
     def apply(self, batch: WriteBatch) -> None:
         parts = batch.split()
-        token = secrets.token_bytes(16)
         for attempt in (1, 2):
+            again = attempt == 1
+            token = secrets.token_bytes(16)
             try:
                 with self._pool.connection() as conn:
                     writer = _writer(self._engine_id, conn)
                     try:
                         self._transaction(conn, parts, writer, token)
                     except _LostReply:
-                        self._resolve(writer, token)
+                        if self._resolve(writer, token):
+                            return
+                        if again:
+                            continue  # certainly not written: once more, on a fresh connection
+                        raise NotWritten("the connection failed while the commit was in flight, and reading back "
+                                         "shows it did not commit; nothing was written") from None
                 return
             except (ExpectationFailed, NotWritten, StorageFailure):
                 raise
@@ -184,74 +194,71 @@ class PostgreSQLEngine(StorageEngine):
                 reason, description = _classify(exc)
                 if reason != "unreachable":
                     raise StorageFailure(reason, description) from None
-                if attempt == 1 and not isinstance(exc, psycopg_pool.PoolTimeout):
-                    # A pooled connection the server had ended: nothing was committed (COMMIT
-                    # was never sent), so the batch is written once more on a fresh one.
-                    continue
+                if again and not isinstance(exc, psycopg_pool.PoolTimeout):
+                    continue  # nothing was committed (COMMIT was not reached): once more
                 raise NotWritten(f"{description}; nothing was committed", "unreachable") from None
 
     def _transaction(self, conn: psycopg.Connection[Any], parts: list[BatchPart], writer: str, token: bytes) -> None:
-        """Write ``parts`` as one transaction on ``conn``: pipelined, COMMIT last."""
-        checks_values = any(expected is not None for part in parts for _, _, expected in part.expectations)
+        """Write ``parts`` as one transaction on ``conn``, pipelined: one round trip.
+
+        A failed expectation aborts the transaction on the server (``COMMIT`` is then not
+        run); with one part it is that part's, with several the parts are run again one
+        statement at a time to find which (:meth:`_one_by_one`)."""
         statements = self._statements
-        value_checks: list[tuple[int, psycopg.Cursor[Any], bytes]] = []
+        single = statements.single(parts[0], writer, token) if len(parts) == 1 else None
+        if single is not None:
+            try:
+                conn.execute(*single)
+            except EXPECTATION_ERRORS:
+                raise ExpectationFailed(0) from None
+            except psycopg.OperationalError as exc:
+                if _connection_lost(conn, exc):
+                    raise _LostReply() from None
+                raise
+            return
         try:
             with conn.pipeline() as pipeline:
                 conn.execute("BEGIN")
-                for index, part in enumerate(parts):
-                    for cursor_query, params, expected in statements.part(part):
-                        cursor = conn.execute(cursor_query, params)
-                        if expected is not None:
-                            value_checks.append((index, cursor, expected))
+                for part in parts:
+                    for query, params in statements.part(part):
+                        conn.execute(query, params)
                 conn.execute(statements.marker, [writer, token])
-                if not checks_values:
-                    try:
-                        conn.execute("COMMIT")
-                        pipeline.sync()
-                    except psycopg.errors.UniqueViolation:
-                        raise
-                    except psycopg.OperationalError as exc:
-                        if _connection_lost(conn, exc):
-                            raise _LostReply() from None
-                        raise
-                    return
+                conn.execute("COMMIT")
                 pipeline.sync()
-        except psycopg.errors.UniqueViolation:
-            # An expectation of absence met a key that exists; find which part, one by one.
+        except EXPECTATION_ERRORS:
             self._rollback(conn)
-            raise ExpectationFailed(self._first_failing_part(conn, parts)) from None
-        for index, cursor, expected in value_checks:
-            row = cursor.fetchone()
-            if row is None or bytes(row[0]) != expected:
-                self._rollback(conn)
-                raise ExpectationFailed(index)
+            if len(parts) == 1:
+                raise ExpectationFailed(0) from None
+            self._one_by_one(conn, parts, writer, token)
+        except psycopg.OperationalError as exc:
+            if _connection_lost(conn, exc):
+                raise _LostReply() from None
+            raise
+
+    def _one_by_one(self, conn: psycopg.Connection[Any], parts: list[BatchPart], writer: str, token: bytes) -> None:
+        """The same transaction, one statement at a time: the first part whose expectation
+        fails raises :class:`ExpectationFailed` with its index (nothing committed); if none
+        fails now, the transaction commits (it is exactly the batch)."""
+        statements = self._statements
+        try:
+            conn.execute("BEGIN")
+            for index, part in enumerate(parts):
+                for query, params in statements.part(part):
+                    try:
+                        conn.execute(query, params)
+                    except EXPECTATION_ERRORS:
+                        self._rollback(conn)
+                        raise ExpectationFailed(index) from None
+            conn.execute(statements.marker, [writer, token])
+        except BaseException:
+            self._rollback(conn)
+            raise
         try:
             conn.execute("COMMIT")
         except psycopg.OperationalError as exc:
             if _connection_lost(conn, exc):
                 raise _LostReply() from None
             raise
-
-    def _first_failing_part(self, conn: psycopg.Connection[Any], parts: list[BatchPart]) -> int:
-        """Run ``parts`` statement by statement in a transaction that is rolled back: the
-        index of the first part whose expectation fails (the last part if none fails now,
-        which leaves that batch to conflict: its expectation failed a moment ago)."""
-        statements = self._statements
-        try:
-            conn.execute("BEGIN")
-            for index, part in enumerate(parts):
-                for query, params, expected in statements.part(part):
-                    try:
-                        cursor = conn.execute(query, params)
-                    except psycopg.errors.UniqueViolation:
-                        return index
-                    if expected is not None:
-                        row = cursor.fetchone()
-                        if row is None or bytes(row[0]) != expected:
-                            return index
-            return len(parts) - 1
-        finally:
-            self._rollback(conn)
 
     @staticmethod
     def _rollback(conn: psycopg.Connection[Any]) -> None:
@@ -260,10 +267,10 @@ class PostgreSQLEngine(StorageEngine):
         except psycopg.Error:
             pass
 
-    def _resolve(self, writer: str, token: bytes) -> None:
+    def _resolve(self, writer: str, token: bytes) -> bool:
         """Read back whether the transaction that wrote ``token`` committed (see the module
-        docstring); return if it did, raise :class:`NotWritten` if it did not. A server
-        that cannot be reached within :attr:`resolve_seconds` raises (terminal)."""
+        docstring). A server that cannot be reached within :attr:`resolve_seconds`
+        raises (terminal)."""
         deadline = time.monotonic() + self.resolve_seconds
         query = sql.SQL("SELECT token FROM {} WHERE writer = %s FOR UPDATE").format(sql.Identifier(WRITERS_TABLE))
         while True:
@@ -271,7 +278,7 @@ class PostgreSQLEngine(StorageEngine):
                 left = max(1, int(deadline - time.monotonic()))
                 with psycopg.connect(self.url, connect_timeout=left, autocommit=True) as conn:
                     conn.execute(sql.SQL("SET lock_timeout = {}").format(sql.Literal(f"{left}s")))
-                    with conn.transaction():
+                    with conn.transaction(force_rollback=True):  # it only reads
                         row = conn.execute(query, [writer]).fetchone()
                 break
             except psycopg.Error:
@@ -280,12 +287,9 @@ class PostgreSQLEngine(StorageEngine):
                         "unreachable", "the reply to a commit was lost and the database server could not be "
                         "reached to tell whether it committed") from None
                 time.sleep(0.1)
-        if row is not None and bytes(row[0]) == token:
-            self.resolved.append("committed")
-            return
-        self.resolved.append("not committed")
-        raise NotWritten("the connection failed while the commit was in flight, and reading back shows it "
-                         "did not commit; nothing was written")
+        committed = row is not None and bytes(row[0]) == token
+        self.resolved.append("committed" if committed else "not committed")
+        return committed
 
     # ------------------------------------------------------------------ reading
     def _query(self, query: sql.Composed | str, params: list[Any], doing: str) -> list[tuple[Any, ...]]:
@@ -393,8 +397,12 @@ class _Statements:
     def __init__(self, tables: dict[str, sql.Identifier]) -> None:
         self.tables = tables
         self.get = {space: sql.SQL("SELECT value FROM {} WHERE key = %s").format(t) for space, t in tables.items()}
-        self.lock_value = {space: sql.SQL("SELECT value FROM {} WHERE key = %s FOR UPDATE").format(t)
-                           for space, t in tables.items()}
+        # Locks the row holding the expected value (FOR UPDATE: a concurrent writer of it
+        # waits, and the row is checked again once it committed), and divides by the
+        # number of such rows: none aborts the transaction (division by zero).
+        self.guard_value = {space: sql.SQL(
+            "SELECT 1 / (SELECT count(*) FROM (SELECT 1 FROM {} WHERE key = %s AND value = %s FOR UPDATE) AS held)")
+            .format(t) for space, t in tables.items()}
         self.claim_absent = {space: sql.SQL("INSERT INTO {} (key, value) VALUES (%s, '')").format(t)
                              for space, t in tables.items()}
         self.upsert = {space: sql.SQL(
@@ -405,20 +413,21 @@ class _Statements:
         self.marker = sql.SQL("INSERT INTO {} (writer, token) VALUES (%s, %s) ON CONFLICT (writer) "
                               "DO UPDATE SET token = EXCLUDED.token").format(sql.Identifier(WRITERS_TABLE))
         self._scans: dict[tuple[str, bool, bool], sql.Composed] = {}
+        self._singles: dict[tuple[tuple[str, str], ...], bytes] = {}
         self._lasts: dict[tuple[str, bool], sql.Composed] = {}
 
-    def part(self, part: BatchPart) -> Iterator[tuple[sql.Composed, list[Any], bytes | None]]:
-        """``(statement, parameters, expected value or None)`` for one part: its
-        expectations first, then its writes (the last operation on each key wins)."""
+    def part(self, part: BatchPart) -> Iterator[tuple[sql.Composed, list[Any]]]:
+        """``(statement, parameters)`` for one part: its expectations first, then its
+        writes (the last operation on each key wins)."""
         final: dict[tuple[str, bytes], bytes | None] = {}
         for space, key, value in part.operations:
             final[(space, key)] = value
         for space, key, expected in part.expectations:
             if expected is None:
-                yield self.claim_absent[space], [key], None
+                yield self.claim_absent[space], [key]
                 final.setdefault((space, key), None)  # the claim is removed unless written
             else:
-                yield self.lock_value[space], [key], expected
+                yield self.guard_value[space], [key, expected]
         puts: dict[str, tuple[list[bytes], list[bytes]]] = {}
         deletes: dict[str, list[bytes]] = {}
         for (space, key), value in final.items():
@@ -429,9 +438,92 @@ class _Statements:
                 keys_.append(key)
                 values.append(value)
         for space, keys_list in deletes.items():
-            yield self.delete[space], [keys_list], None
+            yield self.delete[space], [keys_list]
         for space, (keys_list, values) in puts.items():
-            yield self.upsert[space], [keys_list, values], None
+            yield self.upsert[space], [keys_list, values]
+
+    def single(self, part: BatchPart, writer: str, token: bytes) -> tuple[bytes, list[Any]] | None:
+        """One part and the commit marker as ONE statement (data-modifying ``WITH``
+        clauses, run in autocommit as its own transaction: one round trip), or None when
+        the part cannot be said so (an expected-absent key it does not write).
+
+        Each key has one final operation; an expected key the part writes is written by
+        a conditional ``UPDATE``/``DELETE ... WHERE value = expected`` (a compare-and-swap,
+        checked again against a concurrent writer's committed row), an expected-absent
+        key it puts is a plain ``INSERT`` (a key that exists collides), an expected key it
+        does not write is locked ``FOR UPDATE``; the statement then divides by each of
+        those row counts, so one that is zero aborts it and nothing is written. The text
+        depends only on the part's shape, so it is composed once per shape."""
+        final: dict[tuple[str, bytes], bytes | None] = {}
+        for space, key, value in part.operations:
+            final[(space, key)] = value
+        shape: list[tuple[str, str]] = []
+        params: list[Any] = []
+        for space, key, expected in part.expectations:
+            if (space, key) in final:
+                value = final.pop((space, key))
+                if expected is None and value is not None:
+                    shape.append(("insert", space))
+                    params += [key, value]
+                elif expected is None:
+                    return None  # expects absence and deletes: nothing to count
+                elif value is None:
+                    shape.append(("delete_if", space))
+                    params += [key, expected]
+                else:
+                    shape.append(("update_if", space))
+                    params += [value, key, expected]
+            elif expected is None:
+                return None
+            else:
+                shape.append(("lock", space))
+                params += [key, expected]
+        puts: dict[str, tuple[list[bytes], list[bytes]]] = {}
+        deletes: dict[str, list[bytes]] = {}
+        for (space, key), value in final.items():
+            if value is None:
+                deletes.setdefault(space, []).append(key)
+            else:
+                keys_, values = puts.setdefault(space, ([], []))
+                keys_.append(key)
+                values.append(value)
+        for space, keys_list in deletes.items():
+            shape.append(("delete", space))
+            params.append(keys_list)
+        for space, (keys_list, values) in puts.items():
+            shape.append(("put", space))
+            params += [keys_list, values]
+        params += [writer, token]
+        key_shape = tuple(shape)
+        query = self._singles.get(key_shape)
+        if query is None:
+            query = self._singles[key_shape] = self._compose_single(key_shape)
+        return query, params
+
+    def _compose_single(self, shape: tuple[tuple[str, str], ...]) -> bytes:
+        texts = {
+            "insert": "INSERT INTO {} (key, value) VALUES (%s, %s) RETURNING 1",
+            "delete_if": "DELETE FROM {} WHERE key = %s AND value = %s RETURNING 1",
+            "update_if": "UPDATE {} SET value = %s WHERE key = %s AND value = %s RETURNING 1",
+            "lock": "SELECT 1 FROM {} WHERE key = %s AND value = %s FOR UPDATE",
+            "delete": "DELETE FROM {} WHERE key = ANY(%s::bytea[])",
+            "put": "INSERT INTO {} (key, value) SELECT * FROM unnest(%s::bytea[], %s::bytea[]) "
+                   "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+        }
+        clauses: list[sql.Composable] = []
+        counted: list[str] = []
+        for number, (kind, space) in enumerate(shape):
+            name = f"w{number}"
+            clauses.append(sql.SQL("{} AS ({})").format(sql.Identifier(name), sql.SQL(texts[kind]).format(self.tables[space])))
+            if kind in ("insert", "delete_if", "update_if", "lock"):
+                counted.append(name)
+        clauses.append(sql.SQL(
+            "marker AS (INSERT INTO {} (writer, token) VALUES (%s, %s) "
+            "ON CONFLICT (writer) DO UPDATE SET token = EXCLUDED.token)").format(sql.Identifier(WRITERS_TABLE)))
+        checks = sql.SQL(" + ").join(
+            sql.SQL("1 / (SELECT count(*) FROM {})").format(sql.Identifier(name)) for name in counted) \
+            if counted else sql.SQL("1")
+        return sql.SQL("WITH {} SELECT {}").format(sql.SQL(", ").join(clauses), checks).as_bytes(None)
 
     def scan(self, space: str, inclusive: bool, bounded: bool) -> sql.Composed:
         found = self._scans.get((space, inclusive, bounded))

@@ -704,14 +704,12 @@ class ProcessStore:
         its batch is queued, before its sync), and no one else writes heads (the engine
         is this store's alone), so the store's own record is the compare-and-swap
         reference; only an address it has not seen yet is read and verified. On a shared
-        engine other processes write heads too: the stored head is read every time, and
-        the commit expects its exact bytes (:meth:`_stage_head_expectation`).
+        engine other processes write heads too, so this record is only what the commit
+        *expects*: the batch carries the exact bytes of that head as an expectation
+        (:meth:`_stage_head_expectation`), the engine compares them with the stored head
+        atomically with the write, and a head another process moved is a conflict, after
+        which the record is dropped and read again (:meth:`_forget_head`).
         """
-        if self.engine.shared:
-            stored = self._decode_head(address)
-            if stored is None:
-                raise PersistenceNotFound(address)
-            return stored
         head = self._heads.get(address)
         if head is None:
             head = self._decode_head(address)
@@ -796,9 +794,10 @@ class ProcessStore:
             self.mailbox.stage_commit(batch, transition)
             head_bytes = self._head_record(address, base_hash, new_head, version_after, root_hash)
             batch.put(CF_RECORD, keys.head_key(address), head_bytes)
-            # On a shared engine _current_head just read (and decoded) the stored head.
-            self._stage_head_expectation(batch, address, read=self._head_cache[address][0]
-                                         if self.engine.shared else None)
+            # The head this commit chains to, sealed again (head records are canonical).
+            self._stage_head_expectation(batch, address, read=self._head_record(
+                address, base_hash, Head(head["position"], head["hash"]), transition.version_before, head["root_hash"])
+                if self.engine.shared else None)
             for space, key, value in handle.fences:
                 batch.expect(space, key, value)
             ticket = lock.submit(batch)
@@ -816,7 +815,9 @@ class ProcessStore:
         # waiter interrupted here leaves its batch queued, to be written as accepted.
         try:
             lock.wait(ticket)
-        except PersistenceConflict:
+        except (PersistenceConflict, PersistenceUnavailable):
+            # The batch was not written (refused, or a write that certainly did not happen;
+            # after any other failed write the store is terminal anyway).
             self._forget_head(address, accepted)
             raise
         if conditional:
@@ -827,8 +828,8 @@ class ProcessStore:
         self._latest[address] = _State(version_after, root_after, handle.limits, new_head, base_hash)
 
     def _forget_head(self, address: str, accepted: dict[str, Any]) -> None:
-        """A queued head was refused (an expectation failed): the next commit reads the
-        stored head again instead of chaining to the one that was never written."""
+        """A queued head was not written (an expectation failed, or the write did not
+        happen): the next commit reads the stored head again instead of chaining to it."""
         with self._lock.committing():
             if self._heads.get(address) is accepted:
                 del self._heads[address]

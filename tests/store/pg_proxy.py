@@ -1,12 +1,15 @@
 """A TCP proxy on 127.0.0.1 in front of a PostgreSQL server that can cut a connection
 around its ``COMMIT`` (fault injection for the lost-reply tests).
 
-Modes, armed for one cut: ``before`` closes both sides as soon as the client sends a
-message holding ``COMMIT`` (the server never sees it: the transaction is rolled back
-when its connection ends); ``after`` forwards it, waits for the server's ``COMMIT``
-command-complete reply and closes both sides instead of passing it on (the transaction
-committed, the client never hears so). ``refuse`` makes the proxy close every new
-connection at once (the server cannot be reached).
+A write is recognised by its text: ``COMMIT`` (a pipelined transaction) or the commit
+marker clause of the engine's one-statement transaction (psycopg sends a query's text
+until it has run it five times and prepared it, so a test cuts one of its first writes).
+Modes, armed for a number of cuts: ``before`` closes both sides as soon as the client
+sends a write (the server never sees it: nothing is committed); ``after`` forwards it,
+waits for the server's ready-for-query reply that follows it and closes both sides
+instead of passing that on (the transaction committed, the client never hears so).
+``refuse`` makes the proxy close every new connection at once (the server cannot be
+reached).
 """
 
 from __future__ import annotations
@@ -16,6 +19,11 @@ import threading
 import urllib.parse
 
 __all__ = ["Proxy"]
+
+#: What a write's messages hold (see the module docstring).
+WRITE_SIGNS = (b"COMMIT", b"marker AS (")
+#: The server's ReadyForQuery message ('Z', length 5): the statement or transaction is over.
+READY = b"Z\x00\x00\x00\x05"
 
 
 class Proxy:
@@ -27,6 +35,7 @@ class Proxy:
         self.listener.listen(64)
         self.port = int(self.listener.getsockname()[1])
         self.mode: str | None = None
+        self.times = 0
         self.refuse = False
         self.cuts = 0
         self._lock = threading.Lock()
@@ -42,9 +51,11 @@ class Proxy:
         netloc = f"{parts.username + '@' if parts.username else ''}127.0.0.1:{proxy.port}"
         return proxy, urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
-    def arm(self, mode: str) -> None:
+    def arm(self, mode: str, times: int = 1) -> None:
+        """Cut the next ``times`` connections that send ``COMMIT``, in ``mode``."""
         with self._lock:
             self.mode = mode
+            self.times = times
 
     def close(self) -> None:
         self._closed = True
@@ -76,9 +87,11 @@ class Proxy:
 
     def take(self, mode: str) -> bool:
         with self._lock:
-            if self.mode != mode:
+            if self.mode != mode or self.times <= 0:
                 return False
-            self.mode = None
+            self.times -= 1
+            if self.times == 0:
+                self.mode = None
             self.cuts += 1
             return True
 
@@ -109,7 +122,7 @@ class _Link:
             if not data:
                 self.cut()
                 return
-            if b"COMMIT" in data:
+            if any(sign in data for sign in WRITE_SIGNS):
                 if self.proxy.take("before"):
                     self.cut()
                     return
@@ -129,7 +142,7 @@ class _Link:
             if not data:
                 self.cut()
                 return
-            if self.awaiting_commit and b"COMMIT\x00" in data:
+            if self.awaiting_commit and READY in data:
                 self.cut()  # the server committed; the client never hears so
                 return
             try:

@@ -46,6 +46,8 @@ from svit.store.archive import (
 )
 from svit.store.faults import FailingWrites
 from svit.store.fsshim import FaultyFileSystem, InjectedFault
+from tests.conftest import wipe_location
+from tests.store import pg_cluster
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DRILL = "svit://local/archive/drill"
@@ -68,10 +70,10 @@ def make(address: str, **memory) -> Process:
 
 
 @pytest.fixture
-def paths(tmp_path):
-    store_path = str(tmp_path / "store")
+def paths(tmp_path, store_location):
+    """The store (a directory or its own PostgreSQL schema: each test runs on both) and the archive."""
     archive_path = str(tmp_path / "archive")
-    return store_path, archive_path
+    return store_location, archive_path
 
 
 @pytest.fixture
@@ -89,6 +91,17 @@ def populated(paths):
     store.close()
 
 
+@pytest.fixture
+def second_location(engine_kind, tmp_path, request):
+    """Another empty store beside the test's own (a directory, or a second schema)."""
+    if engine_kind == "postgresql":
+        server = request.getfixturevalue("postgresql_server")
+        schema, url = pg_cluster.create_schema(server)
+        request.addfinalizer(lambda: pg_cluster.drop_schema(server, schema))
+        return url
+    return str(tmp_path / "store-fresh")
+
+
 def files_of(directory: str) -> dict[str, bytes]:
     return {name: open(os.path.join(directory, name), "rb").read() for name in sorted(os.listdir(directory))}
 
@@ -99,7 +112,7 @@ def generation_files(directory: str) -> dict[str, bytes]:
 
 def wipe(store: ProcessStore, store_path: str) -> ProcessStore:
     store.close()
-    shutil.rmtree(store_path)
+    wipe_location(store_path)
     return ProcessStore.open(store_path)
 
 
@@ -389,7 +402,7 @@ def test_wiped_store_export_is_refused(populated, caplog):
     store.close()
 
 
-def test_g5_wipe_then_one_process_is_refused_twice(populated):
+def test_g5_wipe_then_one_process_is_refused_twice(populated, second_location):
     store, archive, store_path, archive_path = populated
     good = generation_files(archive_path)
     store = wipe(store, store_path)
@@ -400,13 +413,13 @@ def test_g5_wipe_then_one_process_is_refused_twice(populated):
     assert archive.metrics()["export_refused_shrink"] == 2
     assert generation_files(archive_path) == good  # the good generation survives
     store.close()
-    fresh_path = store_path + "-fresh"
+    fresh_path = second_location
     fresh, decision = open_store_with_archive(fresh_path, MemoryArchive(archive_path), start=False)
     assert decision.outcome == "restored" and fresh.resume(A).read("/memory/x") == 1
     fresh.close()
 
 
-def test_remove_exports_a_tombstone_and_stays_removed(populated):
+def test_remove_exports_a_tombstone_and_stays_removed(populated, second_location):
     store, archive, store_path, archive_path = populated
     store.remove(B)
     result = archive.export(store)
@@ -429,7 +442,7 @@ def test_remove_exports_a_tombstone_and_stays_removed(populated):
     assert other.addresses() == [A]
     other.close()
     # control: a store that never saw the removal gets B back from that generation
-    fresh = ProcessStore.open(store_path + "-fresh")
+    fresh = ProcessStore.open(second_location)
     assert MemoryArchive(archive_path).restore(fresh, mode="always").written == (A, B)
     fresh.close()
 

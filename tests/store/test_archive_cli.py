@@ -1,5 +1,7 @@
 """`svit archive` prints the archive's findings: refusals, rollbacks and fallbacks."""
 
+# RocksDB only: the CLI's default store directory and the archive beside it (the CLI on PostgreSQL: test_postgres.py).
+
 from __future__ import annotations
 
 import json

@@ -6,6 +6,8 @@ older store's state without an explicit override; a restore that fell back says 
 a store found below the archive's record at open is reported, never silently used.
 """
 
+# RocksDB only: these findings copy, roll back and damage store directories and their WAL files.
+
 from __future__ import annotations
 
 import logging

@@ -5,6 +5,8 @@ often lands inside a commit that holds the store lock. A handler that waited the
 an export needing that lock would wait out the whole stop budget and export nothing.
 """
 
+# RocksDB only: the archive's final export on SIGTERM is a host-side file test (the store engine does not matter).
+
 from __future__ import annotations
 
 import os

@@ -75,6 +75,7 @@ def test_sigkill_never_loses_an_acknowledged_version(store_location):
     assert time.monotonic() - started < 40
 
 
+# The harness itself is checked once, on RocksDB (it does not depend on the engine).
 def test_harness_sees_a_lost_acknowledgement(tmp_path):
     """Anti-vacuity: a writer that acknowledges before committing must be caught."""
     rng = random.Random(1)

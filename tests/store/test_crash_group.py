@@ -88,6 +88,7 @@ def test_sigkill_with_concurrent_writers_loses_no_acknowledged_commit(store_loca
     assert time.monotonic() - started < 60
 
 
+# The harness itself is checked once, on RocksDB (it does not depend on the engine).
 def test_harness_sees_a_lost_acknowledgement_with_concurrent_writers(tmp_path):
     """Anti-vacuity: writers that acknowledge before committing must be caught."""
     rng = random.Random(2)

@@ -75,15 +75,29 @@ def test_a_commit_whose_reply_is_lost_after_it_committed_stands(proxied: tuple[P
     assert stored_version(postgresql_url) == 2
 
 
-def test_a_commit_cut_before_the_server_saw_its_commit_is_not_written_and_the_engine_stays_healthy(
+def test_a_commit_cut_before_the_server_saw_it_is_sent_once_more_and_written_once(
         proxied: tuple[Proxy, ProcessStore], postgresql_url: str) -> None:
     proxy, store = proxied
     handle = store.create(counter())
     handle.exec("/lib/counter")
     proxy.arm("before")
+    assert handle.exec("/lib/counter").output == 2
+    assert proxy.cuts == 1 and store.engine.resolved == ["not committed"]  # type: ignore[attr-defined]
+    assert not store.terminal
+    assert stored_version(postgresql_url) == 2
+    with ProcessStore.open(postgresql_url) as again:
+        assert [t.position for t in again.resume(ADDRESS).query()] == [0, 1]
+
+
+def test_a_commit_cut_twice_is_not_written_and_the_engine_stays_healthy(
+        proxied: tuple[Proxy, ProcessStore], postgresql_url: str) -> None:
+    proxy, store = proxied
+    handle = store.create(counter())
+    handle.exec("/lib/counter")
+    proxy.arm("before", times=2)
     with pytest.raises(PersistenceUnavailable) as caught:
         handle.exec("/lib/counter")
-    assert proxy.cuts == 1 and store.engine.resolved == ["not committed"]  # type: ignore[attr-defined]
+    assert proxy.cuts == 2 and store.engine.resolved == ["not committed"] * 2  # type: ignore[attr-defined]
     assert caught.value.reason == "interrupted" and "did not commit" in caught.value.message
     assert handle.version == 1 and handle.read("/memory/count") == 1
     assert not store.terminal
@@ -96,7 +110,7 @@ def test_a_lost_reply_the_server_cannot_be_reached_to_resolve_makes_the_engine_t
         proxied: tuple[Proxy, ProcessStore], postgresql_url: str) -> None:
     proxy, store = proxied
     handle = store.create(counter())
-    proxy.arm("before")
+    proxy.arm("before", times=2)
     proxy.refuse = True
     with pytest.raises(PersistenceUnavailable) as caught:
         handle.exec("/lib/counter")

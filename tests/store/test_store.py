@@ -299,6 +299,7 @@ def test_key_classes_are_declared_and_enforced(store, engine_kind):
     assert {entry["name"] for entry in statement["key_classes"]} == {kc.name for kc in KEY_CLASSES}
 
 
+# RocksDB only (column families); PostgreSQL's unregistered tables: test_postgres.py.
 def test_open_refuses_unknown_column_family(path):
     ProcessStore.open(path).close()
     db = raw_db(path)

@@ -2,6 +2,8 @@
 device is named as such at every step (writes, close, a restore, reading the format marker),
 and a damaged MANIFEST ends the open quickly with ``invalid_persistence`` instead of a hang."""
 
+# RocksDB only: directory fsyncs, MANIFEST checks, the child-process open and RocksDB's error texts.
+
 from __future__ import annotations
 
 import errno

@@ -1,6 +1,8 @@
 """Storage failures are clear Svit errors that name the problem, never a host path or raw
 RocksDB or OS text: a store held by another process, a read-only or full device, damage."""
 
+# RocksDB only: the store directory's lock, files, permissions and RocksDB's error texts (PostgreSQL's: test_postgres.py).
+
 from __future__ import annotations
 
 import errno

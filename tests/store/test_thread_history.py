@@ -482,8 +482,8 @@ def turn(text: str) -> list:
     return [ScriptedReasoner.tool("write", path=f"/memory/facts/{text}", value=text), f"noted {text}"]
 
 
-def test_resumed_agent_starts_from_checkpoint_summary_plus_retained_events(tmp_path):
-    path = str(tmp_path / "store")
+def test_resumed_agent_starts_from_checkpoint_summary_plus_retained_events(store_location):
+    path = store_location
     store = ProcessStore.open(path)
     a = agent(store, steps=turn("blue") + turn("cat"))
     a.inbox().send("My color is blue.")
@@ -702,6 +702,7 @@ class _Recording(ScriptedReasoner):
         return super().complete(system_prompt, messages, tools)
 
 
+# RocksDB only: two stores per test, each written by a host process that stops mid-turn.
 def test_a_cut_inside_an_interrupted_turn_does_not_change_what_the_model_sees(tmp_path):
     import subprocess
     import sys
