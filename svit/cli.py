@@ -383,6 +383,67 @@ def cmd_reset_index(args: argparse.Namespace) -> int:
     return 0
 
 
+def _when(seconds: Any) -> str:
+    """A stored wall-clock time (seconds since the epoch) as UTC ISO 8601."""
+    import datetime  # noqa: PLC0415 - only the inbox listing needs it
+
+    if type(seconds) not in (int, float):
+        return "-"
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _error_line(error: Any) -> str:
+    if not isinstance(error, dict):
+        return "-"
+    status = f" (HTTP {error['status']})" if type(error.get("status")) is int else ""
+    retry = "" if error.get("retryable", True) else ", not retryable"
+    return f"{error.get('code', '?')}{status}{retry}: {error.get('message', '')}"
+
+
+def _usage_error(text: str) -> int:
+    sys.stderr.write(f"svit: usage: {text}\n")
+    return 2
+
+
+def cmd_inbox(args: argparse.Namespace) -> int:
+    """``svit inbox ADDR`` lists; ``svit inbox retry|drop ADDR ID`` changes a set-aside item."""
+    from .loop.set_aside import drop_set_aside, inbox_report, retry_set_aside  # noqa: PLC0415 - deferred with the store
+
+    words = list(args.words)
+    if words[0] in ("retry", "drop"):
+        if len(words) != 3:
+            return _usage_error(f"svit inbox {words[0]} ADDR ID")
+        action, address, item_id = words
+        handle = open_store(args).resume(address)
+        change = (retry_set_aside if action == "retry" else drop_set_aside)(handle, item_id)
+        if args.json:
+            output(args, {"action": action, "id": item_id, **change_record(change)})
+        else:
+            done = "put back at the end of the inbox" if action == "retry" else "dropped"
+            sys.stdout.write(f"{item_id}: {done} (version {change.version})\n")
+        return 0
+    if len(words) != 1:
+        return _usage_error("svit inbox ADDR, or svit inbox retry|drop ADDR ID")
+    report = inbox_report(open_store(args).resume(words[0]))
+    if args.json:
+        output(args, report)
+        return 0
+    lines = [f"{report['address']} at version {report['version']}", f"pending ({report['pending_count']}):"]
+    for entry in report["pending"]:
+        line = f"  {entry['id']}"
+        if entry["attempts"]:
+            line += f"  attempts {entry['attempts']}, retry at {_when(entry['retry_at'])}: {_error_line(entry['last_error'])}"
+        lines.append(line)
+    if report["pending_count"] > len(report["pending"]):
+        lines.append(f"  ... and {report['pending_count'] - len(report['pending'])} more")
+    lines.append(f"set aside ({len(report['set_aside'])}):")
+    for entry in report["set_aside"]:
+        lines.append(f"  {entry['id']}  attempts {entry.get('attempts')}, set aside {_when(entry.get('set_aside_at'))}: "
+                     f"{_error_line(entry.get('error'))}")
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="svit", description="Svit: an embedded scripting sandbox for agents.")
     parser.add_argument("--version", action="version", version=f"svit {__version__}")
@@ -444,6 +505,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = durable("tree", "draw the process tree for a person", cmd_tree, ("address", "process address"), ("path?", "start path (default /)"))
     p.add_argument("--depth", type=int, default=2, help="levels to draw (default 2)")
     p.set_defaults(path="/")
+    p = commands.add_parser(
+        "inbox",
+        help="list a process's pending and set-aside inbox items; retry|drop ADDR ID puts one back or removes it",
+        parents=[common],
+        usage="svit inbox [--json] ADDR | svit inbox [--json] retry ADDR ID | svit inbox [--json] drop ADDR ID",
+    )
+    p.add_argument("words", nargs="+", metavar="ADDR | retry ADDR ID | drop ADDR ID",
+                   help="the process address, or retry/drop, the address and a set-aside item's id")
+    p.add_argument("--json", action="store_true", help="print JSON (with --pretty: indented)")
+    p.set_defaults(run=cmd_inbox)
     archive_cmd = commands.add_parser("archive", help="the memory archive: verified snapshot generations outside the store")
     archive_sub = archive_cmd.add_subparsers(dest="archive_command", metavar="ACTION", parser_class=_Parser)
     archive_sub.required = True

@@ -2,7 +2,9 @@
 
 A reasoner has one method, ``complete(system_prompt, messages, tools) -> Reply``. A reply
 with tool calls asks the loop to run them and ask again; a reply without tool calls is
-the final answer. :class:`ScriptedReasoner` replays fixed steps (tests, examples, no
+the final answer, unless the model was cut off (``finish_reason == "length"``). A
+failure raises a :class:`~svit.loop.errors.ReasonerFailed` that says whether a retry may
+help (``retryable``); the loop retries the turn with backoff or sets its item aside. :class:`ScriptedReasoner` replays fixed steps (tests, examples, no
 network); :class:`OpenAIReasoner` talks to any OpenAI-compatible chat completions API
 through the official ``openai`` client (the optional ``svit[openai]`` extra).
 

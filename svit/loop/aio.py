@@ -10,7 +10,7 @@ without ever blocking the event loop. Create it inside the running loop::
     await agent.send("Remember blue.")
     await agent.idle(timeout=30)      # everything sent so far is handled; the inbox stays open
     reply = await replies.recv()
-    await agent.block(timeout=30)     # Svit.block: seal, drain, stop; TurnFailed if a turn failed
+    await agent.block(timeout=30)     # Svit.block: seal, drain, stop; TurnFailed if an item was set aside
     async for event in agent.events(): ...   # ends once the loop has stopped
 
 ``idle``, ``block`` and ``recv`` take an optional timeout and raise ``TimeoutError``
@@ -22,9 +22,10 @@ Async reasoners (``async def complete(system_prompt, messages, tools) -> Reply``
 :class:`svit.reasoners.AsyncReasoner`) are called by the loop thread like any reasoner;
 the coroutine they return is handed to the event loop of the Svit's :class:`AsyncSvit`
 and the loop thread waits for its result. A reasoner that raises or times out fails the
-turn exactly as a synchronous one does; one whose task is cancelled (the event loop
-shutting down) fails the turn with ``ReasonerFailed``. An async reasoner without an
-:class:`AsyncSvit` on a running loop fails the turn with ``ReasonerUnavailable``.
+turn exactly as a synchronous one does (retried, then set aside); one whose task is
+cancelled (the event loop shutting down) fails the turn with ``ReasonerFailed``. An
+async reasoner without an :class:`AsyncSvit` on a running loop fails the turn with
+``ReasonerUnavailable`` (not retryable: the item is set aside at once).
 
 Hand-offs, and why nothing is lost on cancellation:
 
@@ -200,12 +201,13 @@ class AsyncSvit:
 
     async def idle(self, timeout: float | None = None) -> None:
         """Start the loop if needed and wait until it has handled everything in the inbox
-        (or stopped); the inbox stays open. ``TurnFailed`` if a turn stopped the loop."""
+        (or stopped); the inbox stays open. ``TurnFailed`` if an item was set aside (or a
+        failure stopped the loop)."""
         await self._wait(("idle", "stopped"), timeout, "the Svit loop is still handling its inbox", seal=False)
 
     async def block(self, timeout: float | None = None) -> None:
         """``Svit.block`` without blocking: seal the inbox, drain it, wait for the loop to
-        stop (observers closed). ``TurnFailed`` if a turn failed."""
+        stop (observers closed). ``TurnFailed`` if an item was set aside."""
         await self._wait(("stopped",), timeout, "the Svit loop is still draining its inbox", seal=True)
 
     def outbox(self) -> AsyncObserver[Message]:

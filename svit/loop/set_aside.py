@@ -3,15 +3,15 @@ aside, put a set-aside item back, or drop it (``svit inbox``).
 
 Each change is one commit of the process, named in its history (``inbox.retry``,
 ``inbox.drop``), so what an operator did is as visible as what the loop did. The
-set-aside list is ``/thread/turns/set_aside`` (see :mod:`svit.loop.turns`).
+set-aside list is ``/thread/turns/set_aside`` (see :mod:`svit.loop.attempts`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .attempts import inbox_item_id, read_turn_state, thread_with_turn_state
 from .errors import SetAsideNotFound
-from .turns import inbox_item_id, read_turn_state, thread_with_turn_state
 
 if TYPE_CHECKING:
     from ..process import Change

@@ -1,6 +1,6 @@
 """``Svit``: one process plus one reason/act loop over a durable inbox.
 
-The loop is a single worker thread (:mod:`svit.loop.worker` holds the turn contract);
+The loop is a single worker thread (:mod:`svit.loop.attempts` holds the turn contract);
 this module is the façade a host uses: the :class:`svit.ProcessLike` operations, the
 inbox and the observers, the conversation history. The conversation itself is kept in
 an :class:`~svit.loop.events.EventLog`, outside the process tree (reference §10.8, §11.3).
@@ -48,6 +48,7 @@ from ..limits import Limits
 from ..mounts import Mount
 from ..process import Change, Process
 from ..protocol import HostedProcess
+from .attempts import TURNS_KEY
 from .builders import LoopOptions, SvitBuilder, SvitResumeBuilder
 from .errors import InvalidThread
 from .events import (
@@ -66,7 +67,6 @@ from .hosting import HostPort, SvitPortContext
 from .messages import Message
 from .observers import Observer
 from .prompt import SYSTEM_PROMPT, compose_system_prompt
-from .turns import TURNS_KEY
 from .worker import TurnWorker
 
 __all__ = ["SYSTEM_PROMPT", "THREAD_FORMAT", "Inbox", "Svit", "SvitBuilder", "SvitPortContext", "SvitResumeBuilder",

@@ -1,7 +1,7 @@
 """The turn loop of a Svit: one worker thread over the durable inbox.
 
 A message sent to the inbox is committed to ``/inbox`` first, then the worker is woken.
-The worker is a loop over :func:`svit.loop.turns.next_turn` (the turn contract, also
+The worker is a loop over :func:`svit.loop.attempts.next_turn` (the turn contract, also
 used by hosts without a thread per process): items are handled strictly in order, the
 head is acknowledged only after its turn produced a final answer, and a failed turn is
 retried after its backoff (the worker sleeps until ``retry_at``, woken early by nothing
@@ -18,11 +18,11 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import InvalidValue
+from .attempts import INTERRUPTED_TEXT, MAX_ITERATIONS_TEXT, next_turn, turn_failure_text
 from .errors import InboxClosed, TurnFailed
 from .events import CanonicalEvent, Committed, Event, Failed, MessageEvent, Retrying, SvitEvent, message_of
 from .messages import Message
 from .observers import Broadcast
-from .turns import INTERRUPTED_TEXT, MAX_ITERATIONS_TEXT, next_turn, turn_failure_text
 
 if TYPE_CHECKING:
     from ..process import Change

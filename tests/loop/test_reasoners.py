@@ -15,6 +15,7 @@ import pytest
 
 from svit import Message, Ports, Svit
 from svit.loop import TOOL_SPECS, ReasonerFailed, ReasonerUnavailable, Reply, ToolCall
+from svit.loop.attempts import failure_record
 from svit.ports.llm import LlmPort
 from svit.reasoners import OpenAIReasoner, Reasoner, ScriptedReasoner
 
@@ -139,6 +140,56 @@ def test_error_status_maps_to_reasoner_failed(server):
     assert info.value.code == "reasoner_failed"
     assert "HTTP 400" in str(info.value) and "model does not exist" in str(info.value)
     assert KEY not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "status, retryable",
+    [(400, False), (401, False), (403, False), (404, False), (422, False), (408, True), (429, True), (500, True),
+     (503, True)],
+)
+def test_error_status_keeps_its_structure(server, status, retryable):
+    import openai
+
+    server.queue(fake_openai.error(status, "provider text"))
+    with pytest.raises(ReasonerFailed) as info:
+        reasoner(server).complete("s", [Message.user("hi")], [])
+    failure = info.value
+    assert (failure.status, failure.retryable) == (status, retryable)
+    assert failure.error_type == "invalid_request_error" and failure.provider_message == "provider text"
+    assert isinstance(failure.__cause__, openai.APIStatusError)  # the client's exception, chained
+    record = failure_record(failure)
+    assert record["status"] == status and record["retryable"] is retryable
+    assert record["cause"]["type"] == type(failure.__cause__).__name__
+
+
+def test_timeouts_and_lost_connections_are_retryable(server):
+    server.queue(fake_openai.slow(10, fake_openai.text("too late")))
+    with pytest.raises(ReasonerFailed) as info:
+        reasoner(server, timeout=0.3).complete("s", [Message.user("hi")], [])
+    assert (info.value.retryable, info.value.error_type, info.value.status) == (True, "timeout", None)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    r = OpenAIReasoner(model="m", base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0, timeout=2)
+    with pytest.raises(ReasonerFailed) as info:
+        r.complete("s", [Message.user("hi")], [])
+    assert (info.value.retryable, info.value.error_type) == (True, "connection")
+
+
+def test_a_reply_cut_off_for_length_fails_the_turn_with_its_usage(server):
+    cut = {"kind": "message", "message": {"role": "assistant", "content": "Once upon"}, "finish_reason": "length"}
+    server.queue(cut)
+    agent = Svit.builder(ADDRESS).reasoner(reasoner(server)).max_attempts(1).build()
+    replies = agent.outbox()
+    agent.inbox().send("Tell me a long story.")
+    with pytest.raises(Exception, match="cut off at its length limit"):
+        agent.block(timeout=10)
+    with pytest.raises(Exception):
+        replies.try_recv()  # no answer was published
+    [entry] = agent.read("/thread/turns/set_aside")
+    assert entry["error"]["code"] == "reply_truncated" and entry["error"]["finish_reason"] == "length"
+    assert entry["error"]["usage"] == {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+    assert [e.type for e in agent.recent_events(10)] == ["input.message", "turn.failed"]
 
 
 def test_server_error_without_retries(server):
@@ -271,6 +322,8 @@ def test_provider_error_that_echoes_the_key_is_redacted(server, caplog):
     assert "HTTP 400" in text and "bad request" in text and "[redacted]" in text
     _no_key(text)
     _no_key(repr(info.value.args))
+    _no_key(json.dumps(failure_record(info.value)))  # the chained cause's text included
+    assert KEY in str(info.value.__cause__)  # ... which did carry it
     _no_key(caplog.text)
 
 

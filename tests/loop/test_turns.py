@@ -24,8 +24,8 @@ from svit.loop import (
     TurnOutcome,
     run_next_turn,
 )
+from svit.loop.attempts import backoff_delay, failure_record, inbox_item_id, inbox_message
 from svit.loop.set_aside import drop_set_aside, inbox_report, retry_set_aside
-from svit.loop.turns import backoff_delay, failure_record, inbox_item_id, inbox_message
 from svit.reasoners import ScriptedReasoner
 from svit.store import ProcessStore
 
@@ -315,3 +315,20 @@ def test_the_pending_head_shows_its_attempts_and_last_error():
     [head] = inbox_report(process)["pending"]
     assert head["attempts"] == 1 and head["retry_at"] == NOW + 2.0
     assert head["last_error"]["message"] == "reasoner request failed: provider unavailable"
+
+
+def test_a_full_set_aside_list_keeps_the_item_at_the_head(monkeypatch):
+    from svit.loop import attempts
+
+    monkeypatch.setattr(attempts, "MAX_SET_ASIDE", 1)
+    process = Process.builder(ADDRESS).build()
+    sent = [Message.user(text) for text in ("a", "b")]
+    for message in sent:
+        process.enqueue_inbox(message.to_json())
+    opts = options(attempts=1, backoff=(1.0, 50.0))
+    assert run_next_turn(process, ScriptedReasoner([fail()]), opts, now=NOW).kind == "set_aside"
+    outcome = run_next_turn(process, ScriptedReasoner([fail()]), opts, now=NOW)
+    assert (outcome.kind, outcome.item_id, outcome.retry_at) == ("retry", sent[1].id, NOW + 50.0)
+    assert outcome.error["set_aside_refused"] == "the set-aside list already holds 1 items"
+    assert process.read("/inbox") == [sent[1].to_json()]  # never dropped
+    assert len(process.read("/thread/turns/set_aside")) == 1
