@@ -140,6 +140,13 @@ class Host:
         scan_limit: int = 1000,
         on_turn: Callable[[str, str], None] | None = None,
     ) -> None:
+        """``workers`` threads serve the queued addresses; the mailbox is polled every
+        ``poll_interval`` seconds (at most ``scan_limit`` addresses a scan); a delivery
+        commits up to ``delivery_batch`` messages and none into an inbox holding
+        ``inbox_limit`` items; at most ``open_handles`` durable handles stay open; on a
+        shared store leases last ``lease_ttl`` seconds and name this host ``owner``
+        (default: a fresh id); a failed handler waits ``retry_backoff`` = (first, most)
+        seconds, doubling, before its item is tried again."""
         if type(workers) is not int or not 1 <= workers <= 1024:
             raise InvalidValue("workers must be an integer from 1 to 1024")
         if not isinstance(poll_interval, (int, float)) or not 0 < poll_interval <= 60:
