@@ -418,12 +418,16 @@ class Host:
                 for other in list(self._entries.values()):
                     if len(self._entries) - len(evicted) <= self.open_handles:
                         break
-                    if other.address != address and not self._queue.busy(other.address) and not other.lock.locked():
-                        evicted.append(other)
+                    if (other.address != address and not self._queue.busy(other.address)
+                            and other.lock.acquire(blocking=False)):
+                        evicted.append(other)  # held until closed: no send() can use it meanwhile
                 for other in evicted:
                     del self._entries[other.address]
         for other in evicted:
-            self._close(other)
+            try:
+                self._close(other)
+            finally:
+                other.lock.release()
         return entry
 
     def _close(self, entry: _Entry) -> None:
