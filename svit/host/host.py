@@ -346,15 +346,19 @@ class Host:
         validate_address(address)
         item = message.to_json() if isinstance(message, Message) else {
             "kind": "message", "message_id": f"svit://host:{uuid.uuid4().hex}:0", "from": "svit://host", "body": message}
-        entry = self._open(address)
-        if entry is None:
-            raise PersistenceConflict(f"{address} is held by another host")
-        with entry.lock:
-            try:
-                entry.handle.enqueue_inbox(item)
-            except PersistenceConflict:
-                self._refused(entry)
-                raise
+        while True:
+            entry = self._open(address)
+            if entry is None:
+                raise PersistenceConflict(f"{address} is held by another host")
+            with entry.lock:
+                if self._forgotten(entry):
+                    continue  # evicted or dropped while we waited: open it again
+                try:
+                    entry.handle.enqueue_inbox(item)
+                except PersistenceConflict:
+                    self._refused(entry)
+                    raise
+                break
         self._progressed()
         self._wake(address)
 
