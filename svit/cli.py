@@ -365,7 +365,7 @@ def cmd_archive_status(args: argparse.Namespace) -> int:
     archive = archive_for(args)
     path = store_path(args)
     if isinstance(path, str):
-        from .store.store import database_location  # noqa: PLC0415 - deferred: see the module docstring
+        from .store.engine import database_location  # noqa: PLC0415 - deferred: see the module docstring
 
         status = archive.status(database_location(path))
     else:

@@ -184,7 +184,7 @@ def wipe_location(location: str) -> None:
     if not is_database_url(location):
         shutil.rmtree(location)
         return
-    import psycopg  # noqa: PLC0415 - only for PostgreSQL stores
+    import psycopg
 
     with psycopg.connect(location, autocommit=True) as conn:
         names = [row[0] for row in conn.execute(

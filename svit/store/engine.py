@@ -30,6 +30,8 @@ through expectations instead of trusting what it last wrote.
 
 from __future__ import annotations
 
+import os
+import urllib.parse
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -39,10 +41,37 @@ from . import failures, keys
 from .group import GroupCommit
 from .keys import IRREPLACEABLE, REBUILDABLE
 
-__all__ = ["ALL_CLASSES", "WriteBatch", "BatchPart", "ExpectationFailed", "NotWritten", "StorageFailure", "StorageEngine"]
+__all__ = ["ALL_CLASSES", "DATABASE_SCHEMES", "database_location", "is_database_url", "WriteBatch", "BatchPart", "ExpectationFailed", "NotWritten", "StorageFailure", "StorageEngine"]
 
 #: Both durability classes: what an ordinary operation's batch may touch.
 ALL_CLASSES = (IRREPLACEABLE, REBUILDABLE)
+
+
+#: URL schemes :meth:`svit.store.ProcessStore.open` opens as a PostgreSQL database.
+DATABASE_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_database_url(location: str | os.PathLike[str]) -> bool:
+    """True when ``location`` names a PostgreSQL database rather than a directory."""
+    return isinstance(location, str) and location.startswith(DATABASE_SCHEMES)
+
+
+def database_location(url: str) -> str:
+    """``url`` without its password (what errors and statements may show); the rest,
+    query options included, still opens the same database where no password is needed."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        port = f":{parts.port}" if parts.port is not None else ""
+        user = f"{urllib.parse.quote(urllib.parse.unquote(parts.username), safe='')}@" if parts.username else ""
+        query = urllib.parse.urlencode(
+            [(name, value) for name, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+             if name.lower() not in ("password", "sslpassword")], quote_via=urllib.parse.quote)
+        return f"{parts.scheme}://{user}{host}{port}{parts.path}{'?' + query if query else ''}"
+    except ValueError:
+        return "postgresql://(unparsable URL)"
 
 
 class WriteBatch:

@@ -51,8 +51,8 @@ from psycopg import sql
 
 from ..errors import InvalidPersistence, PersistenceUnavailable, SvitError
 from .engine import BatchPart, ExpectationFailed, NotWritten, StorageEngine, StorageFailure, WriteBatch
+from .engine import database_location as location
 from .keys import COLUMN_FAMILIES
-from .store import database_location as location
 
 __all__ = [
     "PostgreSQLEngine",

@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-import urllib.parse
 import uuid
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
@@ -56,7 +55,7 @@ from ..paths import validate_address
 from ..process import Process, Transition
 from ..tree import Node
 from . import codec, keys, records
-from .engine import ALL_CLASSES, StorageEngine, WriteBatch
+from .engine import ALL_CLASSES, DATABASE_SCHEMES, StorageEngine, WriteBatch, database_location, is_database_url
 from .events import stage_fork_share, stage_thread_detach
 from .failures import storage_error
 from .handle import DurableProcess
@@ -88,36 +87,11 @@ __all__ = [
 ]
 
 STORE_FORMAT = b"svit-store@3"
-#: URL schemes :meth:`ProcessStore.open` opens as a PostgreSQL database.
-DATABASE_SCHEMES = ("postgresql://", "postgres://")
 MAX_TRANSACTION_BYTES = 16 * 1024 * 1024
 U64_MAX = 2**64 - 1
 # The names the commit path and the handle operations use for the record pieces.
 _State = State
 _readable_snapshot = records.readable_snapshot
-
-
-def is_database_url(location: str | os.PathLike[str]) -> bool:
-    """True when ``location`` names a PostgreSQL database rather than a directory."""
-    return isinstance(location, str) and location.startswith(DATABASE_SCHEMES)
-
-
-def database_location(url: str) -> str:
-    """``url`` without its password (what errors and statements may show); the rest,
-    query options included, still opens the same database where no password is needed."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-        host = parts.hostname or ""
-        if ":" in host:
-            host = f"[{host}]"
-        port = f":{parts.port}" if parts.port is not None else ""
-        user = f"{urllib.parse.quote(urllib.parse.unquote(parts.username), safe='')}@" if parts.username else ""
-        query = urllib.parse.urlencode(
-            [(name, value) for name, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-             if name.lower() not in ("password", "sslpassword")], quote_via=urllib.parse.quote)
-        return f"{parts.scheme}://{user}{host}{port}{parts.path}{'?' + query if query else ''}"
-    except ValueError:
-        return "postgresql://(unparsable URL)"
 
 
 def apply_mutations(root: Node, mutations: Iterable[Mutation], what: str) -> Node:

@@ -54,9 +54,10 @@ def _run_as() -> list[str]:
 
 
 def schema_url(url: str, schema: str) -> str:
-    """``url`` with its connections' ``search_path`` set to ``schema``."""
+    """``url`` with its connections' ``search_path`` set to ``schema`` (and named after it,
+    so the connections a test left open can be ended when it is over)."""
     option = urllib.parse.quote(f"-csearch_path={schema}")
-    return f"{url}{'&' if '?' in url else '?'}options={option}"
+    return f"{url}{'&' if '?' in url else '?'}options={option}&application_name={schema}"
 
 
 class Cluster:
@@ -120,6 +121,7 @@ def drop_schema(url: str, schema: str) -> None:
 
     try:
         with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s", [schema])
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
     except psycopg.Error:
         pass  # a test that stopped the server leaves its schema to the cluster's deletion

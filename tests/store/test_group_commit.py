@@ -248,12 +248,7 @@ def test_compare_and_swap_stays_exact_inside_a_group(store):
                   threading.Thread(target=write(2, third, "third"))]
         for thread in racers:
             thread.start()
-        if store.engine.shared:
-            # Another OS process may move a shared engine's head at any moment, so the store
-            # does not refuse from what it queued: both racers queue, and the write refuses one.
-            wait_until(lambda: store.engine.lock.pending == 4)
-        else:
-            wait_until(lambda: sum(1 for o in outcomes[:2] if o is not None) == 1 and store.engine.lock.pending == 3)
+        wait_until(lambda: sum(1 for o in outcomes[:2] if o is not None) == 1 and store.engine.lock.pending == 3)
         writer.release.set()
         leader.join(30)
         for thread in racers:
