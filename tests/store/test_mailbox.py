@@ -102,7 +102,9 @@ def test_deliver_is_one_commit_in_order_per_sender(store):
     send(a, "a1", B)
     send(c, "c1", B)
     send(a, {"n": 2}, B, B)
+    writes = store.engine.lock.writes
     delivery = store.mailbox.deliver(b)
+    assert store.engine.lock.writes == writes + 1  # four messages, one synced write
     assert isinstance(delivery, Delivery) and delivery.undeliverable == []
     assert delivery.change is not None and delivery.change.version == 1 == b.version
     assert delivery.change.paths == ["/inbox"]
