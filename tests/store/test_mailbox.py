@@ -102,7 +102,9 @@ def test_deliver_is_one_commit_in_order_per_sender(store):
     send(a, "a1", B)
     send(c, "c1", B)
     send(a, {"n": 2}, B, B)
+    writes = store.engine.lock.writes
     delivery = store.mailbox.deliver(b)
+    assert store.engine.lock.writes == writes + 1  # four messages, one synced write
     assert isinstance(delivery, Delivery) and delivery.undeliverable == []
     assert delivery.change is not None and delivery.change.version == 1 == b.version
     assert delivery.change.paths == ["/inbox"]
@@ -726,3 +728,25 @@ def test_a_refusal_alone_still_checks_the_targets_fences(store):
     assert store.mailbox.undeliverable(A) == []
     b.fences = []  # type: ignore[attr-defined]
     assert store.mailbox.deliver(b).undeliverable == [(f"{A}:1:0", "invalid_value: maximum text bytes exceeded")]
+
+
+def test_a_delivery_whose_mail_was_decided_meanwhile_is_refused(store):
+    """The entries a delivery removes must still hold what it read when its commit is made."""
+    a = store.create(sender())
+    b = store.create(target())
+    send(a, "x", B)
+    real = b.process.deliver_inbox
+
+    def decided_meanwhile(items, *, annex=None):
+        # Another deliverer set the entry aside between this one's reading and its commit.
+        batch = store.engine.batch()
+        for key, _ in store.engine.scan(keys.CF_RECORD, keys.mail_prefix(B)):
+            batch.delete(keys.CF_RECORD, key)
+        store.engine.write(batch)
+        return real(items, annex=annex)
+
+    b.process.deliver_inbox = decided_meanwhile  # type: ignore[method-assign]
+    with pytest.raises(PersistenceConflict):
+        store.mailbox.deliver(b)
+    assert b.version == 0 and b.read("/inbox") == [] and not store.mailbox.delivered(B, f"{A}:1:0")
+    assert store.mailbox.unsettled() == []
