@@ -37,6 +37,10 @@ MAX_THREAD_BYTES = 64 * 1024 * 1024
 MAX_THREAD_RECORDS = 100_000
 DESCRIPTOR_KEYS = frozenset({"access", "kind", "locality", "source"})
 INTENT_KEYS = frozenset({"body", "message_id", "to"})
+#: An intent the mailbox could not deliver carries its reason as text.
+UNDELIVERABLE_INTENT_KEYS = INTENT_KEYS | {"undeliverable"}
+#: The keys of a delivered message in the target's ``/inbox``.
+MESSAGE_KEYS = frozenset({"body", "from", "kind", "message_id"})
 
 
 def system_metadata(address: str, limits: Limits, parent: str | None, outbox: list[Any]) -> dict[str, Any]:
@@ -280,7 +284,10 @@ def validate_system(node: Node, address: str, limits: Limits, error: type[SvitEr
         raise error("/system/outbox must be an array")
     tree.validate_value(outbox, limits, scripts_allowed=False)
     for intent in outbox.to_value():
-        if type(intent) is not dict or set(intent) != INTENT_KEYS or type(intent["message_id"]) is not str:
+        if type(intent) is not dict or type(intent.get("message_id")) is not str:
+            raise error("/system/outbox items must be message intents")
+        fields = set(intent)
+        if fields != INTENT_KEYS and not (fields == UNDELIVERABLE_INTENT_KEYS and type(intent["undeliverable"]) is str):
             raise error("/system/outbox items must be message intents")
         try:
             validate_address(intent["to"])
@@ -307,11 +314,13 @@ __all__ = [
     "INTENT_KEYS",
     "LANGUAGE",
     "MAX_THREAD_BYTES",
+    "MESSAGE_KEYS",
     "MAX_THREAD_RECORDS",
     "ROOT_KEYS",
     "ROOT_KEY_SET",
     "SNAPSHOT_FORMAT",
     "SYSTEM_KEYS",
+    "UNDELIVERABLE_INTENT_KEYS",
     "check_descriptor",
     "compile_error_to_svit",
     "expected_system",

@@ -12,7 +12,7 @@ import dataclasses
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Protocol, Self, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Collection, ContextManager, Iterable, Mapping, Protocol, Self, Sequence
 
 from svit.lisp.errors import LispError
 
@@ -44,7 +44,7 @@ from .errors import (
 from .limits import Limits
 from .mounts import Mount, MountPath
 from .mutation import Append, Mutation, Remove, RemoveFront, Set, apply_each
-from .namespace import initial_root, section, stat_record, system_metadata, validate_root, validate_thread
+from .namespace import MESSAGE_KEYS, initial_root, section, stat_record, system_metadata, validate_root, validate_thread
 from .paths import format_path, lib_name, parse, validate_address, validate_mount_name, validate_script_name
 from .redact import redact
 from .snapshot import check_root_hash, decode_snapshot_unverified, encode_snapshot
@@ -129,6 +129,9 @@ class Transition:
     root_after: Node
     mutations: tuple[Mutation, ...]
     source: str
+    #: What the commit sink records beside the transaction in the same write (the store's
+    #: mailbox bookkeeping of a delivery or a settlement); opaque to the process.
+    annex: object = None
 
 
 class CommitSink(Protocol):
@@ -333,6 +336,7 @@ class Process:
         applied: tuple[Node, Node] | None = None,
         effects: Callable[[], None] | None = None,
         dry_run: bool = False,
+        annex: object = None,
     ) -> Transition:
         """The one commit path of every transition: host writes, inbox and thread changes,
         activations.
@@ -353,7 +357,7 @@ class Process:
         else:
             candidate = apply_each(root, mutations)
         validate_root(candidate, self.address, self.limits, script_compiler(self.limits), previous=root, error=InvalidValue)
-        transition = Transition(self.address, version, version + 1, root, candidate, tuple(mutations), source)
+        transition = Transition(self.address, version, version + 1, root, candidate, tuple(mutations), source, annex)
         if dry_run:
             return transition
         sink = self._sink
@@ -366,9 +370,9 @@ class Process:
             self._state = (version + 1, candidate)
         return transition
 
-    def _commit_change(self, mutations: Sequence[Mutation], source: str) -> Change:
+    def _commit_change(self, mutations: Sequence[Mutation], source: str, annex: object = None) -> Change:
         """Commit host-side ``mutations`` and report them as a :class:`Change`."""
-        transition = self._commit(mutations, source)
+        transition = self._commit(mutations, source, annex=annex)
         return self._change(transition.version_after, transition.root_after, [m.path for m in mutations], list(mutations))
 
     @staticmethod
@@ -451,6 +455,51 @@ class Process:
                 mutations.append(Append("/inbox", tuple(tree.from_value(v, scripts_allowed=False) for v in append)))
             mutations.append(Set("/thread", thread_node))
             return self._commit_change(mutations, source)
+
+    def deliver_inbox(self, items: Sequence[Any], *, annex: object = None) -> Change:
+        """Append delivered messages (``{"kind": "message", "message_id", "from", "body"}``)
+        to ``/inbox`` as ONE commit (source ``mailbox.deliver``).
+
+        Called by a store's mailbox, whose ``annex`` (the delivered ids, the mailbox
+        entries it removes) the commit sink writes in the same batch.
+        """
+        with self._lock:
+            if not items:
+                raise InvalidValue("a delivery needs at least one message")
+            nodes = []
+            for item in items:
+                if type(item) is not dict or set(item) != MESSAGE_KEYS or item["kind"] != "message":
+                    raise InvalidValue("a delivered inbox item is {kind: message, message_id, from, body}")
+                nodes.append(tree.from_value(item, scripts_allowed=False))
+            return self._commit_change([Append("/inbox", tuple(nodes))], "mailbox.deliver", annex)
+
+    def settle_outbox(self, delivered: Collection[str], undeliverable: Mapping[str, str], *,
+                      annex: object = None) -> Change | None:
+        """Settle ``/system/outbox`` as ONE commit (source ``mailbox.settle``): the intents
+        whose ids are in ``delivered`` leave it (the history keeps them), those in
+        ``undeliverable`` stay marked ``"undeliverable": reason``. None when nothing
+        changes. ``annex`` is the mailbox's, as for :meth:`deliver_inbox`."""
+        with self._lock:
+            outbox = tree.get(self.root, ("system", "outbox"))
+            intents: list[dict[str, Any]] = [] if outbox is None else outbox.to_value()
+            mutations: list[Mutation] = []
+            # From the end: removing an item shifts only the items after it, already done.
+            for index in range(len(intents) - 1, -1, -1):
+                message_id = intents[index].get("message_id")
+                if type(message_id) is not str:
+                    continue
+                if message_id in delivered:
+                    mutations.append(Remove(f"/system/outbox/{index}"))
+                elif message_id in undeliverable:
+                    reason = undeliverable[message_id]
+                    if type(reason) is not str:
+                        raise InvalidValue("an undeliverable reason is text")
+                    if intents[index].get("undeliverable") != reason:
+                        node = tree.from_value(reason, scripts_allowed=False)
+                        mutations.append(Set(f"/system/outbox/{index}/undeliverable", node))
+            if not mutations:
+                return None
+            return self._commit_change(mutations, "mailbox.settle", annex)
 
     def replace_thread_state(self, value: Any) -> Change:
         with self._lock:
@@ -596,6 +645,20 @@ class Process:
             raise InvalidPath(f"exec accepts only /lib/<name> paths: {path}")
         return self._activate(name, None, input, dry_run)
 
+    def exec_inbox_item(self, path: str, item: Any) -> Activation:
+        """Run ``/lib/<name>``'s ``main(item)`` for the committed inbox head ``item`` and
+        remove that head in the same commit: the item is handled and acknowledged as one
+        version, or neither (``InboxConflict`` when the head is not ``item``)."""
+        name = lib_name(parse(path)) if isinstance(path, str) else None
+        if name is None:
+            raise InvalidPath(f"exec accepts only /lib/<name> paths: {path}")
+        with self._lock:
+            inbox = section(self.root, "inbox")
+            head = tree.get(inbox, ("0",)) if inbox.size else None
+            if head is None or head.digest != tree.from_value(item, scripts_allowed=False).digest:
+                raise InboxConflict()
+            return self._activate(name, None, item, consume=RemoveFront("/inbox", head.hash))
+
     def exec_inline(self, source: str, input: Any = None, *, dry_run: bool = False) -> Activation:
         """Run a one-off script that is compiled first and never stored (``dry_run`` as for :meth:`exec`)."""
         if type(source) is not str:
@@ -603,7 +666,9 @@ class Process:
         compile_check(INLINE_NAME, source, self.limits)
         return self._activate(INLINE_NAME, source, input, dry_run)
 
-    def _activate(self, name: str, inline_source: str | None, input: Any, dry_run: bool = False) -> Activation:
+    def _activate(
+        self, name: str, inline_source: str | None, input: Any, dry_run: bool = False, consume: RemoveFront | None = None,
+    ) -> Activation:
         if type(dry_run) is not bool:
             raise InvalidValue("dry_run must be true or false")
         if dry_run:
@@ -627,7 +692,7 @@ class Process:
                 if isinstance(outcome, ActivationRequest):
                     request = outcome
             try:
-                activation = self._run_activation(request.script, inline_source, request.input)
+                activation = self._run_activation(request.script, inline_source, request.input, consume=consume)
             except SvitError as exc:
                 self._after(ActivationEvent(self.address, request.script, version_before, "failed", error=exc.message))
                 raise
@@ -649,7 +714,9 @@ class Process:
                 except Exception as exc:  # host code; reported, never propagated
                     _log.warning("after_activation hook failed: %s", sanitize(redact(str(exc) or type(exc).__name__)))
 
-    def _run_activation(self, name: str, inline_source: str | None, input: Any, *, dry_run: bool = False) -> Activation:
+    def _run_activation(
+        self, name: str, inline_source: str | None, input: Any, *, dry_run: bool = False, consume: RemoveFront | None = None,
+    ) -> Activation:
         input_node = tree.from_value(input, scripts_allowed=False)
         tree.validate_value(input_node, self.limits, scripts_allowed=False)
         ws = WorkingState(self, dry_run=dry_run)
@@ -682,6 +749,10 @@ class Process:
         mutations: list[Mutation] = list(ws.mutations)
         changed = set(ws.changed)
         candidate = ws.working_root()
+        if consume is not None:  # the handled inbox item leaves in the activation's own commit
+            candidate = consume.apply(candidate)
+            mutations.append(consume)
+            changed.add("/inbox")
         if intents:
             append = Append("/system/outbox", tuple(tree.from_value(i, scripts_allowed=False) for i in intents))
             candidate = append.apply(candidate)

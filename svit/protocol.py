@@ -127,6 +127,11 @@ class HostedProcess(ProcessLike, Protocol):
         """Remove the inbox head only if it equals ``expected`` (one version)."""
         ...
 
+    def exec_inbox_item(self, path: str, item: Any) -> Activation:
+        """Run ``/lib/<name>``'s ``main(item)`` for the inbox head ``item`` and remove that
+        head in the same commit (``InboxConflict`` when the head is not ``item``)."""
+        ...
+
     def replace_thread_state(self, value: Any) -> Change:
         """Replace ``/thread`` (one version)."""
         ...

@@ -1131,7 +1131,7 @@ def durability_statement(store_path: str | os.PathLike[str], archive: MemoryArch
         "svit durability statement",
         f"state of record: {store_real} (RocksDB; each acknowledged commit is one synced write batch; "
         "WAL recovery point_in_time)",
-        "rebuildable: path index and fork-child index (ProcessStore.reset_index)",
+        "rebuildable: path index, fork-child index and ready index (ProcessStore.reset_index)",
     ]
     out: dict[str, Any] = {"store_path": store_real, "archive_path": None, "flags": {}, "warnings": []}
     if archive is None:

@@ -159,6 +159,9 @@ class DurableProcess:
     def exec(self, path: str, input: Any = None, *, dry_run: bool = False) -> Activation:
         return self._process.exec(path, input, dry_run=dry_run)
 
+    def exec_inbox_item(self, path: str, item: Any) -> Activation:
+        return self._process.exec_inbox_item(path, item)
+
     def exec_inline(self, source: str, input: Any = None, *, dry_run: bool = False) -> Activation:
         return self._process.exec_inline(source, input, dry_run=dry_run)
 

@@ -22,9 +22,19 @@ accident; ``SEP`` ends an escaped component)::
     record   j/<addr>SEP<session>             thread partition (retention,   irreplaceable
                                               fork-shared prefix)
     record   k/<addr>SEP<session>SEP<u64 thr> compaction checkpoint           irreplaceable
+    record   w/<target>SEP<sender>SEP<u64 ver> waiting mail (mailbox entry;  irreplaceable
+             <u64 index>                      per-sender order is key order)
+    record   v/<target>SEP<message id>        delivered message id           irreplaceable
+    record   y/<sender>SEP<u64 ver><u64 idx>  outcome to settle in the       irreplaceable
+                                              sender's /system/outbox
+    record   u/<sender>SEP<u64 ver><u64 idx>  undeliverable intent + reason  irreplaceable
     nodes    n/<32-byte digest>               content-addressed tree node    irreplaceable
     index    p/<addr>SEP<path>SEP<u64 pos>    path index (queries)           rebuildable
     index    c/<parent addr>SEP<child addr>   fork children (cut/remove)     rebuildable
+    default  l/<addr>                         host lease (owner, epoch,      irreplaceable
+                                              expiry) on a shared store
+    index    q/<addr>                         ready: committed /inbox is not  rebuildable
+                                              empty (hosts poll it)
 """
 
 from __future__ import annotations
@@ -75,6 +85,22 @@ __all__ = [
     "path_key",
     "children_prefix",
     "child_key",
+    "lease_prefix",
+    "lease_key",
+    "mail_prefix",
+    "mail_sender_prefix",
+    "mail_key",
+    "delivered_prefix",
+    "delivered_key",
+    "settlement_prefix",
+    "settlement_key",
+    "undeliverable_prefix",
+    "undeliverable_key",
+    "ready_key",
+    "READY_PREFIX",
+    "MAIL_PREFIX",
+    "SETTLEMENT_PREFIX",
+    "next_prefix",
 ]
 
 IRREPLACEABLE = "irreplaceable"
@@ -119,8 +145,17 @@ KEY_CLASSES: tuple[KeyClass, ...] = (
     KeyClass("tombstone", CF_DEFAULT, b"d/", IRREPLACEABLE,
              "removed addresses (so an archive export can tell a removal from a loss)"),
     KeyClass("node", CF_NODES, b"n/", IRREPLACEABLE, "content-addressed container nodes of committed trees"),
+    KeyClass("mail", CF_RECORD, b"w/", IRREPLACEABLE,
+             "waiting mail by target, sender, sender version and index (per-sender order is key order)"),
+    KeyClass("delivered", CF_RECORD, b"v/", IRREPLACEABLE, "message ids delivered to each target (never twice)"),
+    KeyClass("settlement", CF_RECORD, b"y/", IRREPLACEABLE,
+             "delivery outcomes the sender's /system/outbox has not settled yet"),
+    KeyClass("undeliverable", CF_RECORD, b"u/", IRREPLACEABLE, "refused intents with their reason, by sender"),
     KeyClass("path_index", CF_INDEX, b"p/", REBUILDABLE, "transactions by touched path"),
     KeyClass("child_index", CF_INDEX, b"c/", REBUILDABLE, "fork children by parent"),
+    KeyClass("lease", CF_DEFAULT, b"l/", IRREPLACEABLE,
+             "which host owns each address on a shared store (owner, epoch, expiry; not process state)"),
+    KeyClass("ready_index", CF_INDEX, b"q/", REBUILDABLE, "addresses whose committed /inbox is not empty"),
 )
 
 BY_NAME = {kc.name: kc for kc in KEY_CLASSES}
@@ -250,3 +285,64 @@ def children_prefix(parent: str) -> bytes:
 
 def child_key(parent: str, child: str) -> bytes:
     return children_prefix(parent) + escape(child)
+
+
+def lease_prefix() -> bytes:
+    return b"l/"
+
+
+def lease_key(address: str) -> bytes:
+    return b"l/" + escape(address)
+
+
+MAIL_PREFIX = b"w/"
+SETTLEMENT_PREFIX = b"y/"
+READY_PREFIX = b"q/"
+
+
+def next_prefix(prefix: bytes) -> bytes:
+    """The least key above every key under ``prefix`` (a prefix ending in ``SEP``), to skip
+    past one component in a scan: escaped text never holds ``00 00``, so ``00 01`` follows."""
+    return prefix[:-1] + b"\x01"
+
+
+def mail_prefix(target: str) -> bytes:
+    """Every waiting intent for ``target``."""
+    return MAIL_PREFIX + escape(target) + SEP
+
+
+def mail_sender_prefix(target: str, sender: str) -> bytes:
+    return mail_prefix(target) + escape(sender) + SEP
+
+
+def mail_key(target: str, sender: str, version: int, index: int) -> bytes:
+    """Fixed-width version and index, so one sender's intents are in send order."""
+    return mail_sender_prefix(target, sender) + u64(version) + u64(index)
+
+
+def delivered_prefix(target: str) -> bytes:
+    return b"v/" + escape(target) + SEP
+
+
+def delivered_key(target: str, message_id: str) -> bytes:
+    return delivered_prefix(target) + escape(message_id)
+
+
+def settlement_prefix(sender: str) -> bytes:
+    return SETTLEMENT_PREFIX + escape(sender) + SEP
+
+
+def settlement_key(sender: str, version: int, index: int) -> bytes:
+    return settlement_prefix(sender) + u64(version) + u64(index)
+
+
+def undeliverable_prefix(sender: str) -> bytes:
+    return b"u/" + escape(sender) + SEP
+
+
+def undeliverable_key(sender: str, version: int, index: int) -> bytes:
+    return undeliverable_prefix(sender) + u64(version) + u64(index)
+
+
+def ready_key(address: str) -> bytes:
+    return READY_PREFIX + escape(address)

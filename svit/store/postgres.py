@@ -159,7 +159,7 @@ class PostgreSQLEngine(StorageEngine):
             _create_schema(url, connect_timeout)
             pool = psycopg_pool.ConnectionPool(
                 url, min_size=1, max_size=max(2, max_connections), open=False, configure=configure,
-                kwargs={"autocommit": True, "connect_timeout": max(1, int(connect_timeout))},
+                kwargs={"autocommit": True, "connect_timeout": max(1, int(connect_timeout)), "prepare_threshold": None},
                 timeout=connect_timeout, name="svit-store", reconnect_timeout=connect_timeout,
             )
             pool.open(wait=True, timeout=connect_timeout)

@@ -61,6 +61,7 @@ from .failures import storage_error
 from .handle import DurableProcess
 from .history import MAX_FORK_DEPTH, MAX_QUERY_LIMIT, History
 from .keys import CF_DEFAULT, CF_INDEX, CF_RECORD, COLUMN_FAMILIES, IRREPLACEABLE, REBUILDABLE
+from .mailbox import Mailbox
 from .nodes import StoredNodes
 from .records import MAX_SOURCE_BYTES, Head, State, StoreSnapshot, Transaction
 from .rocksdb import OPEN_DEADLINE_SECONDS, RocksDBEngine
@@ -119,6 +120,8 @@ class ProcessStore:
         self.restore_limits = Limits()
         self.nodes = StoredNodes(engine)
         self.history = History(engine, apply_mutations, lambda: self.restore_limits)
+        #: Message delivery between this store's processes (:mod:`svit.store.mailbox`).
+        self.mailbox = Mailbox(self)
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -327,6 +330,7 @@ class ProcessStore:
             batch.put(CF_RECORD, keys.head_key(address), self._head_record(address, base_hash, head, version, root.hash))
             self._stage_head_expectation(batch, address, absent=True)
             pending = self._stage_nodes(batch, root)
+            self.mailbox.stage_new(batch, address, root, version)
             try:
                 self._write(batch)
             except PersistenceConflict:
@@ -414,6 +418,7 @@ class ProcessStore:
             pending = self._stage_nodes(batch, child.root)
             # The child keeps the parent's reasoning session: shared, in this same batch.
             stage_fork_share(self, batch, parent_address, child_address, parent.read("/thread"))
+            self.mailbox.stage_new(batch, child_address, child.root, child.version)
             self._write(batch)
             self._accept_head(child_address, base_hash, child_head, child.version, child.root_hash)
             self._remember_nodes(pending)
@@ -439,6 +444,7 @@ class ProcessStore:
                 raise PersistenceReferenced(f"{address} is referenced by fork {self._children(address)[0]}")
             batch = self._batch()
             self._stage_tombstone(batch, address)
+            self.mailbox.stage_remove(batch, address)
             self._stage_detach(batch, address)
             batch.delete(CF_RECORD, keys.base_key(address))
             batch.delete(CF_RECORD, keys.head_key(address))
@@ -569,6 +575,7 @@ class ProcessStore:
             batch.put(CF_RECORD, keys.base_key(address), base_bytes)
             batch.put(CF_RECORD, keys.head_key(address), self._head_record(address, base_hash, head, version, root.hash))
             pending = self._stage_nodes(batch, root)
+            self.mailbox.stage_new(batch, address, root, version)
             self._write(batch)
             self._accept_head(address, base_hash, head, version, root.hash)
             self._remember_nodes(pending)
@@ -614,9 +621,11 @@ class ProcessStore:
                 ref = records.decode_fork_reference(raw, child)
                 batch.put(CF_INDEX, keys.child_key(ref["parent_address"], child), b"")
                 children += 1
+            ready = sum(self.mailbox.stage_ready_index(batch, address, self.resume(address).root)
+                        for address in self.addresses())
             self._write(batch)
             self.nodes.forget()
-            return {"removed": len(stale), "path_entries": paths, "child_entries": children}
+            return {"removed": len(stale), "path_entries": paths, "child_entries": children, "ready_entries": ready}
 
     def sweep_nodes(self) -> int:
         """Delete tree nodes no stored head reaches (after removes and cuts); returns the count."""
@@ -756,6 +765,7 @@ class ProcessStore:
             pending = self._stage_nodes(batch, root_after)
             for path in touched:
                 batch.put(CF_INDEX, keys.path_key(address, path, position), b"")
+            self.mailbox.stage_commit(batch, transition)
             head_bytes = self._head_record(address, base_hash, new_head, version_after, root_hash)
             batch.put(CF_RECORD, keys.head_key(address), head_bytes)
             # The head this commit chains to, sealed again (head records are canonical).

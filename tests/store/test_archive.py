@@ -177,7 +177,7 @@ def test_location_flags(tmp_path):
 
 GOLDEN_NO_ARCHIVE = """svit durability statement
 state of record: {store} (RocksDB; each acknowledged commit is one synced write batch; WAL recovery point_in_time)
-rebuildable: path index and fork-child index (ProcessStore.reset_index)
+rebuildable: path index, fork-child index and ready index (ProcessStore.reset_index)
 memory archive: disabled
 protects: acknowledged commits survive a process crash or power loss (synced WAL)
 does not protect: loss, wipe or corruption of the store directory (no copy exists elsewhere)
@@ -187,7 +187,7 @@ WARNING: no memory archive is configured: a lost store directory is unrecoverabl
 
 GOLDEN_ARCHIVE_HEAD = """svit durability statement
 state of record: {store} (RocksDB; each acknowledged commit is one synced write batch; WAL recovery point_in_time)
-rebuildable: path index and fork-child index (ProcessStore.reset_index)
+rebuildable: path index, fork-child index and ready index (ProcessStore.reset_index)
 memory archive: {archive} (3 verified generations, export every 300 s by svit-archive-exporter, final export on shutdown within 20 s, restore mode auto)
 protects: acknowledged commits survive a crash (synced WAL); a lost or wiped store is restored from the newest verified generation at open
 does not protect: state written since the last good export (a SIGKILL or host crash skips the final export), loss of the archive's own volume, fork lineage and history (restored addresses come back as imported processes)

@@ -281,7 +281,7 @@ def test_untampered_control_resumes(store):
 def test_key_classes_are_declared_and_enforced(store, engine_kind):
     assert {kc.column_family for kc in KEY_CLASSES} == set(keys.COLUMN_FAMILIES)
     assert all(kc.durability in ("irreplaceable", "rebuildable") for kc in KEY_CLASSES)
-    assert {kc.name for kc in KEY_CLASSES if kc.durability == REBUILDABLE} == {"path_index", "child_index"}
+    assert {kc.name for kc in KEY_CLASSES if kc.durability == REBUILDABLE} == {"path_index", "child_index", "ready_index"}
     with pytest.raises(InvalidPersistence, match="unregistered"):
         store._batch().put("index", b"zz/unknown", b"")
     with pytest.raises(InvalidPersistence, match="unregistered"):

@@ -1,0 +1,265 @@
+"""The drills: host OS processes killed at random while 30 addresses relay over 1,000
+messages; afterwards every message arrived exactly once and in per-sender order, and
+every address's history validates on resume.
+
+(a) PostgreSQL: three hosts share the store; one is also paused past its lease TTL and
+    resumed, so a stale owner's commit is refused (the drill requires at least one).
+(b) RocksDB: one host, the whole process killed and restarted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from svit.errors import PersistenceConflict
+from svit.store import ProcessStore
+from tests.host.scripts import relay_process
+
+ROOT = Path(__file__).resolve().parents[2]
+PEERS = 30
+SEEDS = 4  # per address
+HOPS = 8  # each seed message is forwarded this many times
+EXPECTED = PEERS * SEEDS * (HOPS + 1)  # 1,080 messages through the mailbox
+LEASE_TTL = 2.0
+#: How long the drill pauses a host: past its lease TTL, so the others take its addresses over.
+PAUSE = LEASE_TTL * 2.5
+#: The drill disrupts for at most this long, then waits for the hosts to finish (bounds
+#: in seconds from the start; a loaded machine makes PostgreSQL commits slow).
+DISRUPT_SECONDS = 35
+DRAIN_SECONDS = 80
+
+
+@dataclass
+class Worker:
+    """One host OS process and the counters file of each of its incarnations."""
+
+    store: str
+    prefix: str
+    directory: Path
+    name: str
+    process: subprocess.Popen[bytes] | None = None
+    files: list[Path] = field(default_factory=list)
+
+    def start(self) -> None:
+        stats = self.directory / f"{self.name}-{len(self.files)}.json"
+        self.files.append(stats)
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.host.drill_host", self.store, self.prefix, str(stats), "--ttl", str(LEASE_TTL)],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(10)
+
+    def terminate(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.kill(self.process.pid, signal.SIGCONT)
+        self.process.terminate()
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(10)
+
+    def stats(self) -> list[dict[str, object]]:
+        found = []
+        for path in self.files:
+            try:
+                found.append(json.loads(path.read_text()))
+            except (OSError, ValueError):
+                continue
+        return found
+
+    def current(self) -> dict[str, object] | None:
+        if not self.files:
+            return None
+        try:
+            record: dict[str, object] = json.loads(self.files[-1].read_text())
+        except (OSError, ValueError):
+            return None
+        return record
+
+
+def seed(store: ProcessStore, prefix: str) -> None:
+    for index in range(PEERS):
+        store.create(relay_process(prefix, index, PEERS))
+    for index in range(PEERS):
+        store.resume(f"{prefix}{index}").exec("/lib/seed", {"count": SEEDS, "hops": HOPS})
+
+
+def reseed(store: ProcessStore, address: str, count: int, hops: int) -> int:
+    """More seed messages from ``address`` while hosts run (retried when a host's commit
+    moved the head first); returns how many messages they make in all."""
+    for _attempt in range(50):
+        try:
+            store.resume(address).exec("/lib/seed", {"count": count, "hops": hops})
+            return count * (hops + 1)
+        except PersistenceConflict:
+            time.sleep(0.02)
+    raise AssertionError(f"could not seed {address}")
+
+
+def verify(store: ProcessStore, prefix: str, expected: int) -> None:
+    """Exactly once and in order: the received total equals the sent total, and at every
+    address the sequence from each sender only ever increased (``bad`` counts otherwise);
+    each history validates on resume (store.resume replays and checks it)."""
+    received = sent = 0
+    for index in range(PEERS):
+        state = store.resume(f"{prefix}{index}")
+        assert state.read("/memory/bad") == 0, f"{prefix}{index} saw a duplicate or a reordering"
+        assert state.read("/inbox") == [], f"{prefix}{index} still has inbox items"
+        assert state.read("/system/outbox") == [], f"{prefix}{index} has unsettled intents"
+        received += state.read("/memory/received")
+        sent += state.read("/memory/sent")
+    assert sent == expected
+    assert received == expected
+    assert [t for t in store.mailbox.targets() if t.startswith(prefix)] == []
+
+
+def wait_until(condition: Callable[[], bool], deadline: float) -> bool:
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def quiet(store: ProcessStore, prefix: str) -> bool:
+    """No mail waiting, nothing to settle, no inbox item, for the drill's addresses."""
+    mailbox = store.mailbox
+    return not any(a.startswith(prefix) for a in mailbox.targets() + mailbox.unsettled() + mailbox.ready())
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[list[Worker]]:
+    made: list[Worker] = []
+    yield made
+    for worker in made:
+        worker.terminate()
+
+
+def test_drill_postgresql_three_hosts_killed_and_paused(postgresql_url: str, tmp_path: Path,
+                                                        workers: list[Worker]) -> None:
+    prefix = f"svit://local/drill-{uuid.uuid4().hex[:8]}/a"
+    store = ProcessStore.open(postgresql_url)
+    try:
+        seed(store, prefix)
+        for n in range(3):
+            workers.append(Worker(postgresql_url, prefix, tmp_path, f"w{n}"))
+        rng = random.Random(14)
+        began = time.monotonic()
+        kills = pauses = extra = restarts = 0
+
+        def stale() -> int:
+            return sum(int(s.get("stale_refusals", 0)) for w in workers for s in w.stats())  # type: ignore[call-overload]
+
+        def turns(worker: Worker) -> int:
+            current = worker.current()
+            return int(current.get("turns", 0)) if current else 0  # type: ignore[call-overload]
+
+        def restart_exited() -> int:
+            started = 0
+            for worker in workers:
+                if worker.process is not None and worker.process.poll() is not None:
+                    worker.start()  # a host whose store went terminal exits; another takes its place
+                    started += 1
+            return started
+
+        # The first host starts alone and takes every address; the moment the other two
+        # start, it is paused (SIGSTOP) with slots in flight, until they have taken its
+        # addresses over (its leases ran out). Resumed, its in-flight commits carry fences
+        # that moved: each must be refused.
+        first = workers[0]
+        first.start()
+        wait_until(lambda: turns(first) >= 20, began + 20)
+        for worker in workers[1:]:
+            worker.start()
+        while stale() == 0 and pauses < 3 and time.monotonic() < began + DISRUPT_SECONDS:
+            assert first.process is not None
+            os.kill(first.process.pid, signal.SIGSTOP)
+            paused_at = time.monotonic()
+            wait_until(lambda: all(turns(w) >= 10 for w in workers[1:]), paused_at + 20)
+            time.sleep(max(0.0, paused_at + PAUSE - time.monotonic()))
+            os.kill(first.process.pid, signal.SIGCONT)
+            pauses += 1
+            wait_until(lambda: stale() > 0, time.monotonic() + 2)
+            if stale() == 0 and quiet(store, prefix):
+                for index in rng.sample(range(PEERS), 4):
+                    extra += reseed(store, f"{prefix}{index}", count=3, hops=6)
+        # Kills: the other hosts are SIGKILLed and restarted at random.
+        next_kill = time.monotonic() + rng.uniform(1.0, 2.0)
+        while kills < 3 and time.monotonic() < began + DISRUPT_SECONDS and not quiet(store, prefix):
+            restarts += restart_exited()
+            if time.monotonic() >= next_kill:
+                victim = rng.choice(workers)
+                victim.kill()
+                victim.start()
+                kills += 1
+                next_kill = time.monotonic() + rng.uniform(1.0, 2.5)
+            time.sleep(0.05)
+        # Drain: the hosts finish the traffic.
+        while time.monotonic() < began + DRAIN_SECONDS and not quiet(store, prefix):
+            restarts += restart_exited()
+            time.sleep(0.1)
+        for worker in workers:
+            worker.terminate()
+        print(f"drill(postgresql): kills={kills} pauses={pauses} restarts={restarts} stale_refusals={stale()} "
+              f"in {time.monotonic() - began:.1f} s")
+        for worker in workers:
+            print("  ", worker.name, [(r.get("turns"), r.get("stale_refusals"), r.get("conflicts"), r.get("final"))
+                                      for r in worker.stats()])
+        assert kills >= 2 and pauses >= 1
+        assert stale() >= 1, "no stale owner's commit was refused"
+        verify(store, prefix, EXPECTED + extra)
+    finally:
+        store.close()
+
+
+def test_drill_rocksdb_one_host_killed_and_restarted(tmp_path: Path, workers: list[Worker]) -> None:
+    directory = str(tmp_path / "store")
+    prefix = "svit://local/drill/a"
+    store = ProcessStore.open(directory)
+    seed(store, prefix)
+    store.close()
+    worker = Worker(directory, prefix, tmp_path, "solo")
+    workers.append(worker)
+    worker.start()
+    rng = random.Random(15)
+    kills = 0
+    deadline = time.monotonic() + 50
+    while kills < 4 and time.monotonic() < deadline:
+        time.sleep(rng.uniform(0.3, 1.0))
+        current = worker.current()
+        if current is not None and current.get("idle"):
+            break
+        worker.kill()
+        worker.start()
+        kills += 1
+    while time.monotonic() < deadline:
+        current = worker.current()
+        if current is not None and current.get("idle"):
+            break
+        time.sleep(0.1)
+    worker.terminate()
+    print(f"drill(rocksdb): kills={kills}")
+    assert kills >= 2, "the host went idle before it could be killed twice"
+    store = ProcessStore.open(directory)
+    try:
+        verify(store, prefix, EXPECTED)
+    finally:
+        store.close()

@@ -1,0 +1,204 @@
+"""The host on one store: delivery driven handlers, fairness, back pressure, failures,
+idle and stop (the store fixture runs each test on every engine)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from svit import Process
+from svit.errors import InvalidValue, PersistenceNotFound, PersistenceUnavailable
+from svit.host import Host, HostTimeout
+from svit.store import ProcessStore, keys
+from svit.store.faults import FailingWrites
+from tests.host.scripts import FAIL_ON, RECORD, relay_process
+
+PREFIX = "svit://local/hosttest/"
+
+
+def recorder(address: str) -> Process:
+    return Process.builder(address).memory("seen", []).library("on_message", RECORD).library("fails", FAIL_ON).build()
+
+
+@pytest.fixture
+def hosts() -> Iterator[list[Host]]:
+    made: list[Host] = []
+    yield made
+    for host in made:
+        host.stop(drain=True)
+
+
+def started(hosts: list[Host], store: ProcessStore, route: str = "/lib/on_message", **options: object) -> Host:
+    host = Host(store, poll_interval=0.02, **options)  # type: ignore[arg-type]
+    host.handle(PREFIX, script=route)
+    hosts.append(host)
+    return host.start()
+
+
+def test_messages_between_processes_arrive_once_and_in_order(store: ProcessStore, hosts: list[Host]) -> None:
+    peers = 4
+    handles = [store.create(relay_process(PREFIX + "r", i, peers)) for i in range(peers)]
+    for handle in handles:
+        handle.exec("/lib/seed", {"count": 3, "hops": 3})
+    host = started(hosts, store)
+    host.idle(timeout=30)
+    states = [store.resume(PREFIX + f"r{i}") for i in range(peers)]
+    received = sum(s.read("/memory/received") for s in states)
+    sent = sum(s.read("/memory/sent") for s in states)
+    assert received == sent == peers * 3 * 4
+    assert all(s.read("/memory/bad") == 0 for s in states)
+    assert all(s.read("/inbox") == [] and s.read("/system/outbox") == [] for s in states)
+    assert store.mailbox.targets() == [] and store.mailbox.unsettled() == []
+    assert host.stats().delivered == sent and host.stats().turns == received
+
+
+def test_send_wakes_the_handler_at_once(store: ProcessStore, hosts: list[Host]) -> None:
+    store.create(recorder(PREFIX + "one"))
+    host = started(hosts, store)
+    host.send(PREFIX + "one", "hello")
+    host.idle(timeout=10)
+    assert store.resume(PREFIX + "one").read("/memory/seen") == ["hello"]
+    with pytest.raises(PersistenceNotFound):
+        host.send(PREFIX + "nobody", "hello")
+
+
+def test_one_busy_process_cannot_starve_the_others(store: ProcessStore, hosts: list[Host]) -> None:
+    busy = store.create(recorder(PREFIX + "a-busy"))
+    for n in range(60):
+        busy.enqueue_inbox({"body": n})
+    quiet = [store.create(recorder(PREFIX + f"b{i}")) for i in range(4)]
+    for handle in quiet:
+        handle.enqueue_inbox({"body": "only"})
+    order: list[str] = []
+    host = started(hosts, store, workers=1, on_turn=lambda address, outcome: order.append(address))
+    host.idle(timeout=60)
+    assert order.count(PREFIX + "a-busy") == 60
+    # Round-robin slots: each quiet process is served after at most a few slots of the
+    # busy one, never after all sixty.
+    last_quiet = max(order.index(handle.address) for handle in quiet)
+    assert last_quiet < 12, order[:20]
+
+
+def test_a_full_inbox_holds_mail_back_in_the_mailbox(store: ProcessStore, hosts: list[Host]) -> None:
+    sender = store.create(Process.builder(PREFIX + "sender").library(
+        "burst", f'(define (main n) (do (send! "{PREFIX}x-target" 1) (send! "{PREFIX}x-target" 2) '
+                 f'(send! "{PREFIX}x-target" 3) (send! "{PREFIX}x-target" 4) (send! "{PREFIX}x-target" 5) n))').build())
+    store.create(recorder(PREFIX + "x-target"))
+    sender.exec("/lib/burst", 0)
+    host = Host(store, poll_interval=0.02, inbox_limit=2)  # no route: the inbox only fills
+    hosts.append(host)
+    host.start()
+    host.idle(timeout=10)
+    target = store.resume(PREFIX + "x-target")
+    assert [item["body"] for item in target.read("/inbox")] == [1, 2]
+    assert [m["body"] for m in store.mailbox.pending(PREFIX + "x-target")] == [3, 4, 5]
+
+
+def test_a_failing_handler_keeps_its_item_and_the_host_goes_on(store: ProcessStore, hosts: list[Host]) -> None:
+    store.create(recorder(PREFIX + "bad"))
+    store.create(recorder(PREFIX + "good"))
+    host = started(hosts, store, route="/lib/fails")
+    host.send(PREFIX + "bad", "boom")
+    host.send(PREFIX + "bad", "after")
+    host.send(PREFIX + "good", "fine")
+    host.idle(timeout=10)
+    failure = host.failures()[PREFIX + "bad"]
+    assert failure.count >= 1 and failure.last_error["code"] == "script_failed"
+    bad = store.resume(PREFIX + "bad")
+    assert [item["body"] for item in bad.read("/inbox")] == ["boom", "after"] and bad.read("/memory/seen") == []
+    assert store.resume(PREFIX + "good").read("/memory/seen") == ["fine"]
+    assert PREFIX + "good" not in host.failures()
+
+
+def test_mail_to_an_absent_address_is_kept_as_undeliverable(store: ProcessStore, hosts: list[Host]) -> None:
+    sender = store.create(Process.builder(PREFIX + "lonely").library(
+        "go", f'(define (main n) (do (send! "{PREFIX}nobody" n) n))').build())
+    sender.exec("/lib/go", 7)
+    host = started(hosts, store)
+    host.idle(timeout=10)
+    refused = store.mailbox.undeliverable(PREFIX + "lonely")
+    assert len(refused) == 1 and "no such address" in str(refused[0])
+    outbox = store.resume(PREFIX + "lonely").read("/system/outbox")
+    assert len(outbox) == 1 and "no such address" in outbox[0]["undeliverable"]
+    assert host.stats().undeliverable == 1
+
+
+def test_idle_times_out_while_work_remains(store: ProcessStore, hosts: list[Host]) -> None:
+    handle = store.create(recorder(PREFIX + "long"))
+    for n in range(300):
+        handle.enqueue_inbox({"body": n})
+    host = started(hosts, store, workers=1)
+    with pytest.raises(HostTimeout) as raised:
+        host.idle(timeout=0.05)
+    assert isinstance(raised.value, TimeoutError) and raised.value.code == "host_timeout"
+
+
+def test_stop_drains_running_slots_and_leaves_nothing_half_done(store: ProcessStore, hosts: list[Host]) -> None:
+    handles = [store.create(recorder(PREFIX + f"s{i}")) for i in range(3)]
+    for handle in handles:
+        for n in range(40):
+            handle.enqueue_inbox({"body": n})
+    host = started(hosts, store, workers=2)
+    time.sleep(0.2)
+    host.stop(drain=True)
+    assert not any(t.is_alive() for t in threading.enumerate() if t.name.startswith("svit-host"))
+    for handle in handles:
+        state = store.resume(handle.address)
+        seen = state.read("/memory/seen")
+        left = [item["body"] for item in state.read("/inbox")]
+        assert seen + left == list(range(40))  # each item handled once or still waiting
+
+
+def test_open_handles_stay_bounded(store: ProcessStore, hosts: list[Host]) -> None:
+    for i in range(30):
+        store.create(recorder(PREFIX + f"m{i:02}")).enqueue_inbox({"body": i})
+    host = started(hosts, store, workers=2, open_handles=4)
+    host.idle(timeout=30)
+    assert host.stats().open_handles <= 4
+    assert host.stats().turns == 30
+
+
+def test_the_embedded_store_needs_no_lease(store: ProcessStore, hosts: list[Host]) -> None:
+    if store.engine.shared:
+        pytest.skip("a shared store uses leases")
+    store.create(recorder(PREFIX + "solo"))
+    host = started(hosts, store)
+    host.send(PREFIX + "solo", "x")
+    host.idle(timeout=10)
+    assert host.leases is None
+    assert list(store.engine.scan(keys.CF_DEFAULT, keys.lease_prefix())) == []
+
+
+def test_options_are_checked() -> None:
+    with pytest.raises(InvalidValue):
+        Host(None, workers=0)  # type: ignore[arg-type]
+    with pytest.raises(InvalidValue):
+        Host(None, poll_interval=0)  # type: ignore[arg-type]
+    with pytest.raises(InvalidValue):
+        Host(None, inbox_limit=0)  # type: ignore[arg-type]
+
+
+def test_routes_are_checked(store: ProcessStore) -> None:
+    host = Host(store)
+    with pytest.raises(InvalidValue):
+        host.handle(PREFIX, script="on_message")
+    with pytest.raises(InvalidValue):
+        host.handle("local/x", script="/lib/on_message")
+    with pytest.raises(InvalidValue):
+        host.agents(PREFIX, reasoner="not callable")  # type: ignore[arg-type]
+    with pytest.raises(InvalidValue):
+        host.idle(1)
+
+
+def test_a_terminal_store_stops_the_host_and_idle_says_why(store: ProcessStore, hosts: list[Host]) -> None:
+    store.create(recorder(PREFIX + "doomed"))
+    host = started(hosts, store)
+    with FailingWrites(store), pytest.raises(PersistenceUnavailable):
+        host.send(PREFIX + "doomed", "x")  # this write fails: the store is terminal
+    assert store.terminal
+    with pytest.raises(PersistenceUnavailable):
+        host.idle(timeout=10)  # the next poll finds the store terminal and the host stops
+    assert host.failed is not None and host.failed.code == "persistence_unavailable"
