@@ -6,6 +6,7 @@ including imports inside functions, so a cycle cannot hide behind a deferred imp
 - ``svit.lisp`` knows nothing of processes: it imports nothing else of ``svit``.
 - ``svit.ports`` are host integrations: they use only the public API.
 - The store does not import the agent loop.
+- The host sits on top: nothing below it (the store, the loop, processes) imports it.
 - No two modules import each other, directly or through others.
 - A private module (``_name``) is imported only from inside its parent package, and no
   module imports another module's private name.
@@ -67,6 +68,15 @@ def test_ports_use_only_the_public_api(graph: grimp.ImportGraph) -> None:
 
 def test_the_store_does_not_import_the_loop(graph: grimp.ImportGraph) -> None:
     crossing = [edge for edge in _imports(graph, "svit.store") if _inside(edge[1], "svit.loop")]
+    assert crossing == []
+
+
+def test_nothing_below_the_host_imports_it(graph: grimp.ImportGraph) -> None:
+    below = [module for module in graph.modules if _inside(module, "svit") and not _inside(module, "svit.host")]
+    crossing = [
+        (module, imported) for module in below
+        for imported in graph.find_modules_directly_imported_by(module) if _inside(imported, "svit.host")
+    ]
     assert crossing == []
 
 
