@@ -419,24 +419,14 @@ class _Statements:
     def part(self, part: BatchPart) -> Iterator[tuple[sql.Composed, list[Any]]]:
         """``(statement, parameters)`` for one part: its expectations first, then its
         writes (the last operation on each key wins)."""
-        final: dict[tuple[str, bytes], bytes | None] = {}
-        for space, key, value in part.operations:
-            final[(space, key)] = value
+        final = _final_operations(part)
         for space, key, expected in part.expectations:
             if expected is None:
                 yield self.claim_absent[space], [key]
                 final.setdefault((space, key), None)  # the claim is removed unless written
             else:
                 yield self.guard_value[space], [key, expected]
-        puts: dict[str, tuple[list[bytes], list[bytes]]] = {}
-        deletes: dict[str, list[bytes]] = {}
-        for (space, key), value in final.items():
-            if value is None:
-                deletes.setdefault(space, []).append(key)
-            else:
-                keys_, values = puts.setdefault(space, ([], []))
-                keys_.append(key)
-                values.append(value)
+        deletes, puts = _by_space(final)
         for space, keys_list in deletes.items():
             yield self.delete[space], [keys_list]
         for space, (keys_list, values) in puts.items():
@@ -454,9 +444,7 @@ class _Statements:
         does not write is locked ``FOR UPDATE``; the statement then divides by each of
         those row counts, so one that is zero aborts it and nothing is written. The text
         depends only on the part's shape, so it is composed once per shape."""
-        final: dict[tuple[str, bytes], bytes | None] = {}
-        for space, key, value in part.operations:
-            final[(space, key)] = value
+        final = _final_operations(part)
         shape: list[tuple[str, str]] = []
         params: list[Any] = []
         for space, key, expected in part.expectations:
@@ -478,15 +466,7 @@ class _Statements:
             else:
                 shape.append(("lock", space))
                 params += [key, expected]
-        puts: dict[str, tuple[list[bytes], list[bytes]]] = {}
-        deletes: dict[str, list[bytes]] = {}
-        for (space, key), value in final.items():
-            if value is None:
-                deletes.setdefault(space, []).append(key)
-            else:
-                keys_, values = puts.setdefault(space, ([], []))
-                keys_.append(key)
-                values.append(value)
+        deletes, puts = _by_space(final)
         for space, keys_list in deletes.items():
             shape.append(("delete", space))
             params.append(keys_list)
@@ -543,3 +523,27 @@ class _Statements:
                 self.tables[space])
             self._lasts[(space, bounded)] = found
         return found
+
+
+def _final_operations(part: BatchPart) -> dict[tuple[str, bytes], bytes | None]:
+    """The last operation of ``part`` on each key (a put's value, or None for a delete)."""
+    final: dict[tuple[str, bytes], bytes | None] = {}
+    for space, key, value in part.operations:
+        final[(space, key)] = value
+    return final
+
+
+def _by_space(
+    final: dict[tuple[str, bytes], bytes | None],
+) -> tuple[dict[str, list[bytes]], dict[str, tuple[list[bytes], list[bytes]]]]:
+    """``final`` as the keys to delete and the ``(keys, values)`` to put, per key space."""
+    puts: dict[str, tuple[list[bytes], list[bytes]]] = {}
+    deletes: dict[str, list[bytes]] = {}
+    for (space, key), value in final.items():
+        if value is None:
+            deletes.setdefault(space, []).append(key)
+        else:
+            keys_, values = puts.setdefault(space, ([], []))
+            keys_.append(key)
+            values.append(value)
+    return deletes, puts
