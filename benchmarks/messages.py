@@ -24,12 +24,17 @@ import time
 import uuid
 from collections.abc import Iterator
 
-from svit import Process
+from svit import Limits, Process
 from svit.host import Host
 from svit.store import ProcessStore
 from tests.store.pg_cluster import Cluster
 
 CONSUME = '(define (main item) (do (write "/memory/count" (+ (read "/memory/count") 1)) 0))'
+
+
+def burst_limits(count: int) -> Limits:
+    """Limits that let one activation send ``count`` messages (the default allows 128)."""
+    return Limits(max_messages=max(Limits().max_messages, count))
 
 
 def burst_source(target: str, count: int) -> str:
@@ -52,7 +57,7 @@ def mailbox_rate(store: ProcessStore, burst: int, repeat: int) -> float:
     tag = uuid.uuid4().hex[:8]
     receiver = store.create(Process.builder(f"svit://local/bench-{tag}/receiver").build())
     sender = store.create(Process.builder(f"svit://local/bench-{tag}/sender")
-                          .library("burst", burst_source(receiver.address, burst)).build())
+                          .library("burst", burst_source(receiver.address, burst)).limits(burst_limits(burst)).build())
     rates = []
     for _ in range(repeat):
         sender.exec("/lib/burst")
@@ -75,7 +80,8 @@ def host_rate(store: ProcessStore, burst: int, repeat: int) -> float:
     prefix = f"svit://local/bench-{tag}/"
     receiver = prefix + "receiver"
     store.create(Process.builder(receiver).memory("count", 0).library("on_message", CONSUME).build()).close()
-    store.create(Process.builder(prefix + "sender").library("on_message", burst_source(receiver, burst)).build()).close()
+    store.create(Process.builder(prefix + "sender").library("on_message", burst_source(receiver, burst))
+                 .limits(burst_limits(burst)).build()).close()
     host = Host(store, workers=2, poll_interval=0.005).handle(prefix, script="/lib/on_message").start()
     rates = []
     try:
