@@ -34,6 +34,7 @@ import contextlib
 import os
 import time
 import uuid
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import blake3
@@ -69,6 +70,11 @@ from .rocksdb import OPEN_DEADLINE_SECONDS, RocksDBEngine
 if TYPE_CHECKING:
     pass
 
+#: How many addresses' latest states a store object keeps (fork, archive and the
+#: commit path reuse them; a miss is resumed from the store). Bounded, so a host that
+#: touches many processes over time holds only those it keeps open.
+LATEST_STATES = 256
+
 __all__ = [
     "STORE_FORMAT",
     "MAX_TRANSACTION_BYTES",
@@ -84,6 +90,8 @@ __all__ = [
     "is_database_url",
     "database_location",
     "DATABASE_SCHEMES",
+    "LATEST_STATES",
+    "RecentStates",
 ]
 
 STORE_FORMAT = b"svit-store@3"
@@ -92,6 +100,20 @@ U64_MAX = 2**64 - 1
 # The names the commit path and the handle operations use for the record pieces.
 _State = State
 _readable_snapshot = records.readable_snapshot
+
+
+class RecentStates(OrderedDict[str, State]):
+    """The latest committed states of the addresses used most recently, at most ``capacity``."""
+
+    def __init__(self, capacity: int = LATEST_STATES) -> None:
+        super().__init__()
+        self.capacity = capacity
+
+    def __setitem__(self, address: str, state: State) -> None:
+        super().__setitem__(address, state)
+        self.move_to_end(address)
+        while len(self) > self.capacity:
+            self.popitem(last=False)
 
 
 def apply_mutations(root: Node, mutations: Iterable[Mutation], what: str) -> Node:
@@ -114,7 +136,7 @@ class ProcessStore:
         #: The head each address's next commit chains to: written (or queued) by this store.
         self._heads: dict[str, dict[str, Any]] = {}
         #: Latest committed state per address seen by this store object (a cache; fork uses it).
-        self._latest: dict[str, _State] = {}
+        self._latest = RecentStates()
         #: What restoring a stored snapshot may cost at most (compile-time work of all
         #: its scripts together, see :meth:`Process.restore`); a host may set its own.
         self.restore_limits = Limits()
@@ -171,6 +193,12 @@ class ProcessStore:
                 engine.close()  # lets go of the lock even when it raises; the open's failure wins
             raise
         return store
+
+    @property
+    def cached_states(self) -> int:
+        """How many addresses' latest states this store object holds in memory (at most
+        :data:`LATEST_STATES`, however many processes it has touched)."""
+        return len(self._latest)
 
     @property
     def path(self) -> str:

@@ -1,7 +1,10 @@
 """One host OS process of the drills: serves the relay handler of every address under a
 prefix and reports its counters to a JSON file (rewritten atomically ~10 times a second).
 
-Usage: python -m tests.host.drill_host STORE PREFIX STATS_FILE [--workers N] [--ttl SECONDS]
+Usage: python -m tests.host.drill_host STORE PREFIX STATS_FILE [--workers N] [--ttl SECONDS] [--dwell SECONDS]
+
+``--dwell`` makes every handled item take that long before its commit (as a handler
+waiting on a slow port would), so a pause of this host almost surely lands mid-slot.
 
 STORE is a RocksDB directory or a postgresql:// URL. SIGTERM stops the host with a drain
 and writes the final counters; SIGKILL is what the drill uses to crash it.
@@ -15,10 +18,12 @@ import os
 import signal
 import sys
 import threading
+import time
+from typing import Any
 
 from svit.errors import PersistenceUnavailable
 from svit.host import Host, HostTimeout
-from svit.store import ProcessStore
+from svit.store import DurableProcess, ProcessStore
 
 
 def write_stats(path: str, host: Host, idle: bool, final: bool) -> None:
@@ -42,7 +47,16 @@ def main() -> None:
     parser.add_argument("stats")
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--ttl", type=float, default=1.0)
+    parser.add_argument("--dwell", type=float, default=0.0)
     args = parser.parse_args()
+    if args.dwell > 0:
+        handle_item = DurableProcess.exec_inbox_item
+
+        def slow_handle_item(self: DurableProcess, path: str, item: Any) -> Any:
+            time.sleep(args.dwell)
+            return handle_item(self, path, item)
+
+        setattr(DurableProcess, "exec_inbox_item", slow_handle_item)  # noqa: B010 - the drill's slow handler
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda _signum, _frame: stopping.set())
     store = ProcessStore.open(args.store)
