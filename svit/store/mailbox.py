@@ -435,8 +435,7 @@ class Mailbox:
         _check_limit(limit)
         if inbox_limit is not None:
             _check_limit(inbox_limit, "inbox_limit")
-        if getattr(target, "store", None) is not self._store:
-            raise InvalidPersistence("deliver needs a durable process of this store")
+        self._check_own(target, "deliver")
         process = target.process
         address = target.address
         with process.lock:
@@ -526,13 +525,17 @@ class Mailbox:
                 self._write_guarded(annex, absent=(keys.head_key(target), keys.base_key(target)))
                 refused.extend(entry.message_id for entry in entries)
 
+    def _check_own(self, handle: DurableProcess, operation: str) -> None:
+        """Refuse a handle of another store (or no durable handle at all)."""
+        if getattr(handle, "store", None) is not self._store:
+            raise InvalidPersistence(f"{operation} needs a durable process of this store")
+
     # ------------------------------------------------------------------ settling
     def settle(self, sender: DurableProcess) -> Change | None:
         """Settle ``sender``'s ``/system/outbox`` as ONE commit of it: delivered intents
         leave it, refused ones are marked ``"undeliverable": reason``, and the outcomes
         are removed in the same batch. None when there was nothing to settle."""
-        if getattr(sender, "store", None) is not self._store:
-            raise InvalidPersistence("settle needs a durable process of this store")
+        self._check_own(sender, "settle")
         process = sender.process
         address = sender.address
         with process.lock:
