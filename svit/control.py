@@ -595,17 +595,20 @@ class ProcessController:
         return committed_response(request, activation)
 
     def _activate(self, request: ControlRequest, fingerprint: str) -> ControlResponse:
-        """Run the activation with its receipt written in the commit's batch (or, when it
-        does not commit, recorded on its own before the answer is returned)."""
+        """Run the activation handing its receipt to ``exec`` (a durable handle writes it
+        in the commit's batch); when nothing commits, the answer is recorded on its own
+        before it is returned."""
         path = f"/lib/{request.command.script}"
         lost: SvitError = PersistenceConflict()
         for _attempt in range(COMMIT_ATTEMPTS):
             pending = PendingReceipt(self._book, request, fingerprint)
             try:
                 activation = cast(_ReceiptProcess, self.process).exec(path, request.command.input, receipt=pending)
-            except PersistenceConflict as exc:
-                if pending.written or self._handle is None:
-                    return self._settle(request, fingerprint, pending, exc)
+            except SvitError as exc:
+                if pending.written and pending.response is not None:
+                    return pending.response  # committed and kept; a later step failed
+                if not isinstance(exc, PersistenceConflict) or self._handle is None:
+                    return self._keep(request, fingerprint, self._rejected(request, exc))
                 # Another writer won the compare-and-swap: answer by what it left.
                 lost = exc
                 try:
@@ -618,25 +621,12 @@ class ProcessController:
                 actual = self.process.version
                 if actual != request.expected_version:
                     return self._keep(request, fingerprint, self._respond(request, Conflict(request.expected_version, actual, self.process.root_hash)))
-                continue  # the version did not move (a race over receipts): run it again
-            except SvitError as exc:
-                return self._settle(request, fingerprint, pending, exc)
-            if pending.response is None:  # a process that does not complete receipts
-                pending.response = committed_response(request, activation)
-            return self._settle(request, fingerprint, pending, None)
+                continue  # the version did not move (a receipt race): run it again
+            response = pending.response or committed_response(request, activation)
+            if pending.written:
+                return response
+            return self._keep(request, fingerprint, response)
         return self._keep(request, fingerprint, self._rejected(request, lost))
-
-    def _settle(self, request: ControlRequest, fingerprint: str, pending: PendingReceipt,
-                error: SvitError | None) -> ControlResponse:
-        """The answer of one run: a receipt written with its commit is already kept;
-        anything else is recorded now."""
-        if pending.written and pending.response is not None:
-            return pending.response
-        response = pending.response if error is None and pending.response is not None else None
-        if response is None:
-            assert error is not None
-            response = self._rejected(request, error)
-        return self._keep(request, fingerprint, response)
 
     def execute_json(self, text: str | bytes) -> str:
         """Decode, execute and encode in one call (a decode failure raises)."""

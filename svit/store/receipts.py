@@ -125,6 +125,14 @@ class StoreReceipts:
                 return
         raise PersistenceConflict()
 
+    def requests(self) -> list[tuple[str, str]]:
+        """``(client_id, request_id)`` of every receipt kept, oldest first (verified)."""
+        engine = self.store.engine
+        prefix = keys.receipt_order_prefix(self.address)
+        with engine.lock:
+            engine.check()
+            return [self._decode_order(key, raw, prefix) for key, raw in engine.scan(CF_RECORD, prefix)]
+
     def __len__(self) -> int:
         """How many receipts the address has."""
         engine = self.store.engine
