@@ -4,7 +4,13 @@ RocksDB and on PostgreSQL through the ``store`` fixture."""
 from __future__ import annotations
 
 import json
+import os
+import random
+import signal
+import subprocess
+import sys
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -32,6 +38,7 @@ from svit.store.keys import CF_RECORD
 from svit.values import to_tagged
 from tests.conftest import location_of, reopen
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ADDRESS = "svit://local/test/receipts"
 COUNTER = """
 (define (main input)
@@ -439,3 +446,116 @@ def test_store_receipts_refuse_foreign_answers(store: ProcessStore) -> None:
     with pytest.raises(InvalidPersistence, match="fingerprint"):
         book.record("agent-a", "r1", "not a digest", mine)
     assert stored_keys(store) == []
+
+
+# ---------------------------------------------------------------------------- crash atomicity (SIGKILL)
+
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "receipt_crash_worker.py")
+CRASH_ADDRESS = "svit://local/crash/receipts"
+
+
+def run_worker(location: str, first: int, rng: random.Random, *options: str) -> list[tuple[int, int]]:
+    """Run the worker until it is killed (by us at a random moment, or by itself);
+    returns the ``(k, expected version)`` of every request it announced."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+    proc = subprocess.Popen([sys.executable, WORKER, location, str(first), *options], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    lines: list[str] = []
+    ready = threading.Event()
+
+    def reader() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("ready"):
+                ready.set()
+
+    thread = threading.Thread(target=reader, daemon=True)
+    thread.start()
+    try:
+        assert ready.wait(30), "the worker did not start"
+        if "--kill-after-commit" not in options:
+            time.sleep(rng.uniform(0.05, 0.4))
+            proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        thread.join(10)
+        assert proc.stderr is not None
+        errors = proc.stderr.read()
+        proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL, errors[-2000:]
+    sent = []
+    for line in lines:
+        parts = line.split()
+        if line.endswith("\n") and len(parts) == 3 and parts[0] == "send":
+            sent.append((int(parts[1]), int(parts[2])))
+    return sent
+
+
+def check_commits_and_receipts(location: str) -> dict[str, int]:
+    """Every commit has its receipt and every receipt its commit; returns the version
+    each committed request id answered."""
+    with ProcessStore.open(location) as store:
+        handle = store.resume(CRASH_ADDRESS)
+        roots = {t.process_version_after: t.resulting_root_hash for t in handle.query(limit=4096)}
+        assert sorted(roots) == list(range(1, handle.version + 1))
+        assert handle.read("/memory/count") == handle.version
+        book = store.receipts(CRASH_ADDRESS, 4096)
+        committed: dict[str, int] = {}
+        for client_id, request_id in book.requests():
+            found = book.lookup(client_id, request_id)
+            assert found is not None
+            outcome = found[1].outcome
+            if isinstance(outcome, Committed):
+                version = outcome.activation["version"]
+                assert roots.get(version) == outcome.activation["root_hash"], (request_id, version)
+                committed[request_id] = version
+        assert sorted(committed.values()) == sorted(roots), "a commit without its receipt (or one answered twice)"
+        return committed
+
+
+def test_sigkill_never_separates_a_commit_from_its_receipt(store_location: str, engine_kind: str) -> None:
+    rng = random.Random(int.from_bytes(os.urandom(4), "big"))
+    started = time.monotonic()
+    sent: list[tuple[int, int]] = []
+    kills = [None, rng.randint(1, 4), None]
+    for number, kill_after in enumerate(kills):
+        options = () if kill_after is None else ("--kill-after-commit", str(kill_after))
+        announced = run_worker(store_location, number * 1000, rng, *options)
+        sent += announced
+        committed = check_commits_and_receipts(store_location)
+        if kill_after is not None:
+            # Killed right after the commit batch was written, before the controller returned.
+            assert len(announced) == kill_after
+            last = announced[-1]
+            assert committed.get(f"req-{last[0]}") == last[1] + 1
+    assert sent, "the worker announced nothing"
+    # Every announced request retried once more: applied at most once in total.
+    with ProcessStore.open(store_location) as store:
+        controller = ProcessController.durable(store.resume(CRASH_ADDRESS), 4096)
+        before = controller.process.version
+        for k, version in sent:
+            answer = controller.execute({
+                "protocol": PROTOCOL, "client_id": "drill", "request_id": f"req-{k}", "process_id": CRASH_ADDRESS,
+                "expected_version": version,
+                "command": {"operation": "activate", "script": "counter", "input": to_tagged({"k": k})},
+            })
+            assert answer.replayed or answer.outcome.status in ("conflict", "committed"), answer
+        applied_now = controller.process.version - before
+    committed = check_commits_and_receipts(store_location)
+    assert applied_now <= 1  # only a request killed before its commit may commit now
+    assert set(committed) <= {f"req-{k}" for k, _ in sent}
+    assert time.monotonic() - started < 60
+
+
+def test_the_crash_check_sees_a_receipt_written_after_its_commit(tmp_path: Any) -> None:
+    """Anti-vacuity: receipts copied to the store after each commit (a second write) must
+    be caught by the same check when the worker dies between the two."""
+    location = str(tmp_path / "store")
+    rng = random.Random(7)
+    run_worker(location, 0, rng, "--kill-after-commit", "3", "--receipt-after")
+    with pytest.raises(AssertionError, match="a commit without its receipt"):
+        check_commits_and_receipts(location)
