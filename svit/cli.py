@@ -444,6 +444,28 @@ def cmd_inbox(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    """``svit serve``: svit-control@1, commit events and MCP over HTTP (the ``serve`` extra)."""
+    try:
+        import svit.server as server  # noqa: PLC0415 - the "serve" extra is optional
+    except ImportError:
+        raise CliError("missing_dependency", 'svit serve needs the "serve" extra: pip install "svit[serve]"') from None
+    try:
+        host, port = server.parse_listen(args.listen)
+        tokens = server.TokenSet.load(args.tokens) if args.tokens else server.TokenSet.from_env()
+    except ValueError as exc:  # InvalidTokens too
+        raise CliError("invalid_tokens" if isinstance(exc, server.InvalidTokens) else "invalid_value", str(exc)) from None
+    if tokens is None:
+        return _usage_error(f"svit serve needs tokens: --tokens FILE or {server.TOKENS_ENV} (no token, no access)")
+    if host not in server.LOOPBACK_HOSTS:
+        sys.stderr.write(f"svit: warning: listening on {host}, reachable beyond this machine\n")
+    try:
+        server.serve(open_store(args), tokens, host, port)
+    except (OSError, SystemExit):
+        raise CliError("listen_failed", f"cannot listen on {args.listen}") from None
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="svit", description="Svit: an embedded scripting sandbox for agents.")
     parser.add_argument("--version", action="version", version=f"svit {__version__}")
@@ -530,6 +552,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_archive_restore)
     p = archive_sub.add_parser("status", help="generations, counters and where the archive lives", parents=[common, archive_common])
     p.set_defaults(run=cmd_archive_status)
+
+    p = commands.add_parser("serve", help="serve the store's processes over HTTP (svit-control@1, events, MCP)", parents=[common])
+    p.add_argument("--listen", default="127.0.0.1:8470", metavar="HOST:PORT", help="where to listen (default 127.0.0.1:8470)")
+    p.add_argument("--tokens", default=None, metavar="FILE", help="the token file (or $SVIT_SERVE_TOKENS); no token, no access")
+    p.set_defaults(run=cmd_serve)
 
     store_cmd = commands.add_parser("store", help="store maintenance")
     store_sub = store_cmd.add_subparsers(dest="store_command", metavar="ACTION", parser_class=_Parser)
