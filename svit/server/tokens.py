@@ -84,8 +84,7 @@ def _check_prefix(prefix: Any, where: str) -> str:
     return prefix
 
 
-def _check_entry(entry: Any, index: int) -> tuple[str, Grant]:
-    where = f"token entry {index}"
+def _check_entry(entry: Any, where: str) -> tuple[str, Grant]:
     if type(entry) is not dict:
         raise InvalidTokens(f"{where}: expected an object with token, prefix and access")
     unknown = sorted(set(entry) - {"token", "prefix", "access"})
@@ -110,7 +109,7 @@ class TokenSet:
 
     def __init__(self, grants: list[Grant]) -> None:
         if not grants:
-            raise InvalidTokens("the token list is empty: a server without tokens grants nothing")
+            raise InvalidTokens("the token list is empty (a server without tokens grants nothing)")
         self._grants = tuple(grants)
 
     def __len__(self) -> int:
@@ -129,11 +128,14 @@ class TokenSet:
         grants: list[Grant] = []
         seen: set[bytes] = set()
         for index, entry in enumerate(data):
-            _, grant = _check_entry(entry, index)
+            where = f"{source}: token entry {index}"
+            _, grant = _check_entry(entry, where)
             if grant.token_digest in seen:
-                raise InvalidTokens(f"token entry {index}: the same token appears in an earlier entry")
+                raise InvalidTokens(f"{where}: the same token appears in an earlier entry")
             seen.add(grant.token_digest)
             grants.append(grant)
+        if not grants:
+            raise InvalidTokens(f"{source} is empty (a server without tokens grants nothing)")
         return cls(grants)
 
     @classmethod
