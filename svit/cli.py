@@ -466,6 +466,28 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """``svit mcp ADDR``: serve one durable process over MCP on stdio (stdout carries only MCP)."""
+    from .errors import PersistenceNotFound  # noqa: PLC0415 - only this command needs it
+
+    try:
+        from .mcp import run_stdio  # noqa: PLC0415 - the "serve" extra, loaded only for this command
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] not in ("mcp", "anyio", "starlette", "pydantic", "httpx", "httpx2"):
+            raise
+        raise CliError("missing_dependency", 'svit mcp needs the "serve" extra: pip install "svit[serve]"') from None
+    store = open_store(args)
+    try:
+        handle = store.resume(args.address)
+    except PersistenceNotFound:
+        if not args.create:
+            raise
+        handle = store.create(Process.builder(args.address).build())
+        sys.stderr.write(f"svit: created {handle.address}\n")
+    run_stdio(lambda: handle)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="svit", description="Svit: an embedded scripting sandbox for agents.")
     parser.add_argument("--version", action="version", version=f"svit {__version__}")
@@ -537,6 +559,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the process address, or retry/drop, the address and a set-aside item's id")
     p.add_argument("--json", action="store_true", help="print JSON (with --pretty: indented)")
     p.set_defaults(run=cmd_inbox)
+    p = durable("mcp", "serve ADDR to an MCP client on stdio (the six model tools, resources, the language guide)",
+                cmd_mcp, ("address", "process address"))
+    p.add_argument("--create", action="store_true", help="create an empty process at ADDR when there is none")
     archive_cmd = commands.add_parser("archive", help="the memory archive: verified snapshot generations outside the store")
     archive_sub = archive_cmd.add_subparsers(dest="archive_command", metavar="ACTION", parser_class=_Parser)
     archive_sub.required = True
