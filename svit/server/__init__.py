@@ -8,6 +8,8 @@
 """
 
 from .app import McpApp, create_app, path_address
+from .handles import HandleCache
+from .mcp_mount import mcp_endpoint
 from .options import DEFAULT_LISTEN_PORT, ServeOptions
 from .run import LOOPBACK_HOSTS, parse_listen, serve
 from .tokens import TOKENS_ENV, Forbidden, Grant, InvalidTokens, TokenSet, Unauthorized
@@ -18,12 +20,14 @@ __all__ = [
     "TOKENS_ENV",
     "Forbidden",
     "Grant",
+    "HandleCache",
     "InvalidTokens",
     "McpApp",
     "ServeOptions",
     "TokenSet",
     "Unauthorized",
     "create_app",
+    "mcp_endpoint",
     "parse_listen",
     "path_address",
     "serve",

@@ -13,6 +13,7 @@ import uvicorn
 
 from ..store import ProcessStore
 from .app import McpApp, create_app
+from .mcp_mount import mcp_endpoint
 from .options import ServeOptions
 from .tokens import TokenSet
 
@@ -55,8 +56,9 @@ class _Server(uvicorn.Server):
 def serve(store: ProcessStore, tokens: TokenSet, host: str, port: int, *, options: ServeOptions | None = None,
           mcp: McpApp | None = None, announce: Callable[[str], None] | None = None) -> None:
     """Serve until a stop signal; ``announce`` gets ``svit: serving http://HOST:PORT`` once
-    the socket listens (default: stdout, flushed). The caller closes the store."""
-    app = create_app(store, tokens, options=options, mcp=mcp)
+    the socket listens (default: stdout, flushed). ``mcp`` defaults to the store's MCP
+    endpoint (:func:`~svit.server.mcp_mount.mcp_endpoint`). The caller closes the store."""
+    app = create_app(store, tokens, options=options, mcp=mcp or mcp_endpoint(store, options))
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on",
                             timeout_graceful_shutdown=GRACEFUL_SECONDS, server_header=False)
     server = _Server(config)
