@@ -11,8 +11,8 @@ import httpx
 import pytest
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent
 
 from tests.server.served import ADDRESS, Served, control_body
@@ -111,7 +111,7 @@ def test_an_sdk_client_with_a_wrong_token_cannot_initialize(served: Served) -> N
 
     with pytest.raises(BaseExceptionGroup) as refused:  # the SDK reports the 401 from its task group
         session_run(served, "w" * 40, scenario)
-    assert refused.value.group_contains(MCPError)
+    assert refused.group_contains(MCPError)
 
 
 def test_the_mcp_instructions_name_the_address(served: Served) -> None:
