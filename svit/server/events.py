@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import anyio
@@ -98,7 +98,7 @@ def commit_event(transaction: Transaction) -> ServerSentEvent:
 
 
 async def commit_stream(store: ProcessStore, address: str, after_version: int, feed: CommitFeed, *,
-                        page: int, poll_seconds: float) -> AsyncIterator[Any]:
+                        page: int, poll_seconds: float) -> AsyncGenerator[Any, None]:
     """Every commit of ``address`` above ``after_version``, then each new one, until the
     client leaves, the server stops or the address is removed."""
     version = after_version
