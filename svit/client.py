@@ -84,8 +84,13 @@ def _head(status: int, body: bytes) -> dict[str, Any]:
     return value
 
 
-def _events_params(from_version: int | None) -> dict[str, str]:
-    return {} if from_version is None else {"from": str(from_version)}
+def _events_params(from_version: int | None, threads: bool = False, thread_from: int | None = None) -> dict[str, str]:
+    params = {} if from_version is None else {"from": str(from_version)}
+    if threads:
+        params["threads"] = "1"
+    if thread_from is not None:
+        params["thread_from"] = str(thread_from)
+    return params
 
 
 class SseParser:
@@ -118,11 +123,11 @@ class SseParser:
         return None
 
 
-def _commit(found: tuple[str, str, str] | None) -> dict[str, Any] | None:
-    if found is None or found[0] != "commit":
+def _event(found: tuple[str, str, str] | None) -> tuple[str, dict[str, Any]] | None:
+    if found is None or found[0] not in ("commit", "thread"):
         return None
     value = json.loads(found[2])
-    return value if type(value) is dict else None
+    return (found[0], value) if type(value) is dict else None
 
 
 class Client:
@@ -160,16 +165,25 @@ class Client:
     def events(self, address: str, from_version: int | None = None) -> Iterator[dict[str, Any]]:
         """Commits of ``address`` (``{"address", "version", "root_hash", "changed",
         "source"}``) in order: every one above ``from_version``, else only new ones."""
+        for _, data in self.stream(address, from_version):
+            yield data
+
+    def stream(self, address: str, from_version: int | None = None, *, threads: bool = False,
+               thread_from: int | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+        """``("commit", data)`` as :meth:`events`, and with ``threads`` also ``("thread",
+        {"session_id", "sequence", "type", "data"})`` for the current session's reasoning
+        events (after sequence ``thread_from``; default: new ones)."""
         timeout = httpx.Timeout(self._http.timeout.connect, read=None)
-        with self._http.stream("GET", f"/v1/events/{_address_path(address)}", params=_events_params(from_version),
+        params = _events_params(from_version, threads, thread_from)
+        with self._http.stream("GET", f"/v1/events/{_address_path(address)}", params=params,
                                timeout=timeout, headers={"Accept": "text/event-stream"}) as answer:
             if answer.status_code != 200:
                 raise _refusal(answer.status_code, answer.read())
             parser = SseParser()
             for line in answer.iter_lines():
-                commit = _commit(parser.feed(line))
-                if commit is not None:
-                    yield commit
+                found = _event(parser.feed(line))
+                if found is not None:
+                    yield found
 
     def health(self) -> bool:
         try:
@@ -209,16 +223,22 @@ class AsyncClient:
         return _head(answer.status_code, answer.content)
 
     async def events(self, address: str, from_version: int | None = None) -> AsyncIterator[dict[str, Any]]:
+        async for _, data in self.stream(address, from_version):
+            yield data
+
+    async def stream(self, address: str, from_version: int | None = None, *, threads: bool = False,
+                     thread_from: int | None = None) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         timeout = httpx.Timeout(self._http.timeout.connect, read=None)
-        async with self._http.stream("GET", f"/v1/events/{_address_path(address)}", params=_events_params(from_version),
+        params = _events_params(from_version, threads, thread_from)
+        async with self._http.stream("GET", f"/v1/events/{_address_path(address)}", params=params,
                                      timeout=timeout, headers={"Accept": "text/event-stream"}) as answer:
             if answer.status_code != 200:
                 raise _refusal(answer.status_code, await answer.aread())
             parser = SseParser()
             async for line in answer.aiter_lines():
-                commit = _commit(parser.feed(line))
-                if commit is not None:
-                    yield commit
+                found = _event(parser.feed(line))
+                if found is not None:
+                    yield found
 
     async def health(self) -> bool:
         try:

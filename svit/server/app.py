@@ -7,7 +7,8 @@ Routes (addresses appear in paths as the text after ``svit://``):
 
 * ``POST /v1/control``: one svit-control@1 request, answered with its response (HTTP
   200 for committed, conflict and rejected alike); needs ``write`` on its process_id.
-* ``GET /v1/events/{address}``: the address's commits as server-sent events (``read``).
+* ``GET /v1/events/{address}``: the address's commits as server-sent events (``read``);
+  ``?threads=1`` adds its reasoning events.
 * ``GET /v1/processes/{address}``: ``{"address", "version", "root_hash"}`` (``read``).
 * ``GET /healthz`` (liveness) and ``GET /readyz`` (the store answers), without a token.
 * ``/mcp/{address}``: the MCP streamable-HTTP transport, when an MCP app is given.
@@ -40,6 +41,7 @@ from .body import read_bounded
 from .concurrency import TokenConcurrency
 from .controllers import ControllerCache
 from .events import CommitFeed, commit_stream, head_version
+from .handles import HandleCache
 from .options import ServeOptions
 from .refusals import HttpRefusal, refusal_response
 from .tokens import Access, Forbidden, Grant, TokenSet, Unauthorized, check
@@ -94,8 +96,9 @@ class _Held(Response):
 class _Server:
     """The state the routes share."""
 
-    def __init__(self, store: ProcessStore, tokens: TokenSet, options: ServeOptions) -> None:
+    def __init__(self, store: ProcessStore, tokens: TokenSet, options: ServeOptions, handles: HandleCache) -> None:
         self.store = store
+        self.handles = handles
         self.tokens = tokens
         self.options = options
         self.controllers = ControllerCache(store, options.handle_cache_size, options.receipt_limit)
@@ -151,12 +154,17 @@ class _Server:
             address = path_address(request.path_params["address"])
             self.authorize(grant, address, "read")
             start = self._start_version(request)
+            threads = request.query_params.get("threads", "0")
+            if threads not in ("0", "1"):
+                raise HttpRefusal(400, "invalid_request", "threads must be 0 or 1")
+            thread_from = self._number(request.query_params.get("thread_from"), "thread_from")
             try:
                 current = await self.blocking(head_version, self.store, address)
             except PersistenceNotFound:
                 raise HttpRefusal(404, "not_found", f"no process at {address}") from None
             stream = commit_stream(self.store, address, current if start is None else start, self.feed,
-                                   page=self.options.events_page, poll_seconds=self.options.poll_interval_seconds)
+                                   page=self.options.events_page, poll_seconds=self.options.poll_interval_seconds,
+                                   session_of=self.session_of if threads == "1" else None, thread_from=thread_from)
             response = EventSourceResponse(stream, ping=self.options.idle_ping_seconds, send_timeout=SEND_TIMEOUT_SECONDS,
                                            headers={"Cache-Control": "no-store"})
         except BaseException:
@@ -164,17 +172,27 @@ class _Server:
             raise
         return _Held(response, release)
 
-    @staticmethod
-    def _start_version(request: Request) -> int | None:
+    @classmethod
+    def _start_version(cls, request: Request) -> int | None:
         """``Last-Event-ID`` (a reconnect) wins over ``?from=``; None: only new commits."""
         for name, text in (("Last-Event-ID", request.headers.get("last-event-id")), ("from", request.query_params.get("from"))):
-            if text is None:
-                continue
-            text = text.strip()
-            if not text.isascii() or not text.isdigit() or len(text) > 20 or int(text) >= 2**64:
-                raise HttpRefusal(400, "invalid_request", f"{name} must be a version (an unsigned 64-bit integer)")
-            return int(text)
+            if text is not None:
+                return cls._number(text, name)
         return None
+
+    @staticmethod
+    def _number(text: str | None, name: str) -> int | None:
+        if text is None:
+            return None
+        text = text.strip()
+        if not text.isascii() or not text.isdigit() or len(text) > 20 or int(text) >= 2**64:
+            raise HttpRefusal(400, "invalid_request", f"{name} must be an unsigned 64-bit integer")
+        return int(text)
+
+    def session_of(self, address: str) -> str | None:
+        """The current reasoning session of ``address`` (``/thread/session_id``), or None."""
+        session = self.handles.open(address).read("/thread/session_id")
+        return session if type(session) is str and session else None
 
     async def process(self, request: Request) -> Response:
         grant = self.authenticate(request.headers)
@@ -245,9 +263,12 @@ async def _refused(request: Request, exc: Exception) -> Response:
     return refusal_response(status, "invalid_request" if status < 500 else "unavailable", "the request could not be answered")
 
 
-def create_app(store: ProcessStore, tokens: TokenSet, *, options: ServeOptions | None = None, mcp: McpApp | None = None) -> Starlette:
-    """The ASGI app serving ``store`` to the holders of ``tokens``."""
-    server = _Server(store, tokens, options or ServeOptions())
+def create_app(store: ProcessStore, tokens: TokenSet, *, options: ServeOptions | None = None, mcp: McpApp | None = None,
+               handles: HandleCache | None = None) -> Starlette:
+    """The ASGI app serving ``store`` to the holders of ``tokens`` (``handles``: the
+    cache the MCP endpoint reads through, shared so each address is resumed once)."""
+    options = options or ServeOptions()
+    server = _Server(store, tokens, options, handles or HandleCache(store, options.handle_cache_size))
     routes: list[Route | Mount] = [
         Route("/v1/control", server.control, methods=["POST"]),
         Route("/v1/events/{address:path}", server.events, methods=["GET"]),

@@ -12,6 +12,14 @@ Each commit becomes ``id: <version>``, ``event: commit``, ``data:
 {"address", "version", "root_hash", "changed", "source"}`` (``changed``: the paths the
 transaction touched). Resuming from version V yields every retained commit with a
 version above V, in order.
+
+With ``threads`` on, the stream also carries the reasoning events of the process's
+current session (the store's durable thread log, ``/thread/session_id`` names the
+session) as ``event: thread``, ``data: {"session_id", "sequence", "type", "data"}``,
+without an ``id`` line, so ``Last-Event-ID`` keeps naming the last commit; a client
+resumes them with their own sequence (``thread_from``). They are read a few at a time
+(one event may be large) and, being written by the loop rather than this server, are
+seen at the next poll.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import weakref
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 import anyio
@@ -28,8 +36,17 @@ from sse_starlette import ServerSentEvent
 
 from ..errors import PersistenceNotFound
 from ..store import ProcessStore, Transaction
+from ..store.events import StoreEventLog
+from ..thread import Event
 
-__all__ = ["CommitFeed", "commit_event", "commit_stream", "commits_after", "head_version"]
+__all__ = ["THREAD_PAGE", "CommitFeed", "SessionOf", "commit_event", "commit_stream", "commits_after", "head_version",
+           "thread_event", "thread_events_after"]
+
+#: Thread events read per step (an event may be up to 16 MiB, so few at a time).
+THREAD_PAGE = 4
+
+#: The current session id of an address (blocking), or None when it has no thread.
+SessionOf = Callable[[str], "str | None"]
 
 
 class CommitFeed:
@@ -97,12 +114,66 @@ def commit_event(transaction: Transaction) -> ServerSentEvent:
                            id=str(transaction.process_version_after))
 
 
+def thread_events_after(store: ProcessStore, address: str, session_id: str, after: int) -> list[Event]:
+    return StoreEventLog(store).events(address, session_id, after, THREAD_PAGE)
+
+
+def thread_event(event: Event) -> ServerSentEvent:
+    data = {"session_id": event.session_id, "sequence": event.sequence, "type": event.type, "data": event.data}
+    return ServerSentEvent(json.dumps(data, ensure_ascii=False, separators=(",", ":")), event="thread")
+
+
+def _moves_session(transaction: Transaction) -> bool:
+    return any(path in ("/", "/thread", "/thread/session_id") for path in transaction.touched_paths)
+
+
+class _ThreadCursor:
+    """Where a stream stands in the current session's thread log."""
+
+    def __init__(self, session_of: SessionOf, after: int | None) -> None:
+        self.session_of = session_of
+        self.session: str | None = None
+        self.after = after
+        self.started = False
+        self.stale = True
+
+    def refresh(self, store: ProcessStore, address: str) -> None:
+        """Re-read the session id. The first session a stream sees starts after
+        ``thread_from`` (default: its last event); a session that appears or replaces
+        another later starts from its beginning."""
+        session = self.session_of(address)
+        if session != self.session or not self.started:
+            if not self.started and session is not None:
+                if self.after is None:
+                    self.after = StoreEventLog(store).last_sequence(address, session)
+            else:
+                self.after = 0
+            self.session = session
+        self.started = True
+        self.stale = False
+
+    def read(self, store: ProcessStore, address: str) -> list[Event]:
+        """The next few events; when the session moved, the old one's rest comes first."""
+        if self.stale:
+            if self.started and self.session is not None and self.session_of(address) != self.session:
+                rest = thread_events_after(store, address, self.session, self.after or 0)
+                if rest:
+                    return rest  # still stale: the switch happens once the old session is drained
+            self.refresh(store, address)
+        if self.session is None:
+            return []
+        return thread_events_after(store, address, self.session, self.after or 0)
+
+
 async def commit_stream(store: ProcessStore, address: str, after_version: int, feed: CommitFeed, *,
-                        page: int, poll_seconds: float) -> AsyncGenerator[Any, None]:
+                        page: int, poll_seconds: float, session_of: SessionOf | None = None,
+                        thread_from: int | None = None) -> AsyncGenerator[Any, None]:
     """Every commit of ``address`` above ``after_version``, then each new one, until the
-    client leaves, the server stops or the address is removed."""
+    client leaves, the server stops or the address is removed; with ``session_of``, the
+    current session's thread events too (after sequence ``thread_from``; default: new ones)."""
     version = after_version
     position: int | None = None
+    cursor = _ThreadCursor(session_of, thread_from) if session_of is not None else None
     while True:
         ticket = feed.ticket(address)
         try:
@@ -114,5 +185,17 @@ async def commit_stream(store: ProcessStore, address: str, after_version: int, f
             if transaction.process_version_after > version:
                 version = transaction.process_version_after
                 yield commit_event(transaction)
-        if len(found) < page:
+            if cursor is not None and _moves_session(transaction):
+                cursor.stale = True
+        more = len(found) >= page
+        if cursor is not None:
+            try:
+                events = await anyio.to_thread.run_sync(cursor.read, store, address)
+            except PersistenceNotFound:
+                return
+            for event in events:
+                cursor.after = event.sequence
+                yield thread_event(event)
+            more = more or len(events) >= THREAD_PAGE
+        if not more:
             await feed.wait(ticket, poll_seconds)

@@ -16,6 +16,6 @@ from .options import ServeOptions
 __all__ = ["mcp_endpoint"]
 
 
-def mcp_endpoint(store: ProcessStore, options: ServeOptions | None = None) -> McpHttp:
-    handles = HandleCache(store, (options or ServeOptions()).handle_cache_size)
+def mcp_endpoint(store: ProcessStore, options: ServeOptions | None = None, handles: HandleCache | None = None) -> McpHttp:
+    handles = handles or HandleCache(store, (options or ServeOptions()).handle_cache_size)
     return McpHttp(handles.open)

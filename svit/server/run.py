@@ -13,6 +13,7 @@ import uvicorn
 
 from ..store import ProcessStore
 from .app import McpApp, create_app
+from .handles import HandleCache
 from .mcp_mount import mcp_endpoint
 from .options import ServeOptions
 from .tokens import TokenSet
@@ -58,7 +59,8 @@ def serve(store: ProcessStore, tokens: TokenSet, host: str, port: int, *, option
     """Serve until a stop signal; ``announce`` gets ``svit: serving http://HOST:PORT`` once
     the socket listens (default: stdout, flushed). ``mcp`` defaults to the store's MCP
     endpoint (:func:`~svit.server.mcp_mount.mcp_endpoint`). The caller closes the store."""
-    app = create_app(store, tokens, options=options, mcp=mcp or mcp_endpoint(store, options))
+    handles = HandleCache(store, (options or ServeOptions()).handle_cache_size)
+    app = create_app(store, tokens, options=options, mcp=mcp or mcp_endpoint(store, options, handles), handles=handles)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on",
                             timeout_graceful_shutdown=GRACEFUL_SECONDS, server_header=False)
     server = _Server(config)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -10,6 +11,7 @@ import anyio.to_thread
 from svit import Process
 from svit.server.events import CommitFeed, commit_stream, commits_after
 from svit.store import ProcessStore
+from svit.store.events import StoreEventLog
 
 ADDRESS = "svit://local/pages/p"
 ADD = '(define (main input) (write "/memory/n" (+ 1 (read "/memory/n"))))'
@@ -111,3 +113,65 @@ def test_a_removed_address_ends_the_stream(store: ProcessStore) -> None:
         return seen
 
     assert anyio.run(scenario) == [1, 2]
+
+
+def test_thread_events_of_the_current_session_follow_its_changes(store: ProcessStore) -> None:
+    counter(store, commits=1)
+    handle = store.resume(ADDRESS)
+    log = StoreEventLog(store)
+    handle.initialize_thread_state({"session_id": "s1"})
+    log.append(ADDRESS, "s1", "input.message", {"text": "before the stream"})
+
+    def session_of(address: str) -> str | None:
+        value = store.resume(address).read("/thread/session_id")
+        return value if isinstance(value, str) else None
+
+    async def scenario() -> list[tuple[str, Any]]:
+        stream = commit_stream(store, ADDRESS, 2, CommitFeed(), page=16, poll_seconds=0.05, session_of=session_of)
+        seen: list[tuple[str, Any]] = []
+
+        async def write() -> None:
+            await anyio.sleep(0.2)
+            for text in ("one", "two", "three", "four", "five"):
+                await anyio.to_thread.run_sync(log.append, ADDRESS, "s1", "input.message", {"text": text})
+            await anyio.to_thread.run_sync(lambda: store.resume(ADDRESS).replace_thread_state({"session_id": "s2"}))
+            await anyio.to_thread.run_sync(log.append, ADDRESS, "s2", "input.message", {"text": "new session"})
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(write)
+            with anyio.fail_after(10):
+                async for event in stream:
+                    data = json.loads(event.data)
+                    seen.append((event.event, data))
+                    assert event.id is None if event.event == "thread" else event.id == str(data["version"])
+                    if len(seen) == 7:
+                        break
+            await stream.aclose()
+        return seen
+
+    seen = anyio.run(scenario)
+    threads = [(data["session_id"], data["sequence"], data["data"]["text"]) for kind, data in seen if kind == "thread"]
+    assert threads == [("s1", 2, "one"), ("s1", 3, "two"), ("s1", 4, "three"), ("s1", 5, "four"), ("s1", 6, "five"),
+                       ("s2", 1, "new session")]
+    assert [data["version"] for kind, data in seen if kind == "commit"] == [3]
+
+
+def test_thread_from_resumes_thread_events(store: ProcessStore) -> None:
+    counter(store)
+    store.resume(ADDRESS).initialize_thread_state({"session_id": "s1"})
+    log = StoreEventLog(store)
+    for text in ("a", "b", "c"):
+        log.append(ADDRESS, "s1", "input.message", {"text": text})
+
+    async def scenario() -> list[int]:
+        stream = commit_stream(store, ADDRESS, 1, CommitFeed(), page=16, poll_seconds=0.05,
+                               session_of=lambda address: "s1", thread_from=1)
+        seen = []
+        async for event in stream:
+            seen.append(json.loads(event.data)["sequence"])
+            if len(seen) == 2:
+                break
+        await stream.aclose()
+        return seen
+
+    assert anyio.run(scenario) == [2, 3]

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import queue
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from svit.client import Client
 from svit.store import ProcessStore
+from svit.store.events import StoreEventLog
 from tests.server.served import ADDRESS, Served, StreamReader, Tokens, control_body, seed, start_server, versions
 from tests.store import pg_cluster
 
@@ -145,3 +149,36 @@ def test_commits_by_another_writer_of_the_database_reach_the_stream(pg_served: t
         assert versions(stream.take(4)) == list(range(1, 5))
     finally:
         stream.close()
+
+
+def test_thread_events_stream_with_threads_1(pg_served: tuple[Served, str]) -> None:
+    served, url = pg_served
+    with ProcessStore.open(url) as store:
+        handle = store.resume(ADDRESS)
+        handle.replace_thread_state({"session_id": "talk"})
+        StoreEventLog(store).append(ADDRESS, "talk", "input.message", {"text": "old"})
+        start = handle.version
+    found: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue()
+
+    def read() -> None:
+        with Client(served.url, served.tokens.read) as client:
+            for kind, data in client.stream(ADDRESS, start, threads=True, thread_from=1):
+                found.put((kind, data))
+                if kind == "thread" and data["data"]["text"] == "last":
+                    return
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    with ProcessStore.open(url) as store:
+        log = StoreEventLog(store)
+        log.append(ADDRESS, "talk", "input.message", {"text": "hello"})
+        log.append(ADDRESS, "talk", "output.message.completed", {"text": "last"})
+    got = [found.get(timeout=10) for _ in range(2)]
+    assert got == [
+        ("thread", {"session_id": "talk", "sequence": 2, "type": "input.message", "data": {"text": "hello"}}),
+        ("thread", {"session_id": "talk", "sequence": 3, "type": "output.message.completed", "data": {"text": "last"}}),
+    ]
+    thread.join(10)
+    with served.client(served.tokens.read) as client:
+        answer = client.get(f"/v1/events/{STATE}", params={"threads": "yes"})
+    assert answer.status_code == 400 and answer.json()["error"]["code"] == "invalid_request"
