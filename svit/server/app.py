@@ -287,5 +287,6 @@ def create_app(store: ProcessStore, tokens: TokenSet, *, options: ServeOptions |
             yield
 
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HttpRefusal: _refused, HTTPException: _refused})
-    app.state.svit = server
+    #: Ends every open event stream (a stopping server calls it, so it need not wait for them).
+    app.state.stop_streams = server.feed.close
     return app

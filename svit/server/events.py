@@ -57,8 +57,21 @@ class CommitFeed:
 
     def __init__(self) -> None:
         self._waiting: weakref.WeakValueDictionary[str, asyncio.Event] = weakref.WeakValueDictionary()
+        #: Set when the server stops: every stream ends at its next step.
+        self.closed = False
+
+    def close(self) -> None:
+        """End every stream (the server is stopping); wakes the waiting ones."""
+        self.closed = True
+        for event in list(self._waiting.values()):
+            event.set()
+        self._waiting.clear()
 
     def ticket(self, address: str) -> asyncio.Event:
+        if self.closed:
+            done = asyncio.Event()
+            done.set()
+            return done
         event = self._waiting.get(address)
         if event is None:
             event = asyncio.Event()
@@ -174,7 +187,7 @@ async def commit_stream(store: ProcessStore, address: str, after_version: int, f
     version = after_version
     position: int | None = None
     cursor = _ThreadCursor(session_of, thread_from) if session_of is not None else None
-    while True:
+    while not feed.closed:
         ticket = feed.ticket(address)
         try:
             found = await anyio.to_thread.run_sync(commits_after, store, address, version, position, page)

@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from types import FrameType
 
 import uvicorn
 
@@ -39,7 +40,18 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 class _Server(uvicorn.Server):
     """Stops on SIGTERM/SIGINT like uvicorn, but returns instead of re-raising the signal,
-    so the caller closes the store and exits 0."""
+    so the caller closes the store and exits 0; open event streams are ended at once
+    rather than waited for."""
+
+    def __init__(self, config: uvicorn.Config, stop_streams: Callable[[], None]) -> None:
+        super().__init__(config)
+        self.stop_streams = stop_streams
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self.stop_streams)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -63,13 +75,14 @@ def serve(store: ProcessStore, tokens: TokenSet, host: str, port: int, *, option
     app = create_app(store, tokens, options=options, mcp=mcp or mcp_endpoint(store, options, handles), handles=handles)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on",
                             timeout_graceful_shutdown=GRACEFUL_SECONDS, server_header=False)
-    server = _Server(config)
+    server = _Server(config, app.state.stop_streams)
 
     def say(line: str) -> None:
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
 
     async def run() -> None:
+        server.loop = asyncio.get_running_loop()
         task = asyncio.create_task(server.serve())
         while not server.started and not task.done():
             await asyncio.sleep(0.01)

@@ -7,7 +7,7 @@ import signal
 from pathlib import Path
 
 from svit.store import ProcessStore
-from tests.server.served import ADDRESS, Tokens, control_body, seed, start_server
+from tests.server.served import ADDRESS, StreamReader, Tokens, control_body, seed, start_server
 
 STATE = "local/srv/counter"
 
@@ -43,12 +43,14 @@ def test_a_retry_after_sigkill_is_replayed_from_the_durable_receipt(tmp_path: Pa
         assert handle.version == 1 and handle.read("/memory/count") == 1
 
 
-def test_sigint_stops_cleanly_and_the_next_start_opens_the_store(tmp_path: Path) -> None:
+def test_sigint_stops_cleanly_with_a_stream_open_and_the_next_start_opens_the_store(tmp_path: Path) -> None:
     location = str(tmp_path / "store")
     seed(location, ADDRESS)
     tokens = Tokens()
     served = start_server(location, tokens)
+    stream = StreamReader(served, tokens.read, STATE)
     assert served.stop(signal.SIGINT) == 0
+    stream.close()
     served = start_server(location, tokens)
     try:
         with served.client(tokens.read) as client:
