@@ -115,6 +115,15 @@ class ActivationHook(Protocol):
     def after_activation(self, event: ActivationEvent) -> None: ...
 
 
+class CommitReceipt(Protocol):
+    """Something a caller of :meth:`Process.exec` wants recorded with the commit (a
+    control-protocol receipt): told the committed activation's result after its external
+    effects and before the sink records the transition, so a sink that keeps receipts
+    writes it in the same batch. Without such a sink it is only told."""
+
+    def complete(self, activation: Activation) -> None: ...
+
+
 @dataclass(frozen=True)
 class Transition:
     """A validated candidate: ``root_after`` is ``mutations`` applied to ``root_before``.
@@ -132,6 +141,9 @@ class Transition:
     #: What the commit sink records beside the transaction in the same write (the store's
     #: mailbox bookkeeping of a delivery or a settlement); opaque to the process.
     annex: object = None
+    #: The receipt an activation's caller asked to be written with this commit (completed
+    #: before the sink sees the transition); None for every other transition.
+    receipt: CommitReceipt | None = None
 
 
 class CommitSink(Protocol):
@@ -337,6 +349,8 @@ class Process:
         effects: Callable[[], None] | None = None,
         dry_run: bool = False,
         annex: object = None,
+        receipt: CommitReceipt | None = None,
+        before_record: Callable[[Transition], None] | None = None,
     ) -> Transition:
         """The one commit path of every transition: host writes, inbox and thread changes,
         activations.
@@ -348,6 +362,8 @@ class Process:
         is validated; then, under the sink's effects guard when there are ``effects``
         (external mount writes), the effects run, the sink records the transition, and the
         new version is published in one assignment. A dry run stops after validation.
+        ``before_record`` runs after the effects, just before the sink sees the transition
+        (an activation completes its ``receipt`` there).
         """
         version, root = self._state
         if version >= U64_MAX:
@@ -357,7 +373,8 @@ class Process:
         else:
             candidate = apply_each(root, mutations)
         validate_root(candidate, self.address, self.limits, script_compiler(self.limits), previous=root, error=InvalidValue)
-        transition = Transition(self.address, version, version + 1, root, candidate, tuple(mutations), source, annex)
+        transition = Transition(self.address, version, version + 1, root, candidate, tuple(mutations), source, annex,
+                                receipt)
         if dry_run:
             return transition
         sink = self._sink
@@ -365,6 +382,8 @@ class Process:
         with guard:
             if effects is not None:
                 effects()
+            if before_record is not None:
+                before_record(transition)
             if sink is not None:
                 sink.commit(transition)
             self._state = (version + 1, candidate)
@@ -632,18 +651,25 @@ class Process:
         return PortContext(self.read, self.stat, self.discover, self.address)
 
     # ------------------------------------------------------------------ activations
-    def exec(self, path: str, input: Any = None, *, dry_run: bool = False) -> Activation:
+    def exec(self, path: str, input: Any = None, *, dry_run: bool = False,
+             receipt: CommitReceipt | None = None) -> Activation:
         """Run ``/lib/<name>``'s ``main(input)`` and commit one new version, or nothing.
 
         With ``dry_run=True`` the activation runs and is validated exactly as it would be
         committed, then discarded: the result reports its output, logs, messages and
         changed paths with ``committed=False``, and the process is left as it was. A dry
         run makes no external effects, so a port call inside one fails (hard).
+
+        ``receipt`` (a control-protocol receipt) is completed with the result before the
+        commit is recorded, and a durable store writes it in the commit's own batch; an
+        in-memory process only completes it.
         """
         name = lib_name(parse(path)) if isinstance(path, str) else None
         if name is None:
             raise InvalidPath(f"exec accepts only /lib/<name> paths: {path}")
-        return self._activate(name, None, input, dry_run)
+        if receipt is not None and dry_run is True:
+            raise InvalidValue("a dry run commits nothing, so it takes no receipt")
+        return self._activate(name, None, input, dry_run, receipt=receipt)
 
     def exec_inbox_item(self, path: str, item: Any) -> Activation:
         """Run ``/lib/<name>``'s ``main(item)`` for the committed inbox head ``item`` and
@@ -668,6 +694,7 @@ class Process:
 
     def _activate(
         self, name: str, inline_source: str | None, input: Any, dry_run: bool = False, consume: RemoveFront | None = None,
+        receipt: CommitReceipt | None = None,
     ) -> Activation:
         if type(dry_run) is not bool:
             raise InvalidValue("dry_run must be true or false")
@@ -692,7 +719,8 @@ class Process:
                 if isinstance(outcome, ActivationRequest):
                     request = outcome
             try:
-                activation = self._run_activation(request.script, inline_source, request.input, consume=consume)
+                activation = self._run_activation(request.script, inline_source, request.input, consume=consume,
+                                                  receipt=receipt)
             except SvitError as exc:
                 self._after(ActivationEvent(self.address, request.script, version_before, "failed", error=exc.message))
                 raise
@@ -716,6 +744,7 @@ class Process:
 
     def _run_activation(
         self, name: str, inline_source: str | None, input: Any, *, dry_run: bool = False, consume: RemoveFront | None = None,
+        receipt: CommitReceipt | None = None,
     ) -> Activation:
         input_node = tree.from_value(input, scripts_allowed=False)
         tree.validate_value(input_node, self.limits, scripts_allowed=False)
@@ -768,9 +797,26 @@ class Process:
                 self._mount_apply(op, segments, value)
                 changed.add(mount_change_path(segments))
 
-        transition = self._commit(
+        result: list[Activation] = []
+
+        def complete(transition: Transition) -> None:
+            # Everything the caller is told is known here, mount-write paths included.
+            activation = Activation(
+                output=output.to_value(),
+                logs=ws.logs,
+                messages=messages,
+                version=transition.version_after,
+                root_hash=transition.root_after.hash,
+                changed=sorted(changed),
+            )
+            result.append(activation)
+            if receipt is not None:
+                receipt.complete(activation)
+
+        self._commit(
             mutations, "activation", applied=(ws.base, candidate),
             effects=apply_mount_writes if mount_writes else None, dry_run=dry_run,
+            receipt=receipt, before_record=complete,
         )
         if dry_run:
             changed.update(mount_change_path(parse(path)) for _op, path, _value in mount_writes)
@@ -783,14 +829,7 @@ class Process:
                 changed=sorted(changed),
                 committed=False,
             )
-        return Activation(
-            output=output.to_value(),
-            logs=ws.logs,
-            messages=messages,
-            version=transition.version_after,
-            root_hash=transition.root_after.hash,
-            changed=sorted(changed),
-        )
+        return result[0]
 
     # ------------------------------------------------------------------ snapshots and forks
     def snapshot(self) -> bytes:
@@ -861,6 +900,7 @@ __all__ = [
     "ActivationRequest",
     "Cancel",
     "Change",
+    "CommitReceipt",
     "CommitSink",
     "Process",
     "ProcessBuilder",

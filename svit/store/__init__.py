@@ -12,6 +12,7 @@ See :mod:`svit.store.store` for the contract, :mod:`svit.store.keys` for the lay
 
 from .engine import StorageEngine, WriteBatch
 from .keys import IRREPLACEABLE, KEY_CLASSES, REBUILDABLE, KeyClass
+from .receipts import StoreReceipts
 from .rocksdb import RocksDBEngine
 from .store import DurableProcess, Head, ProcessStore, StoreSnapshot, Transaction, apply_mutations
 
@@ -21,6 +22,7 @@ __all__ = [
     "WriteBatch",
     "RocksDBEngine",
     "DurableProcess",
+    "StoreReceipts",
     "StoreSnapshot",
     "Transaction",
     "Head",

@@ -8,6 +8,10 @@ but the sync reported an error, as a lost fsync acknowledgement would). Either w
 engine must go terminal and the handle must not publish: that is what the tests assert,
 with a no-fault control run beside them. It works the same against any engine.
 
+An :class:`AfterWrite` runs an action right after a chosen synced write returned and
+before its caller sees it: a crash drill kills the process there, between a durable
+write and everything that follows it.
+
 A :class:`FailingClose` does the same for closing: the engine's ``releaser`` lets go of
 the database as usual and then raises, as RocksDB's final flush does on a full disk.
 """
@@ -19,7 +23,7 @@ from typing import Any
 
 from .engine import StorageEngine, WriteBatch
 
-__all__ = ["InjectedWriteError", "FailingWrites", "FailingClose"]
+__all__ = ["InjectedWriteError", "FailingWrites", "AfterWrite", "FailingClose"]
 
 
 class InjectedWriteError(OSError):
@@ -51,6 +55,34 @@ class FailingWrites:
                     original(batch)
                 raise InjectedWriteError("injected synced write failure")
             original(batch)
+
+        self.engine.writer = writer
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._original is not None:
+            self.engine.writer = self._original
+
+
+class AfterWrite:
+    """Run ``action`` right after the ``at``-th synced write (1-based) was made, while the
+    block is active. ``target`` is a storage engine or anything with an ``engine``."""
+
+    def __init__(self, target: Any, action: Callable[[], None], at: int = 1) -> None:
+        self.engine: StorageEngine = target if isinstance(target, StorageEngine) else target.engine
+        self.action = action
+        self.at = at
+        self.calls = 0
+        self._original: Callable[[WriteBatch], None] | None = None
+
+    def __enter__(self) -> AfterWrite:
+        original = self._original = self.engine.writer
+
+        def writer(batch: WriteBatch) -> None:
+            original(batch)
+            self.calls += 1
+            if self.calls == self.at:
+                self.action()
 
         self.engine.writer = writer
         return self

@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ContextManager, Self, cast
 
 from .. import tree
-from ..errors import InvalidPersistence, SvitError
+from ..errors import InvalidPersistence, PersistenceNotFound, SvitError
 from ..limits import Limits
 from ..mounts import Mount
-from ..process import Process, Transition
+from ..process import CommitReceipt, Process, Transition
 from ..tree import Node
 from .events import StoreEventLog
 from .records import Head, StoreSnapshot, Transaction
@@ -88,6 +88,27 @@ class DurableProcess:
     def head(self) -> Head:
         return self._head
 
+    def behind(self) -> bool:
+        """True when the stored head is not this handle's: another writer (a host, the
+        command line, another server on a shared store) committed or cut meanwhile.
+        ``PersistenceNotFound`` when the address is gone."""
+        stored = self._store.stored_head(self.address)
+        if stored is None:
+            raise PersistenceNotFound(self.address)
+        return bool(stored["position"] != self._head.position or stored["hash"] != self._head.hash)
+
+    def resumed(self) -> DurableProcess:
+        """A fresh handle of this address at its stored head (:meth:`ProcessStore.resume`)
+        with this handle's hooks, mount providers, ports and fences; this one is left as it was."""
+        fresh = self._store.resume(self.address)
+        inner = fresh.process
+        inner.hooks[:] = self._process.hooks
+        for name, mount in self._process.mounts.items():
+            inner.attach_mount(name, mount)
+        inner.replace_ports(self._process.ports)
+        fresh.fences[:] = self.fences
+        return fresh
+
     def set_head(self, head: Head) -> None:
         """Called by the store once it has durably moved this address's head (a commit or
         a cut); a host never needs it."""
@@ -156,8 +177,10 @@ class DurableProcess:
     def remove(self, path: str) -> Change:
         return self._process.remove(path)
 
-    def exec(self, path: str, input: Any = None, *, dry_run: bool = False) -> Activation:
-        return self._process.exec(path, input, dry_run=dry_run)
+    def exec(self, path: str, input: Any = None, *, dry_run: bool = False,
+             receipt: CommitReceipt | None = None) -> Activation:
+        """As :meth:`Process.exec`; a ``receipt`` is written in the commit's own batch."""
+        return self._process.exec(path, input, dry_run=dry_run, receipt=receipt)
 
     def exec_inbox_item(self, path: str, item: Any) -> Activation:
         return self._process.exec_inbox_item(path, item)

@@ -35,6 +35,9 @@ accident; ``SEP`` ends an escaped component)::
                                               expiry) on a shared store
     index    q/<addr>                         ready: committed /inbox is not  rebuildable
                                               empty (hosts poll it)
+    record   a/<addr>SEP<client>SEP<request>  control receipt (the answer   irreplaceable
+                                              a retried request gets)
+    record   o/<addr>SEP<u64 sequence>        receipt order (FIFO pruning)   irreplaceable
 """
 
 from __future__ import annotations
@@ -97,6 +100,10 @@ __all__ = [
     "undeliverable_prefix",
     "undeliverable_key",
     "ready_key",
+    "receipt_prefix",
+    "receipt_key",
+    "receipt_order_prefix",
+    "receipt_order_key",
     "READY_PREFIX",
     "MAIL_PREFIX",
     "SETTLEMENT_PREFIX",
@@ -156,6 +163,10 @@ KEY_CLASSES: tuple[KeyClass, ...] = (
     KeyClass("lease", CF_DEFAULT, b"l/", IRREPLACEABLE,
              "which host owns each address on a shared store (owner, epoch, expiry; not process state)"),
     KeyClass("ready_index", CF_INDEX, b"q/", REBUILDABLE, "addresses whose committed /inbox is not empty"),
+    KeyClass("receipt", CF_RECORD, b"a/", IRREPLACEABLE,
+             "control-protocol receipts by address, client id and request id (the answer a retry gets)"),
+    KeyClass("receipt_order", CF_RECORD, b"o/", IRREPLACEABLE,
+             "the order receipts were written in, per address (the oldest are pruned first)"),
 )
 
 BY_NAME = {kc.name: kc for kc in KEY_CLASSES}
@@ -346,3 +357,22 @@ def undeliverable_key(sender: str, version: int, index: int) -> bytes:
 
 def ready_key(address: str) -> bytes:
     return READY_PREFIX + escape(address)
+
+
+def receipt_prefix(address: str) -> bytes:
+    """Every control receipt of ``address``."""
+    return b"a/" + escape(address) + SEP
+
+
+def receipt_key(address: str, client_id: str, request_id: str) -> bytes:
+    return receipt_prefix(address) + escape(client_id) + SEP + escape(request_id)
+
+
+def receipt_order_prefix(address: str) -> bytes:
+    """Every receipt-order entry of ``address``, oldest first."""
+    return b"o/" + escape(address) + SEP
+
+
+def receipt_order_key(address: str, sequence: int) -> bytes:
+    """Fixed-width sequence, so key order is the order receipts were written in."""
+    return receipt_order_prefix(address) + u64(sequence)

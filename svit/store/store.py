@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 import blake3
 
 from .. import mutation as mutation_module
+from ..control import DEFAULT_RECEIPT_LIMIT
 from ..errors import (
     InvalidPersistence,
     PersistenceAlreadyExists,
@@ -64,6 +65,7 @@ from .history import MAX_FORK_DEPTH, MAX_QUERY_LIMIT, History
 from .keys import CF_DEFAULT, CF_INDEX, CF_RECORD, COLUMN_FAMILIES, IRREPLACEABLE, REBUILDABLE
 from .mailbox import Mailbox
 from .nodes import StoredNodes
+from .receipts import StoreReceipts, stage_commit_receipt
 from .records import MAX_SOURCE_BYTES, Head, State, StoreSnapshot, Transaction
 from .rocksdb import OPEN_DEADLINE_SECONDS, RocksDBEngine
 
@@ -92,6 +94,7 @@ __all__ = [
     "DATABASE_SCHEMES",
     "LATEST_STATES",
     "RecentStates",
+    "StoreReceipts",
 ]
 
 STORE_FORMAT = b"svit-store@3"
@@ -453,11 +456,17 @@ class ProcessStore:
             self._latest[child_address] = _State(child.version, child.root, child.limits, child_head, base_hash)
             return DurableProcess(self, child, child_head)
 
+    def receipts(self, address: str, limit: int = DEFAULT_RECEIPT_LIMIT) -> StoreReceipts:
+        """The control-protocol receipts of ``address`` (:mod:`svit.store.receipts`), at
+        most ``limit`` (1-4,096) kept: what :meth:`svit.control.ProcessController.durable`
+        answers retries from. Removed with the address, not copied by a fork, kept by a cut."""
+        return StoreReceipts(self, address, limit)
+
     def _fork_depth(self, address: str) -> int:
         return self.history.fork_depth(address)
 
     def remove(self, address: str) -> None:
-        """Drop an address, its history, snapshots, reasoning history and fork reference (the only destructive gesture).
+        """Drop an address, its history, snapshots, reasoning history, control receipts and fork reference (the only destructive gesture).
 
         Refused with ``PersistenceReferenced`` while a fork child references it: a
         child's resume replays the parent's history, so cut or remove children first.
@@ -481,6 +490,8 @@ class ProcessStore:
                                (keys.thread_events_prefix(address), CF_RECORD),
                                (keys.thread_partitions_prefix(address), CF_RECORD),
                                (keys.thread_checkpoints_prefix(address), CF_RECORD),
+                               (keys.receipt_prefix(address), CF_RECORD),
+                               (keys.receipt_order_prefix(address), CF_RECORD),
                                (keys.path_prefix_key(address), CF_INDEX)):
                 for key, _ in self._scan(cf, prefix):
                     batch.delete(cf, key)
@@ -794,6 +805,8 @@ class ProcessStore:
             for path in touched:
                 batch.put(CF_INDEX, keys.path_key(address, path, position), b"")
             self.mailbox.stage_commit(batch, transition)
+            # A control receipt answering this commit is written by the same synced write.
+            receipt = stage_commit_receipt(self, batch, transition)
             head_bytes = self._head_record(address, base_hash, new_head, version_after, root_hash)
             batch.put(CF_RECORD, keys.head_key(address), head_bytes)
             # The head this commit chains to, sealed again (head records are canonical).
@@ -826,6 +839,8 @@ class ProcessStore:
             with lock.committing():
                 self._remember_nodes(pending)
         self._head_cache[address] = (head_bytes, dict(accepted))
+        if receipt is not None:
+            receipt.written = True
         handle.set_head(new_head)
         self._latest[address] = _State(version_after, root_after, handle.limits, new_head, base_hash)
 

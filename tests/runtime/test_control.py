@@ -17,8 +17,11 @@ from svit.control import (
     ControlRequest,
     ControlResponse,
     Failure,
+    MemoryReceipts,
+    PendingReceipt,
     ProcessController,
     Rejected,
+    committed_response,
     decode_request,
     decode_response,
     encode_request,
@@ -324,5 +327,93 @@ def test_works_over_a_durable_handle(tmp_path: Any) -> None:
         resumed = store.resume(ADDRESS)
         assert resumed.version == 1 and resumed.read("/memory/count") == 2
         assert Process.restore(controller.snapshot()).version == 1
+    finally:
+        store.close()
+
+
+# ---------------------------------------------------------------------------- receipt books
+
+
+class ListBook:
+    """A receipt book of the caller's own (anything with lookup and record)."""
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple[str, str], tuple[str, ControlResponse]] = {}
+        self.recorded: list[str] = []
+
+    def lookup(self, client_id: str, request_id: str) -> tuple[str, ControlResponse] | None:
+        return self.entries.get((client_id, request_id))
+
+    def record(self, client_id: str, request_id: str, fingerprint: str, response: ControlResponse) -> None:
+        self.recorded.append(response.outcome.status)
+        self.entries[(client_id, request_id)] = (fingerprint, response)
+
+
+def test_a_book_of_its_own_gets_every_receipt_over_an_in_memory_process() -> None:
+    p = make_process()
+    book = ListBook()
+    controller = ProcessController(p, receipts=book)
+    assert controller.book is book
+    first = controller.execute(request("r1", 0, 2))
+    assert isinstance(first.outcome, Committed) and first.outcome.activation["output"] == 2
+    controller.execute(request("r2", 0))
+    controller.execute(request("r3", 1, script="fail"))
+    # The in-memory process only completes the receipt; the controller records it.
+    assert book.recorded == ["committed", "conflict", "rejected"]
+    assert controller.execute(request("r1", 0, 2)).replayed and p.version == 1
+    with pytest.raises(InvalidControlConfiguration, match="does not count"):
+        controller.receipts()
+
+
+def test_the_memory_book_is_fifo() -> None:
+    book = MemoryReceipts(2)
+    answer = ControlResponse("a", "b", ADDRESS, False, Conflict(0, 1, "00"))
+    for name in ("r1", "r2", "r3"):
+        book.record("a", name, "f", answer)
+    assert len(book) == 2 and book.lookup("a", "r1") is None and book.lookup("a", "r3") == ("f", answer)
+    with pytest.raises(InvalidControlConfiguration):
+        MemoryReceipts(0)
+
+
+def test_exec_completes_a_receipt_with_the_committed_result() -> None:
+    p = make_process()
+    decoded = decode_request(request("r1", 0, 3))
+    pending = PendingReceipt(MemoryReceipts(), decoded, decoded.digest())
+    activation = p.exec("/lib/add", {"by": 3}, receipt=pending)
+    assert pending.response == committed_response(decoded, activation)
+    assert not pending.written  # an in-memory process has no store to write it to
+    assert pending.response.outcome.activation["changed"] == activation.changed  # type: ignore[union-attr]
+    with pytest.raises(SvitError, match="dry run"):
+        p.exec("/lib/add", {"by": 3}, dry_run=True, receipt=pending)
+    failed = PendingReceipt(MemoryReceipts(), decoded, decoded.digest())
+    with pytest.raises(SvitError):
+        p.exec("/lib/fail", None, receipt=failed)
+    assert failed.response is None and p.version == 1
+
+
+def test_request_digests_tell_requests_apart() -> None:
+    one, same, other = (decode_request(r) for r in (request("r1", 0, 1), request("r1", 0, 1), request("r1", 0, 1.0)))
+    assert one.digest() == same.digest() and len(one.digest()) == 64
+    assert one.digest() != other.digest()  # kinds count
+
+
+def test_malformed_logs_in_a_response_are_a_clear_error() -> None:
+    answer = json.loads(encode_response(ProcessController(make_process()).execute(request("r1", 0))))
+    answer["outcome"]["activation"]["logs"] = [["not", "an", "object"]]
+    with pytest.raises(SvitError, match="malformed control message"):
+        decode_response(answer)
+
+
+def test_store_receipts_over_a_handle_without_following_the_store(tmp_path: Any) -> None:
+    store_module = pytest.importorskip("svit.store")
+    store = store_module.ProcessStore.open(str(tmp_path / "store"))
+    try:
+        handle = store.create(make_process())
+        controller = ProcessController(handle, receipts=store.receipts(ADDRESS))
+        first = controller.execute(request("r1", 0, 2))
+        assert first.outcome.status == "committed"
+        stored = store.receipts(ADDRESS).lookup("agent-a", "r1")
+        assert stored is not None and stored[1] == first
+        assert controller.receipts() == 1
     finally:
         store.close()
