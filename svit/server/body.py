@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 from .refusals import HttpRefusal
 
@@ -24,9 +24,12 @@ async def read_bounded(request: Request, limit: int) -> bytes:
             raise _too_large(limit)
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(limit)
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(limit)
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise HttpRefusal(400, "invalid_request", "the client left before sending the whole body") from None
     return b"".join(chunks)

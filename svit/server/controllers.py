@@ -54,11 +54,11 @@ class ControllerCache:
         """The controller's answer; an address the store does not hold is ``rejected``
         with ``persistence_not_found`` (nothing is created)."""
         try:
-            controller = self.controller(request.process_id)
-        except PersistenceNotFound as missing:
+            return self.controller(request.process_id).execute(request)
+        except PersistenceNotFound as missing:  # never there, or removed since it was cached
+            self.forget(request.process_id)
             outcome = Rejected(0, "", Failure(missing.code, missing.message))
             return ControlResponse(request.client_id, request.request_id, request.process_id, False, outcome)
-        return controller.execute(request)
 
     def forget(self, address: str) -> None:
         with self._lock:

@@ -182,3 +182,18 @@ def test_thread_events_stream_with_threads_1(pg_served: tuple[Served, str]) -> N
     with served.client(served.tokens.read) as client:
         answer = client.get(f"/v1/events/{STATE}", params={"threads": "yes"})
     assert answer.status_code == 400 and answer.json()["error"]["code"] == "invalid_request"
+
+
+def test_an_address_removed_by_another_writer_is_persistence_not_found(pg_served: tuple[Served, str]) -> None:
+    served, url = pg_served
+    doomed = "svit://local/srv/doomed"
+    seed(url, doomed)
+    with served.client(served.tokens.write) as client:
+        first = client.post("/v1/control", content=json.dumps(control_body("doomed-1", 0, address=doomed))).json()
+        assert first["outcome"]["status"] == "committed"  # the server now holds its controller
+        with ProcessStore.open(url) as store:
+            store.remove(doomed)
+        answer = client.post("/v1/control", content=json.dumps(control_body("doomed-2", 1, address=doomed)))
+    assert answer.status_code == 200, answer.text
+    outcome = answer.json()["outcome"]
+    assert outcome["status"] == "rejected" and outcome["failure"]["code"] == "persistence_not_found"
