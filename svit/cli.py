@@ -444,6 +444,50 @@ def cmd_inbox(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    """``svit serve``: svit-control@1, commit events and MCP over HTTP (the ``serve`` extra)."""
+    try:
+        import svit.server as server  # noqa: PLC0415 - the "serve" extra is optional
+    except ImportError:
+        raise CliError("missing_dependency", 'svit serve needs the "serve" extra: pip install "svit[serve]"') from None
+    try:
+        host, port = server.parse_listen(args.listen)
+        tokens = server.TokenSet.load(args.tokens) if args.tokens else server.TokenSet.from_env()
+    except ValueError as exc:  # InvalidTokens too
+        raise CliError("invalid_tokens" if isinstance(exc, server.InvalidTokens) else "invalid_value", str(exc)) from None
+    if tokens is None:
+        return _usage_error(f"svit serve needs tokens: --tokens FILE or {server.TOKENS_ENV} (no token, no access)")
+    if host not in server.LOOPBACK_HOSTS:
+        sys.stderr.write(f"svit: warning: listening on {host}, reachable beyond this machine\n")
+    try:
+        server.serve(open_store(args), tokens, host, port)
+    except (OSError, SystemExit):
+        raise CliError("listen_failed", f"cannot listen on {args.listen}") from None
+    return 0
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """``svit mcp ADDR``: serve one durable process over MCP on stdio (stdout carries only MCP)."""
+    from .errors import PersistenceNotFound  # noqa: PLC0415 - only this command needs it
+
+    try:
+        from .mcp import run_stdio  # noqa: PLC0415 - the "serve" extra, loaded only for this command
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] not in ("mcp", "anyio", "starlette", "pydantic", "httpx", "httpx2"):
+            raise
+        raise CliError("missing_dependency", 'svit mcp needs the "serve" extra: pip install "svit[serve]"') from None
+    store = open_store(args)
+    try:
+        handle = store.resume(args.address)
+    except PersistenceNotFound:
+        if not args.create:
+            raise
+        handle = store.create(Process.builder(args.address).build())
+        sys.stderr.write(f"svit: created {handle.address}\n")
+    run_stdio(lambda: handle)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="svit", description="Svit: an embedded scripting sandbox for agents.")
     parser.add_argument("--version", action="version", version=f"svit {__version__}")
@@ -515,6 +559,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the process address, or retry/drop, the address and a set-aside item's id")
     p.add_argument("--json", action="store_true", help="print JSON (with --pretty: indented)")
     p.set_defaults(run=cmd_inbox)
+    p = durable("mcp", "serve ADDR to an MCP client on stdio (the six model tools, resources, the language guide)",
+                cmd_mcp, ("address", "process address"))
+    p.add_argument("--create", action="store_true", help="create an empty process at ADDR when there is none")
     archive_cmd = commands.add_parser("archive", help="the memory archive: verified snapshot generations outside the store")
     archive_sub = archive_cmd.add_subparsers(dest="archive_command", metavar="ACTION", parser_class=_Parser)
     archive_sub.required = True
@@ -530,6 +577,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_archive_restore)
     p = archive_sub.add_parser("status", help="generations, counters and where the archive lives", parents=[common, archive_common])
     p.set_defaults(run=cmd_archive_status)
+
+    p = commands.add_parser("serve", help="serve the store's processes over HTTP (svit-control@1, events, MCP)", parents=[common])
+    p.add_argument("--listen", default="127.0.0.1:8470", metavar="HOST:PORT", help="where to listen (default 127.0.0.1:8470)")
+    p.add_argument("--tokens", default=None, metavar="FILE", help="the token file (or $SVIT_SERVE_TOKENS); no token, no access")
+    p.set_defaults(run=cmd_serve)
 
     store_cmd = commands.add_parser("store", help="store maintenance")
     store_sub = store_cmd.add_subparsers(dest="store_command", metavar="ACTION", parser_class=_Parser)

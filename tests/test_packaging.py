@@ -247,3 +247,12 @@ def test_the_test_extra_holds_every_other_extra() -> None:
     assert others <= set(extras["test"])
     assert set(extras["all"]) == set(extras["http"]) | set(extras["restricted"]) | set(extras["openai"]) \
         | set(extras["postgresql"])
+
+
+def test_the_serve_and_chat_extras_are_declared_and_in_all_and_test() -> None:
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    names = {extra: {re.split(r"[<>=\[]", req)[0].lower() for req in reqs} for extra, reqs in extras.items()}
+    assert names["serve"] == {"starlette", "uvicorn", "httpx", "mcp", "sse-starlette"}
+    assert names["chat"] == {"openai", "prompt_toolkit"}
+    for bundle in ("all", "test"):
+        assert names["serve"] | names["chat"] <= names[bundle], bundle
