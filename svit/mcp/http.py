@@ -129,6 +129,9 @@ class McpHttp:
         return len(self._entries)
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":  # the transport is plain HTTP
+            await send({"type": "websocket.close", "code": 1003})
+            return
         if scope["type"] != "http":
             return
         state = scope.get("state")

@@ -216,3 +216,46 @@ def test_ready_servers_stay_bounded(processes: Processes) -> None:
             assert reply.json()["result"]["instructions"].endswith(f"Process address: svit://local/me/{name}")
             assert endpoint.ready_servers <= 2
         assert endpoint.ready_servers == 2
+
+
+def test_concurrent_calls_each_commit_once(processes: Processes) -> None:
+    with serving(processes) as (base, _endpoint):
+        async def burst(session: ClientSession) -> tuple[list[int], tuple[Any, int]]:
+            await session.initialize()
+            versions: list[int] = []
+
+            async def write(index: int) -> None:
+                versions.append(ok_json(await session.call_tool("write", {"path": f"/memory/k{index}", "value": index}))["version"])
+
+            async with anyio.create_task_group() as group:
+                for index in range(8):
+                    group.start_soon(write, index)
+            listed = ok_json(await session.call_tool("discover", {"path": "/memory"}))["entries"]
+            return versions, (sorted(listed), len(listed))
+
+        versions, listed = anyio.run(run_session, f"{base}/w/{PATH}", burst)
+    assert sorted(versions) == list(range(1, 9))
+    assert listed == (sorted(f"k{index}" for index in range(8)), 8)
+
+
+def test_refusals_before_the_lifespan_and_for_other_protocols() -> None:
+    endpoint = McpHttp(lambda address: Process.builder(address).build())
+
+    async def main() -> tuple[int, Any, list[dict[str, Any]]]:
+        transport = httpx.ASGITransport(app=Grant(endpoint.app, "write"))
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            reply = await client.post(f"/{PATH}", json=INITIALIZE, headers=HEADERS)
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "websocket.connect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        await endpoint.app({"type": "websocket", "path": f"/{PATH}", "state": {}}, receive, send)
+        return reply.status_code, reply.json(), sent
+
+    status, body, sent = anyio.run(main)
+    assert status == 503 and body == {"error": {"code": "unavailable", "message": "the MCP endpoint is not running"}}
+    assert sent == [{"type": "websocket.close", "code": 1003}]
