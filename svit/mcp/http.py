@@ -38,7 +38,7 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import PersistenceNotFound, SvitError, sanitize
 from ..protocol import ProcessLike
@@ -104,7 +104,7 @@ class McpHttp:
         self._lock: anyio.Lock | None = None
 
     @property
-    def app(self) -> Callable[[Scope, Receive, Send], Any]:
+    def app(self) -> ASGIApp:
         """The ASGI application (for ``/mcp/{address}``)."""
         return self._handle
 
