@@ -216,6 +216,9 @@ def test_ready_servers_stay_bounded(processes: Processes) -> None:
             assert reply.json()["result"]["instructions"].endswith(f"Process address: svit://local/me/{name}")
             assert endpoint.ready_servers <= 2
         assert endpoint.ready_servers == 2
+        absent = httpx.post(f"{base}/w/local/me/nobody", json=INITIALIZE, headers=HEADERS, timeout=10)
+        assert absent.status_code == 404
+        assert endpoint.ready_servers == 2  # a refused build evicts nothing
 
 
 def test_concurrent_calls_each_commit_once(processes: Processes) -> None:

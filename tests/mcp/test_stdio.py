@@ -112,7 +112,12 @@ def test_without_the_sdk_the_command_names_the_extra(
     for name in [name for name in sys.modules if name == "svit.mcp" or name.startswith("svit.mcp.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "mcp", None)  # the SDK cannot be imported
-    assert cli.main(["mcp", ADDRESS, "--store", str(tmp_path / "store"), "--create"]) == 1
+    try:
+        assert cli.main(["mcp", ADDRESS, "--store", str(tmp_path / "store"), "--create"]) == 1
+    finally:  # nothing half-imported stays behind; the real modules come back at teardown
+        for name in [name for name in sys.modules if name == "svit.mcp" or name.startswith("svit.mcp.")]:
+            del sys.modules[name]
     assert capsys.readouterr().err.splitlines()[-1] == (
         'svit: missing_dependency: svit mcp needs the "serve" extra: pip install "svit[serve]"'
     )
+    assert not (tmp_path / "store").exists()  # refused before anything was opened
