@@ -316,6 +316,21 @@ def cmd_tree(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_chat(args: argparse.Namespace) -> int:
+    from . import chat  # noqa: PLC0415 - deferred: see the module docstring (and it needs the chat extra)
+
+    if chat.missing_dependency() is not None:
+        raise CliError("missing_dependency", 'svit chat needs the "chat" extra: pip install "svit[chat]"')
+    try:
+        config = chat.resolve_config(
+            os.environ, model=args.model, base_url=args.base_url, api_key_env=args.api_key_env, timeout=args.timeout,
+            retries=args.retries, instructions=args.instructions, stream=not args.no_stream,
+        )
+    except chat.ConfigProblem as exc:
+        return _usage_error(str(exc))
+    return chat.run(open_store(args), args.address, config)
+
+
 def archive_for(args: argparse.Namespace) -> MemoryArchive:
     """The archive the user named (``--archive`` or ``SVIT_ARCHIVE``); never a default."""
     from .store.archive import MemoryArchive  # noqa: PLC0415 - deferred: see the module docstring
@@ -515,6 +530,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the process address, or retry/drop, the address and a set-aside item's id")
     p.add_argument("--json", action="store_true", help="print JSON (with --pretty: indented)")
     p.set_defaults(run=cmd_inbox)
+    p = durable("chat", "talk to the durable agent at ADDR through an OpenAI-compatible model (created on first use)",
+                cmd_chat, ("address", "the agent's process address"))
+    p.add_argument("--model", default=None, help="the model name (default: $SVIT_CHAT_MODEL)")
+    p.add_argument("--base-url", default=None, help="the API's base URL (default: $OPENAI_BASE_URL, else OpenAI)")
+    p.add_argument("--api-key-env", default=None, metavar="NAME",
+                   help="the environment variable holding the API key (default: OPENAI_API_KEY); never the key itself")
+    p.add_argument("--timeout", type=float, default=None, metavar="S", help="seconds to wait on the model (default 60)")
+    p.add_argument("--retries", type=int, default=None, metavar="N", help="client retries of a failed model request (default 2)")
+    p.add_argument("--instructions", default=None, metavar="TEXT", help="the agent's instructions, applied when it is created")
+    p.add_argument("--no-stream", action="store_true", help="print each reply when it is complete")
     archive_cmd = commands.add_parser("archive", help="the memory archive: verified snapshot generations outside the store")
     archive_sub = archive_cmd.add_subparsers(dest="archive_command", metavar="ACTION", parser_class=_Parser)
     archive_sub.required = True
