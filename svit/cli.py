@@ -321,6 +321,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
     if chat.missing_dependency() is not None:
         raise CliError("missing_dependency", 'svit chat needs the "chat" extra: pip install "svit[chat]"')
+    if args.api_key_on_command_line is not None:  # refused without repeating it
+        return _usage_error("svit chat takes no API key on the command line: set OPENAI_API_KEY or name a variable with --api-key-env")
     try:
         config = chat.resolve_config(
             os.environ, model=args.model, base_url=args.base_url, api_key_env=args.api_key_env, timeout=args.timeout,
@@ -532,6 +534,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_inbox)
     p = durable("chat", "talk to the durable agent at ADDR through an OpenAI-compatible model (created on first use)",
                 cmd_chat, ("address", "the agent's process address"))
+    p.allow_abbrev = False  # so "--api-key SECRET" is refused, never taken as --api-key-env
+    p.add_argument("--api-key", dest="api_key_on_command_line", default=None, help=argparse.SUPPRESS)
     p.add_argument("--model", default=None, help="the model name (default: $SVIT_CHAT_MODEL)")
     p.add_argument("--base-url", default=None, help="the API's base URL (default: $OPENAI_BASE_URL, else OpenAI)")
     p.add_argument("--api-key-env", default=None, metavar="NAME",

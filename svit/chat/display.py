@@ -136,7 +136,7 @@ def _item_text(item: Any) -> str:
     if isinstance(item, dict):
         content = item.get("content")
         if isinstance(content, list):
-            texts = [part.get("text") for part in content if isinstance(part, dict) and isinstance(part.get("text"), str)]
+            texts = [part["text"] for part in content if isinstance(part, dict) and isinstance(part.get("text"), str)]
             return " ".join(texts)
         body = item.get("body")
         if body is not None:
