@@ -76,6 +76,19 @@ def test_a_conversation_streams_runs_tools_survives_failures_and_answers_command
         model.queue(fake_model.text("Yes, here now."))
         term.line("/retry")
         term.expect("Yes, here now.")
+
+        # Ctrl-C at the terminal (SIGINT to the program) cancels the reply, not the chat.
+        stalled = threading.Event()
+        model.queue(fake_model.stall("Let me think about that for a long", " time.", stalled), fake_model.text("Short answer."))
+        try:
+            term.line("tell me a long story")
+            term.expect("Let me think about that for a long")
+            term.type("\x03")
+            term.expect("reply cancelled; message set aside as ")
+            term.line("a short one then")
+            term.expect("Short answer.")
+        finally:
+            stalled.set()
         term.line("/quit")
         term.expect("bye")
         assert term.wait() == 0
@@ -88,36 +101,17 @@ def test_a_conversation_streams_runs_tools_survives_failures_and_answers_command
         assert handle.read("/memory/color") == "blue"
         assert handle.read("/thread/instructions") == "Be brief."
         assert handle.read("/inbox") == []
-        assert [entry["item"]["content"][0]["text"] for entry in handle.read("/thread/turns/set_aside")] == ["are you there?"]  # /retry sent the latest again
+        set_aside = [entry["item"]["content"][0]["text"] for entry in handle.read("/thread/turns/set_aside")]
+        assert set_aside == ["are you there?", "tell me a long story"]  # /retry sent "still there?" again
     assert KEY.encode() not in store_bytes(tmp_path / "store")
     # Every request streamed; after the tool call the model saw the tool's result.
     assert all(request["stream"] is True for request in model.requests)
     tool_round = model.requests[2]["messages"]
     assert tool_round[-1]["role"] == "tool" and json.loads(tool_round[-1]["content"])["changed"] == ["/memory/color"]
     assert all(request["messages"][0]["content"].endswith("<instructions>\nBe brief.\n</instructions>") for request in model.requests)
-
-
-def test_ctrl_c_cancels_the_reply_and_the_chat_goes_on(model, tmp_path):
-    release = threading.Event()
-    model.queue(fake_model.stall("Let me think about that for a long", " time.", release), fake_model.text("Short answer."))
-    env = chat_env(tmp_path, model.base_url, KEY)
-    try:
-        with Terminal(["chat", ADDRESS, "--retries", "0"], env) as term:
-            term.line("tell me a long story")
-            term.expect("Let me think about that for a long")
-            term.type("\x03")  # Ctrl-C at the terminal: SIGINT to the program
-            term.expect("reply cancelled; message set aside as ")
-            term.line("a short one then")
-            term.expect("Short answer.")
-            term.at_prompt()
-            term.type("\x04")  # Ctrl-D at the prompt leaves
-            term.expect("bye")
-            assert term.wait() == 0
-    finally:
-        release.set()
-    # The model's second request does not show it the cancelled turn.
-    contents = [m["content"] for m in model.requests[1]["messages"] if m["role"] != "system"]
-    assert contents == ["a short one then"]
+    # The model is never shown a failed or cancelled turn.
+    users = [m["content"] for m in model.requests[-1]["messages"] if m["role"] == "user"]
+    assert users == ["hi", "Remember that my favourite colour is blue.", "still there?", "a short one then"]
 
 
 def test_the_next_run_resumes_the_conversation(model, tmp_path):
