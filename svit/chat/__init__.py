@@ -54,6 +54,9 @@ def run(store: Any, address: str, config: ChatConfig, stdin: TextIO | None = Non
     """Talk to the agent at ``address`` until ``/quit`` or the end of input; returns 0."""
     stdin = stdin if stdin is not None else sys.stdin
     stdout = stdout if stdout is not None else sys.stdout
+    reconfigure = getattr(stdout, "reconfigure", None)
+    if callable(reconfigure):  # a model's text the terminal cannot encode is shown, not fatal
+        reconfigure(errors="replace")
     session = ChatSession(store, address, config, stdout)
     try:
         session.greet()

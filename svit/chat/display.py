@@ -18,6 +18,7 @@ __all__ = [
     "Arrows",
     "clip",
     "exchanges",
+    "excerpt",
     "failure_line",
     "inbox_lines",
     "log_lines",
@@ -107,6 +108,14 @@ def failure_line(record: dict[str, Any] | None, timeout: float) -> str:
     if code == "reply_truncated":
         return "the model's reply was cut off at its length limit"
     return "the turn failed: " + clip(message, 200)
+
+
+def excerpt(text: str, more: str = "…", *, lines: int = 12, chars: int = 1200) -> str:
+    """The start of a long text, its line breaks kept: at most ``lines`` lines and
+    ``chars`` characters, ``more`` marking a cut."""
+    kept = text.splitlines()[:lines]
+    shown = "\n".join(kept)[:chars]
+    return shown if shown == text.rstrip("\n") else shown.rstrip() + more
 
 
 def exchanges(messages: Sequence[Message], count: int) -> list[tuple[str, str]]:

@@ -34,7 +34,7 @@ from ..loop.svit import Svit
 from ..loop.tools import ToolSpec
 from ..loop.turns import TurnOutcome, run_next_turn
 from .config import ChatConfig
-from .display import Arrows, clip, exchanges, failure_line, inbox_lines, log_lines, tool_call_line, tool_result_lines
+from .display import Arrows, clip, excerpt, exchanges, failure_line, inbox_lines, log_lines, tool_call_line, tool_result_lines
 
 __all__ = ["HELP", "HISTORY_EXCHANGES", "CancellableReasoner", "ChatSession", "ReplyCancelled"]
 
@@ -180,7 +180,8 @@ class ChatSession:
             if earlier:
                 self.say("-- earlier --")
                 for who, text in earlier:
-                    self.say(f"you> {text}" if who == "you" else text)
+                    shown = excerpt(text, self.arrows.more)
+                    self.say(f"you> {shown}" if who == "you" else shown)
                 self.say("--")
         waiting = self.agent.process.inbox_front()
         if waiting is not None:
@@ -234,6 +235,8 @@ class ChatSession:
             message = message_of(event)
             if message is not None and message.text and not self._streamed:
                 self.say(message.text)
+            elif message is not None and not message.text and not message.tool_calls:
+                self.say("(the model answered with no text)")
             self._end_line()
             self._streamed = False
         elif event.type == INPUT_MESSAGE:
@@ -273,8 +276,8 @@ class ChatSession:
         except KeyboardInterrupt:
             # Only when Ctrl-C landed in the instant between a request and its cleanup:
             # the turn was recorded as failed and its message waits at the inbox head.
-            self.say("reply cancelled; the message stays in the inbox (/inbox shows it)")
-            return TurnOutcome("retry", retry_at=time.time() + 3600)
+            self.say("reply cancelled; the message stays in the inbox and is answered before the next one")
+            return TurnOutcome("empty")
         finally:
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
@@ -296,13 +299,20 @@ class ChatSession:
         text = line.rstrip("\r\n")
         if not text.strip():
             return True
+        try:
+            return self._command(text)
+        except SvitError as exc:  # a refused message or command: said, and the chat goes on
+            self.say(f"{exc.code}: {exc.message}")
+            return True
+
+    def _command(self, text: str) -> bool:
         if text.startswith("//"):
             self.send(text[1:])
             return True
         if not text.startswith("/"):
             self.send(text)
             return True
-        word, *rest = text[1:].split()
+        word, *rest = text[1:].split() or [""]
         if word in ("quit", "exit", "q"):
             return False
         commands: dict[str, Callable[[list[str]], None]] = {
@@ -317,10 +327,7 @@ class ChatSession:
         if command is None:
             self.say(f"unknown command /{clip(word, 40)}; /help lists the commands")
             return True
-        try:
-            command(rest)
-        except SvitError as exc:
-            self.say(f"{exc.code}: {exc.message}")
+        command(rest)
         return True
 
     def show_tree(self, words: list[str]) -> None:

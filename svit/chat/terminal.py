@@ -47,7 +47,7 @@ class PromptReader:
         if history is not None:
             try:
                 history.parent.mkdir(parents=True, exist_ok=True)
-                history.touch(exist_ok=True)
+                history.touch(mode=0o600, exist_ok=True)  # what the person typed is theirs only
                 kept = FileHistory(str(history))
             except OSError:
                 pass  # a read-only home: the history lasts for this run only

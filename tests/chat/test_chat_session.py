@@ -195,3 +195,34 @@ def test_earlier_exchanges_leave_tool_traffic_out():
     conversation = [Message.user("one"), Message.agent("", ()), Message.agent("first answer"), Message.user("two"),
                     Message.agent("second answer"), Message.user("three"), Message.agent("third answer")]
     assert exchanges(conversation, 2) == [("you", "two"), ("agent", "second answer"), ("you", "three"), ("agent", "third answer")]
+
+
+def test_a_refused_message_or_command_is_said_and_the_chat_goes_on(tmp_path):
+    from svit.chat import ChatSession
+
+    out = io.StringIO()
+    with ProcessStore.open(tmp_path / "store") as store:
+        scripted = ScriptedReasoner(["", "still here"])
+        session = ChatSession(store, ADDRESS, config_for("http://127.0.0.1:9/v1"), out, reasoner=scripted)
+        session.greet()
+        assert session.handle("x" * 3_000_000) is True
+        session.handle("hello")
+        session.handle("//slash")
+        session.handle("/tree relative")
+        session.handle("/log zero")
+        session.handle("/retry")
+        session.handle("/")
+        assert session.handle("/quit") is False
+        inbox = session.agent.read("/inbox")
+        session.close()
+    shown = out.getvalue().splitlines()
+    assert shown[2:] == [
+        "invalid_value: invalid persistent value: maximum text bytes exceeded",
+        "(the model answered with no text)",
+        "still here",
+        "invalid_path: invalid state path: path must be absolute: relative",
+        "/log takes a count from 1 to 100",
+        "no set-aside messages",
+        "unknown command /; /help lists the commands",
+    ]
+    assert inbox == [] and scripted.requests[-1][1][-1].text == "/slash"
