@@ -29,6 +29,11 @@ LAUNCH = "import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); 
 
 
 def clean(raw: str) -> str:
+    """``raw`` without escape sequences and carriage returns; a sequence still arriving
+    at the end is left out until it is complete, so positions in the result never move."""
+    last = raw.rfind("\x1b")
+    if last >= 0 and not ESCAPES.match(raw, last):
+        raw = raw[:last]
     return ESCAPES.sub("", raw)
 
 
