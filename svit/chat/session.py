@@ -103,13 +103,11 @@ class CancellableReasoner:
             self._on_request()
         try:
             self._in_request = True
-            if self._cancelled:
+            if self._cancelled:  # Ctrl-C came just before the flag was set
                 raise KeyboardInterrupt
             reply: Reply = self.inner.complete(system_prompt, messages, tools)
-            self._in_request = False
             return reply
-        except KeyboardInterrupt:
-            self._in_request = False
+        except KeyboardInterrupt:  # the handler cleared the flag first: a second Ctrl-C only marks
             raise ReplyCancelled("during the model request") from None
         finally:
             self._in_request = False
