@@ -316,6 +316,23 @@ def cmd_tree(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_chat(args: argparse.Namespace) -> int:
+    from . import chat  # noqa: PLC0415 - deferred: see the module docstring (and it needs the chat extra)
+
+    if chat.missing_dependency() is not None:
+        raise CliError("missing_dependency", 'svit chat needs the "chat" extra: pip install "svit[chat]"')
+    if args.api_key_on_command_line is not None:  # refused without repeating it
+        return _usage_error("svit chat takes no API key on the command line: set OPENAI_API_KEY or name a variable with --api-key-env")
+    try:
+        config = chat.resolve_config(
+            os.environ, model=args.model, base_url=args.base_url, api_key_env=args.api_key_env, timeout=args.timeout,
+            retries=args.retries, instructions=args.instructions, stream=not args.no_stream,
+        )
+    except chat.ConfigProblem as exc:
+        return _usage_error(str(exc))
+    return chat.run(open_store(args), args.address, config)
+
+
 def archive_for(args: argparse.Namespace) -> MemoryArchive:
     """The archive the user named (``--archive`` or ``SVIT_ARCHIVE``); never a default."""
     from .store.archive import MemoryArchive  # noqa: PLC0415 - deferred: see the module docstring
@@ -562,6 +579,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = durable("mcp", "serve ADDR to an MCP client on stdio (the six model tools, resources, the language guide)",
                 cmd_mcp, ("address", "process address"))
     p.add_argument("--create", action="store_true", help="create an empty process at ADDR when there is none")
+    p = durable("chat", "talk to the durable agent at ADDR through an OpenAI-compatible model (created on first use)",
+                cmd_chat, ("address", "the agent's process address"))
+    p.allow_abbrev = False  # so "--api-key SECRET" is refused, never taken as --api-key-env
+    p.add_argument("--api-key", dest="api_key_on_command_line", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--model", default=None, help="the model name (default: $SVIT_CHAT_MODEL)")
+    p.add_argument("--base-url", default=None, help="the API's base URL (default: $OPENAI_BASE_URL, else OpenAI)")
+    p.add_argument("--api-key-env", default=None, metavar="NAME",
+                   help="the environment variable holding the API key (default: OPENAI_API_KEY); never the key itself")
+    p.add_argument("--timeout", type=float, default=None, metavar="S", help="seconds to wait on the model (default 60)")
+    p.add_argument("--retries", type=int, default=None, metavar="N", help="client retries of a failed model request (default 2)")
+    p.add_argument("--instructions", default=None, metavar="TEXT", help="the agent's instructions, applied when it is created")
+    p.add_argument("--no-stream", action="store_true", help="print each reply when it is complete")
     archive_cmd = commands.add_parser("archive", help="the memory archive: verified snapshot generations outside the store")
     archive_sub = archive_cmd.add_subparsers(dest="archive_command", metavar="ACTION", parser_class=_Parser)
     archive_sub.required = True

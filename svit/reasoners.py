@@ -8,6 +8,13 @@ help (``retryable``); the loop retries the turn with backoff or sets its item as
 network); :class:`OpenAIReasoner` talks to any OpenAI-compatible chat completions API
 through the official ``openai`` client (the optional ``svit[openai]`` extra).
 
+Streaming: an OpenAI reasoner given ``on_text`` (or ``stream=True``) asks for a streamed
+reply and calls ``on_text(delta)`` with each piece of the answer's text as it arrives
+(on the thread that called ``complete``). The :class:`Reply` it returns is assembled
+from the stream and equals the one the same answer gives unstreamed: the text, the tool
+calls (their arguments joined across chunks), the finish reason, and the usage when the
+server reports it (the request asks for it with ``stream_options.include_usage``).
+
 An :class:`AsyncReasoner` has the same method as a coroutine. The loop runs it on the
 event loop of the Svit's :class:`~svit.loop.aio.AsyncSvit` and treats its result and
 failures exactly like a synchronous reasoner's; :class:`AsyncOpenAIReasoner` is
@@ -20,7 +27,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterable, Protocol, Sequence, runtime_checkable
 
 from .errors import sanitize
 from .loop.errors import ReasonerFailed, ReasonerUnavailable
@@ -196,6 +203,8 @@ class _ChatCompletions:
         *,
         max_retries: int = 2,
         temperature: float | None = None,
+        stream: bool = False,
+        on_text: Callable[[str], None] | None = None,
     ) -> None:
         openai = _load_openai(type(self).__name__)
         self.model = model or os.environ.get("OPENAI_MODEL") or ""
@@ -212,6 +221,9 @@ class _ChatCompletions:
         self._secret = key
         self.timeout = timeout
         self.temperature = temperature
+        #: Called with each piece of streamed answer text; setting it turns streaming on.
+        self.on_text = on_text
+        self._stream = stream
         self._openai = openai
         client = getattr(openai, self._client_class)
         self._client = client(api_key=key, base_url=self.base_url, timeout=timeout, max_retries=max_retries)
@@ -222,7 +234,15 @@ class _ChatCompletions:
             request["tools"] = to_openai_tools(tools)
         if self.temperature is not None:
             request["temperature"] = self.temperature
+        if self.streaming:
+            request["stream"] = True
+            request["stream_options"] = {"include_usage": True}
         return request
+
+    @property
+    def streaming(self) -> bool:
+        """Whether requests ask for a streamed reply (``stream=True`` or an ``on_text``)."""
+        return self._stream or self.on_text is not None
 
     @staticmethod
     def _reply(response: Any) -> Reply:
@@ -263,6 +283,11 @@ class _ChatCompletions:
             )
         if isinstance(exc, openai.APIConnectionError):
             return ReasonerFailed("could not connect to the model provider", error_type="connection")
+        httpx = _load_httpx()
+        if httpx is not None and isinstance(exc, httpx.TimeoutException):  # while reading a stream
+            return ReasonerFailed(f"model request timed out after {self.timeout:g}s", error_type="timeout")
+        if httpx is not None and isinstance(exc, httpx.TransportError):
+            return ReasonerFailed("the connection to the model provider was lost", error_type="connection")
         return ReasonerFailed(f"model request failed: {sanitize(redact(' '.join(str(exc).split()), [self._secret]), 300)}")
 
 
@@ -284,7 +309,17 @@ class OpenAIReasoner(_ChatCompletions):
             response = self._client.chat.completions.create(**request)
         except Exception as exc:
             raise self._failure(exc) from exc
-        return self._reply(response)
+        if not request.get("stream"):
+            return self._reply(response)
+        assembler = StreamAssembler(self.on_text)
+        try:
+            for chunk in response:
+                assembler.add(chunk)
+        except Exception as exc:
+            raise self._failure(exc) from exc
+        finally:
+            response.close()  # also when the caller is interrupted mid-stream
+        return assembler.reply()
 
 
 class AsyncOpenAIReasoner(_ChatCompletions):
@@ -300,11 +335,105 @@ class AsyncOpenAIReasoner(_ChatCompletions):
             response = await self._client.chat.completions.create(**request)
         except Exception as exc:  # cancellation is not an Exception: it propagates
             raise self._failure(exc) from exc
-        return self._reply(response)
+        if not request.get("stream"):
+            return self._reply(response)
+        assembler = StreamAssembler(self.on_text)
+        try:
+            async for chunk in response:
+                assembler.add(chunk)
+        except Exception as exc:
+            raise self._failure(exc) from exc
+        finally:
+            await response.close()
+        return assembler.reply()
 
     async def aclose(self) -> None:
         """Close the client's connections (on the event loop that used them)."""
         await self._client.close()
+
+
+class StreamAssembler:
+    """Builds the :class:`Reply` of a streamed chat completion from its chunks.
+
+    Text pieces are joined (and passed to ``on_text`` as they come); a tool call's pieces
+    are matched by their ``index``, its id and name taken from the first piece that has
+    them and its arguments joined in order; the last finish reason and the usage chunk
+    (sent after the choices when the request asked for it) are kept.
+    """
+
+    def __init__(self, on_text: Callable[[str], None] | None = None) -> None:
+        self._on_text = on_text
+        self._text: list[str] = []
+        self._calls: dict[int, dict[str, Any]] = {}
+        self._finish: str | None = None
+        self._usage: dict[str, int] | None = None
+        self._saw_choice = False
+
+    def add(self, chunk: Any) -> None:
+        usage = getattr(chunk, "usage", None)
+        if usage is not None:
+            self._usage = _usage(usage)
+        for choice in getattr(chunk, "choices", None) or []:
+            if getattr(choice, "index", 0) not in (0, None):
+                continue  # only the first choice is asked for; ignore any other
+            self._saw_choice = True
+            finish = getattr(choice, "finish_reason", None)
+            if isinstance(finish, str) and finish:
+                self._finish = sanitize(finish, 64)
+            delta = getattr(choice, "delta", None)
+            if delta is None:
+                continue
+            content = getattr(delta, "content", None)
+            if isinstance(content, str) and content:
+                self._text.append(content)
+                if self._on_text is not None:
+                    self._on_text(content)
+            for piece in getattr(delta, "tool_calls", None) or []:
+                self._add_call(piece)
+
+    def _add_call(self, piece: Any) -> None:
+        index = getattr(piece, "index", None)
+        if type(index) is not int:
+            index = len(self._calls)
+        entry = self._calls.setdefault(index, {"id": None, "name": None, "arguments": [], "type": None})
+        if entry["id"] is None and getattr(piece, "id", None):
+            entry["id"] = piece.id
+        if entry["type"] is None and getattr(piece, "type", None):
+            entry["type"] = piece.type
+        function = getattr(piece, "function", None)
+        if function is None:
+            return
+        if entry["name"] is None and getattr(function, "name", None):
+            entry["name"] = function.name
+        arguments = getattr(function, "arguments", None)
+        if isinstance(arguments, str):
+            entry["arguments"].append(arguments)
+
+    def reply(self) -> Reply:
+        """The assembled reply (what the unstreamed request would have returned)."""
+        if not self._saw_choice:
+            raise ReasonerFailed("the model returned no choices")
+        calls: list[ToolCall] = []
+        for index in sorted(self._calls):
+            entry = self._calls[index]
+            if entry["name"] is None:
+                kind = entry["type"] if isinstance(entry["type"], str) else "?"
+                raise ReasonerFailed(f"unsupported tool call type: {sanitize(kind, 64)}")
+            arguments = "".join(entry["arguments"])
+            calls.append(ToolCall(entry["id"] or f"call-{len(calls) + 1}", entry["name"], _decode_arguments(arguments)))
+        text = "".join(self._text)
+        if calls:
+            return Reply(text=text or None, tool_calls=tuple(calls), finish_reason=self._finish, usage=self._usage)
+        return Reply(text=text, finish_reason=self._finish, usage=self._usage)
+
+
+def _load_httpx() -> Any:
+    """The HTTP library under the ``openai`` client (its stream reads raise its errors)."""
+    try:
+        import httpx  # noqa: PLC0415 - installed with openai, loaded only when a request failed
+    except ImportError:  # pragma: no cover - openai depends on it
+        return None
+    return httpx
 
 
 def _status_detail(exc: Any, secret: str) -> tuple[str | None, str]:
@@ -347,6 +476,7 @@ __all__ = [
     "Reasoner",
     "Reply",
     "ScriptedReasoner",
+    "StreamAssembler",
     "ToolCall",
     "to_openai_messages",
     "to_openai_tools",
