@@ -8,6 +8,11 @@ A model (or a person) given only the agent's view uses these commands::
     python -m tests.agent.study done DIR TASK                # the model says it is finished
     python -m tests.agent.study score DIR [--json]           # run every checker, print the measured figures
 
+With ``--via mcp`` before the command, ``prompt`` prints what an MCP client receives from
+``svit mcp`` (the server's instructions and its ``tools/list``) and ``call`` goes through
+an official-SDK client session connected to :func:`svit.mcp.build_server`, so the study
+measures the MCP view itself.
+
 Each task's process is kept under DIR as a snapshot (``<task>.snapshot``) and rebuilt
 with its ports and mounts on every command; every call is appended to ``DIR/calls.jsonl``
 and the score is computed from that log and the checkers, never from what the worker says.
@@ -125,6 +130,44 @@ def prompt_text() -> str:
     return f"{compose_system_prompt(ADDRESS, None)}\n\n---- tools (JSON) ----\n{tools}"
 
 
+def _mcp_session(process: Process | None, work: Any) -> Any:
+    """Run ``work(client)`` against an in-process MCP server for ``process``."""
+    import anyio
+    from mcp import Client
+
+    from svit.mcp import build_server
+
+    target = process if process is not None else Process.builder(ADDRESS).build()
+
+    async def session() -> Any:
+        async with Client(build_server(lambda: target)) as client:
+            return await work(client)
+
+    return anyio.run(session)
+
+
+def mcp_prompt_text() -> str:
+    """The instructions an MCP client receives at initialize, then its ``tools/list``, as JSON."""
+
+    async def work(client: Any) -> str:
+        tools = await client.list_tools()
+        listed = [{"name": t.name, "description": t.description, "inputSchema": t.input_schema} for t in tools.tools]
+        instructions = client.instructions
+        return f"{instructions}\n\n---- tools (MCP tools/list) ----\n{json.dumps(listed, indent=2, ensure_ascii=False)}"
+
+    return str(_mcp_session(None, work))
+
+
+def _mcp_call(process: Process, tool: str, arguments: Any) -> tuple[str, bool]:
+    async def work(client: Any) -> tuple[str, bool]:
+        result = await client.call_tool(tool, arguments)
+        text = "\n".join(getattr(block, "text", "") for block in result.content)
+        return text, not result.is_error
+
+    result: tuple[str, bool] = _mcp_session(process, work)
+    return result
+
+
 def start(directory: str, name: str) -> str:
     task = _task(name)
     os.makedirs(directory, exist_ok=True)
@@ -141,7 +184,7 @@ def start(directory: str, name: str) -> str:
     return task.statement
 
 
-def call(directory: str, name: str, tool: str, arguments_text: str) -> tuple[str, bool]:
+def call(directory: str, name: str, tool: str, arguments_text: str, *, via: str = "loop") -> tuple[str, bool]:
     """One tool call through run_tool, as the loop makes it; returns (text shown to the model, ok)."""
     task = _task(name)
     state = _load_state(directory)
@@ -155,7 +198,10 @@ def call(directory: str, name: str, tool: str, arguments_text: str) -> tuple[str
         text, ok = f"error: invalid_tool_arguments: invalid tool arguments: arguments are not JSON: {exc.msg}", False
     else:
         process = open_process(directory, task)
-        text, ok = run_tool(process, ToolCall(id=f"{name}-{time.time_ns()}", name=tool, arguments=arguments))
+        if via == "mcp":
+            text, ok = _mcp_call(process, tool, arguments)
+        else:
+            text, ok = run_tool(process, ToolCall(id=f"{name}-{time.time_ns()}", name=tool, arguments=arguments))
         _save_snapshot(_paths(directory, task)[0], process)
         arguments_text = json.dumps(arguments, sort_keys=True)
     _log(directory, {"event": "call", "task": name, "tool": tool, "arguments": arguments_text, "ok": ok, "result": text, "time": time.time()})
@@ -269,6 +315,7 @@ def score_text(result: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.agent.study", description="Work agent tasks one logged tool call at a time.")
+    parser.add_argument("--via", choices=("loop", "mcp"), default="loop", help="the view measured: our loop's tools, or an MCP client's")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("prompt", help="print the system prompt and the tool specs")
     commands.add_parser("tasks", help="list the task names")
@@ -287,13 +334,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "prompt":
-            print(prompt_text())
+            print(mcp_prompt_text() if args.via == "mcp" else prompt_text())
         elif args.command == "tasks":
             print("\n".join(task.name for task in TASKS))
         elif args.command == "start":
             print(start(args.dir, args.task))
         elif args.command == "call":
-            text, _ok = call(args.dir, args.task, args.tool, args.arguments)
+            text, _ok = call(args.dir, args.task, args.tool, args.arguments, via=args.via)
             print(text)
         elif args.command == "done":
             print(done(args.dir, args.task))

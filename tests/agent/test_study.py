@@ -123,3 +123,28 @@ def test_a_refused_library_write_counts_as_a_failed_script_call(tmp_path, capsys
     row = json.loads(run(capsys, "score", d, "--json")[1])["tasks"][0]
     assert row["solved"] and row["first_try"] and not row["first_script_try"]
     assert (row["tool_calls"], row["exec_calls"], row["script_calls"], row["failed_script_calls"]) == (3, 0, 2, 1)
+
+
+def test_the_mcp_view_is_the_servers_instructions_and_tools_list(capsys):
+    code, out, _ = run(capsys, "--via", "mcp", "prompt")
+    assert code == 0
+    instructions, tools = out.split("\n\n---- tools (MCP tools/list) ----\n")
+    assert instructions == compose_system_prompt(ADDRESS, None)
+    listed = json.loads(tools)
+    assert [t["name"] for t in listed] == [s.name for s in TOOL_SPECS]
+    assert [t["inputSchema"] for t in listed] == [s.parameters for s in TOOL_SPECS]
+
+
+def test_calls_via_mcp_are_logged_and_scored_like_loop_calls(tmp_path, capsys):
+    d = str(tmp_path / "study")
+    run(capsys, "--via", "mcp", "start", d, "counter-bump")
+    code, out, _ = run(capsys, "--via", "mcp", "call", d, "counter-bump", "exec", json.dumps({"source": "(define (main input) (car 1))"}))
+    assert code == 0 and out.startswith("error: script_failed:")
+    source = "(define (main input) (let ((n (+ 1 (read \"/memory/visits\")))) (do (write \"/memory/visits\" n) n)))"
+    code, out, _ = run(capsys, "--via", "mcp", "call", d, "counter-bump", "exec", json.dumps({"source": source}))
+    assert json.loads(out) == {"changed": ["/memory/visits"], "messages": [], "output": 42, "version": 1}
+    run(capsys, "--via", "mcp", "done", d, "counter-bump")
+    calls = [r for r in study.read_log(d) if r["event"] == "call"]
+    assert [c["ok"] for c in calls] == [False, True]
+    row = next(r for r in study.score(d)["tasks"] if r["task"] == "counter-bump")
+    assert row["solved"] is True and row["failed_calls"] == 1
