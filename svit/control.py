@@ -504,7 +504,10 @@ class ProcessController:
         true version.
         """
         validate_receipt_limit(receipt_limit)
-        book = handle.store.receipts(handle.address, limit=receipt_limit)
+        store = getattr(handle, "store", None)
+        if store is None or not callable(getattr(store, "receipts", None)) or not callable(getattr(handle, "behind", None)):
+            raise InvalidControlConfiguration("a durable controller needs a store handle (svit.store.DurableProcess)")
+        book = store.receipts(handle.address, limit=receipt_limit)
         controller = cls(handle, receipt_limit, receipts=book)
         controller._handle = handle
         return controller

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from .limits import Limits
     from .loop.events import EventLog
     from .mounts import Mount
-    from .process import Change, Process
+    from .process import Change, CommitReceipt, Process
 
 __all__ = ["HostedProcess", "ProcessLike"]
 
@@ -78,8 +78,10 @@ class ProcessLike(Protocol):
         """Remove below ``/memory``, a script at ``/lib/<name>``, or inside a writable mount."""
         ...
 
-    def exec(self, path: str, input: Any = None, *, dry_run: bool = False) -> Activation:
-        """Run ``/lib/<name>``'s ``main(input)``: one committed version, or nothing."""
+    def exec(self, path: str, input: Any = None, *, dry_run: bool = False,
+             receipt: CommitReceipt | None = None) -> Activation:
+        """Run ``/lib/<name>``'s ``main(input)``: one committed version, or nothing (a
+        ``receipt``, a control-protocol receipt, is written with that commit by a store)."""
         ...
 
     def exec_inline(self, source: str, input: Any = None, *, dry_run: bool = False) -> Activation:

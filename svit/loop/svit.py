@@ -46,7 +46,7 @@ from ..activation import Activation
 from ..errors import ChildUnavailable, InvalidValue, ResourceLimitExceeded, ThreadHistoryUncompacted
 from ..limits import Limits
 from ..mounts import Mount
-from ..process import Change, Process
+from ..process import Change, CommitReceipt, Process
 from ..protocol import HostedProcess
 from .attempts import TURNS_KEY
 from .builders import LoopOptions, SvitBuilder, SvitResumeBuilder
@@ -253,9 +253,11 @@ class Svit:
         self._worker.committed(change)
         return change
 
-    def exec(self, path: str, input: Any = None, *, dry_run: bool = False) -> Activation:
-        """Run ``/lib/<name>`` with the attached ports (``dry_run``: run, report, commit nothing)."""
-        return self._activated(self._process.exec(path, input, dry_run=dry_run))
+    def exec(self, path: str, input: Any = None, *, dry_run: bool = False,
+             receipt: CommitReceipt | None = None) -> Activation:
+        """Run ``/lib/<name>`` with the attached ports (``dry_run``: run, report, commit nothing;
+        ``receipt``: written with the commit by a durable process)."""
+        return self._activated(self._process.exec(path, input, dry_run=dry_run, receipt=receipt))
 
     def exec_inline(self, source: str, input: Any = None, *, dry_run: bool = False) -> Activation:
         """Run one-off source with the attached ports; the source is never stored."""

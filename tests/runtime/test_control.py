@@ -404,6 +404,11 @@ def test_malformed_logs_in_a_response_are_a_clear_error() -> None:
         decode_response(answer)
 
 
+def test_a_durable_controller_needs_a_store_handle() -> None:
+    with pytest.raises(InvalidControlConfiguration, match="store handle"):
+        ProcessController.durable(make_process())  # type: ignore[arg-type]
+
+
 def test_store_receipts_over_a_handle_without_following_the_store(tmp_path: Any) -> None:
     store_module = pytest.importorskip("svit.store")
     store = store_module.ProcessStore.open(str(tmp_path / "store"))

@@ -356,6 +356,30 @@ def test_a_second_writer_makes_the_old_version_a_conflict_with_the_true_one(stor
     assert store.resume(ADDRESS).read("/memory/count") == 43
 
 
+def test_the_resumed_handle_keeps_hooks_mounts_and_fences(store: ProcessStore, tmp_path: Any) -> None:
+    root = tmp_path / "files"
+    root.mkdir()
+    process = (Process.builder(ADDRESS).memory("count", 0)
+               .library("note", '(define (main input) (write "/mounts/files/n.txt" "again"))').build())
+    handle = store.create(process)
+    handle.attach_mount("files", Mount.writable_folder(root))
+    seen: list[str] = []
+
+    class Observer:
+        def after_activation(self, event: Any) -> None:
+            seen.append(event.status)
+
+    handle.hooks.append(Observer())
+    handle.fences.append((CF_RECORD, keys.head_key("svit://local/test/none"), None))
+    controller = ProcessController.durable(handle)
+    other = store.resume(ADDRESS)
+    other.write("/memory/count", 1)  # behind the controller's back
+    answer = controller.execute(request("r1", other.version, script="note"))
+    assert answer.outcome.status == "committed" and controller.process is not handle
+    assert (root / "n.txt").read_text() == "again" and seen == ["committed"]
+    assert controller.process.fences == handle.fences  # type: ignore[attr-defined]
+
+
 def test_a_second_store_on_the_same_database(store: ProcessStore, engine_kind: str) -> None:
     if engine_kind != "postgresql":
         pytest.skip("only a shared engine can be opened twice at once")
