@@ -37,8 +37,9 @@ from typing import Any
 import anyio
 import anyio.abc
 import anyio.to_thread
+from mcp.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import PersistenceNotFound, SvitError, sanitize
 from ..protocol import ProcessLike
@@ -104,7 +105,7 @@ class McpHttp:
         self._lock: anyio.Lock | None = None
 
     @property
-    def app(self) -> Callable[[Scope, Receive, Send], Any]:
+    def app(self) -> ASGIApp:
         """The ASGI application (for ``/mcp/{address}``)."""
         return self._handle
 
@@ -129,6 +130,9 @@ class McpHttp:
         return len(self._entries)
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":  # the transport is plain HTTP
+            await send({"type": "websocket.close", "code": 1003})
+            return
         if scope["type"] != "http":
             return
         state = scope.get("state")
@@ -159,26 +163,28 @@ class McpHttp:
                 self._entries.move_to_end(key)
                 entry.in_flight += 1
                 return entry
-            if len(self._entries) >= self._max_servers and not self._evict_one():
+            full = len(self._entries) >= self._max_servers
+            if full and all(other.in_flight for other in self._entries.values()):
                 raise _Refused(503, "unavailable", "too many processes are being served over MCP at once; retry later")
-            server = await self._build(address, access)
+            server = await self._build(address, access)  # a refused build evicts nothing
+            if full:
+                self._evict_one()
             entry = _Entry(StreamableHTTPSessionManager(server, stateless=True, json_response=True))
             await group.start(_run_manager, entry.manager, entry.stop)
             entry.in_flight += 1
             self._entries[key] = entry
             return entry
 
-    def _evict_one(self) -> bool:
-        """Stop the least recently used idle server; False when every one is busy."""
+    def _evict_one(self) -> None:
+        """Stop the least recently used idle server."""
         for key, entry in self._entries.items():
             if entry.in_flight == 0:
                 del self._entries[key]
                 entry.stop.set()
-                return True
-        return False
+                return
 
-    async def _build(self, address: str, access: Access) -> Any:
-        def build() -> Any:
+    async def _build(self, address: str, access: Access) -> Server[Any]:
+        def build() -> Server[Any]:
             return build_server(lambda: self._resolve(address), access=access)
 
         try:

@@ -19,12 +19,9 @@ from ..errors import SvitError
 from ..loop.messages import ToolCall
 from ..loop.tools import TOOL_SPECS, ToolTarget, error_text, run_tool
 
-__all__ = ["ACCESS_LEVELS", "Access", "READ_TOOLS", "ReadOnlyAccess", "WRITE_TOOLS", "call_tool", "check_access", "list_tools"]
+__all__ = ["Access", "READ_TOOLS", "ReadOnlyAccess", "WRITE_TOOLS", "call_tool", "check_access", "list_tools"]
 
 Access = Literal["read", "write"]
-
-#: What a connection may be given: "write" covers "read".
-ACCESS_LEVELS: tuple[str, ...] = ("read", "write")
 
 #: The tools that only observe the process.
 READ_TOOLS: frozenset[str] = frozenset({"discover", "read", "stat"})
