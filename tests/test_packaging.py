@@ -246,7 +246,7 @@ def test_the_test_extra_holds_every_other_extra() -> None:
     others = {req for name, reqs in extras.items() if name != "test" for req in reqs}
     assert others <= set(extras["test"])
     assert set(extras["all"]) == set(extras["http"]) | set(extras["restricted"]) | set(extras["openai"]) \
-        | set(extras["postgresql"])
+        | set(extras["postgresql"]) | set(extras["serve"]) | set(extras["chat"])
 
 
 def test_the_serve_and_chat_extras_are_declared_and_in_all_and_test() -> None:
