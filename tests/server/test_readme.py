@@ -7,10 +7,8 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("starlette")
-
-from svit.server import TokenSet  # noqa: E402
-from svit.server.tokens import Forbidden  # noqa: E402
+from svit.server import TokenSet
+from svit.server.tokens import Forbidden
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
