@@ -602,8 +602,12 @@ class ProcessStore:
                     raise PersistenceReferenced(f"{address} is referenced by fork {self._children(address)[0]}")
                 stage_thread_detach(self, batch, address)
                 self._stage_detach(batch, address)
+                # The receipts go too: they answer commits of the replaced history, and a
+                # retry of one of those must apply again rather than replay a lost answer.
                 for prefix, cf in ((keys.transaction_prefix(address), CF_RECORD),
                                    (keys.snapshot_prefix(address), CF_RECORD),
+                                   (keys.receipt_prefix(address), CF_RECORD),
+                                   (keys.receipt_order_prefix(address), CF_RECORD),
                                    (keys.path_prefix_key(address), CF_INDEX)):
                     for key, _ in self._scan(cf, prefix):
                         batch.delete(cf, key)

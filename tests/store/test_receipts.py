@@ -230,6 +230,21 @@ def test_receipts_are_removed_with_the_address(store: ProcessStore) -> None:
     assert controller.execute(request("r1", 0)).outcome.status == "committed"
 
 
+def test_an_archived_state_installed_over_the_address_drops_its_receipts(store: ProcessStore) -> None:
+    # The archive installs an older state: the commit r1 answered is gone with the replaced
+    # history, so a retry of r1 must apply again instead of replaying the lost answer.
+    older = make_process()
+    controller = ProcessController.durable(store.create(make_process()))
+    assert controller.execute(request("r1", 0, 2)).outcome.status == "committed"
+    assert stored_keys(store)
+    store.install_archived(older)
+    assert stored_keys(store) == []
+    controller = ProcessController.durable(store.resume(ADDRESS))
+    again = controller.execute(request("r1", 0, 2))
+    assert not again.replayed and again.outcome.status == "committed"
+    assert controller.process.read("/memory/count") == 2
+
+
 def test_a_fork_starts_without_receipts_and_a_cut_keeps_them(store: ProcessStore) -> None:
     handle = store.create(make_process())
     controller = ProcessController.durable(handle)
