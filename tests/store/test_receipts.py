@@ -395,11 +395,11 @@ def test_the_resumed_handle_keeps_hooks_mounts_and_fences(store: ProcessStore, t
     assert controller.process.fences == handle.fences  # type: ignore[attr-defined]
 
 
-def test_a_second_store_on_the_same_database(store: ProcessStore, engine_kind: str) -> None:
-    if engine_kind != "postgresql":
-        pytest.skip("only a shared engine can be opened twice at once")
+def test_a_second_store_on_the_same_database(postgresql_url: str) -> None:
+    # Only a shared engine can be opened twice at once (RocksDB refuses a second opener).
+    store = ProcessStore.open(postgresql_url)
     controller = ProcessController.durable(store.create(make_process()))
-    with ProcessStore.open(location_of(store)) as second:
+    with store, ProcessStore.open(postgresql_url) as second:
         remote = ProcessController.durable(second.resume(ADDRESS))
         assert remote.execute(request("r1", 0, client="server-b")).outcome.status == "committed"
         stale = controller.execute(request("r1", 0))
