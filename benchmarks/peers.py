@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
