@@ -166,8 +166,9 @@ def main() -> None:
         row = Row(f"(fib {fib_n})")
         result, steps = lisp_call(FIB_LISP, "fib", fib_n)
         checked("svit fib", result, want)
-        row.seconds["CPython"] = median_time(lambda: fib(fib_n), repeat)
-        row.seconds["svit"] = median_time(lambda: lisp_call(FIB_LISP, "fib", fib_n), repeat)
+        python_seconds = median_time(lambda: fib(fib_n), repeat)
+        svit_seconds = median_time(lambda: lisp_call(FIB_LISP, "fib", fib_n), repeat)
+        row.seconds.update({"CPython": python_seconds, "svit": svit_seconds})
         fib_source = FIB_PY + f"fib({fib_n})\n"
         if session is not None:
             checked("monty fib", session.feed_run(fib_source), want)
@@ -177,15 +178,16 @@ def main() -> None:
             row.seconds["starlark"] = median_time(lambda: starlark.run(fib_source), repeat)
         rows.append(row)
         fib_steps = steps
-        targets.append((f"(fib {fib_n}) svit / CPython", row.seconds["svit"] / row.seconds["CPython"], 2.0))
+        targets.append((f"(fib {fib_n}) svit / CPython", svit_seconds / python_seconds, 2.0))
 
         # 2. the tail loop
         row = Row(f"tail loop x{loop_n:,}")
         result, steps = lisp_call(LOOP_LISP, "loop", loop_n, 0)
         checked("svit loop", result, loop_n)
         checked("python loop", loop(loop_n, 0), loop_n)
-        row.seconds["CPython"] = median_time(lambda: loop(loop_n, 0), repeat)
-        row.seconds["svit"] = median_time(lambda: lisp_call(LOOP_LISP, "loop", loop_n, 0), repeat)
+        python_seconds = median_time(lambda: loop(loop_n, 0), repeat)
+        svit_seconds = median_time(lambda: lisp_call(LOOP_LISP, "loop", loop_n, 0), repeat)
+        row.seconds.update({"CPython": python_seconds, "svit": svit_seconds})
         if session is not None:
             source = LOOP_PY + f"loop({loop_n}, 0)\n"
             checked("monty loop", session.feed_run(source), loop_n)
@@ -196,7 +198,7 @@ def main() -> None:
             row.seconds["starlark"] = median_time(lambda: starlark.run(star_source), repeat)
         rows.append(row)
         loop_steps = steps
-        targets.append((f"tail loop x{loop_n:,} svit / CPython while", row.seconds["svit"] / row.seconds["CPython"], 2.0))
+        targets.append((f"tail loop x{loop_n:,} svit / CPython while", svit_seconds / python_seconds, 2.0))
 
         # 3. the counter activation
         row = Row("counter activation")
