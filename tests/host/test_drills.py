@@ -38,7 +38,7 @@ PAUSE = LEASE_TTL * 2.5
 #: The drill disrupts for at most this long, then waits for the hosts to finish (bounds
 #: in seconds from the start; a loaded machine makes PostgreSQL commits slow).
 DISRUPT_SECONDS = 35
-DRAIN_SECONDS = 80
+DRAIN_SECONDS = 120
 
 
 @dataclass
