@@ -1,6 +1,7 @@
 """An activation reuses a script's compiled code only while the script and limits are the
 same: an edit of /lib (in the same activation or an earlier one), a rolled-back edit,
-other limits and a fork each run exactly the code and state they should."""
+other limits and a fork each run exactly the code and state they should. Parsed paths
+are reused too, and a malformed one is refused every time."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import pytest
 
 from svit import Limits, Process
 from svit.activation import compile_check
-from svit.errors import SvitError
+from svit.errors import InvalidPath, SvitError
 from svit.lisp.budget import Budget
+from svit.paths import parse
 
 COUNTER = (
     '(define (main input) (let ((n (+ (read "/memory/count") (map-get input "by"))))'
@@ -82,3 +84,15 @@ def test_a_fork_and_its_parent_share_no_state_through_reused_code() -> None:
     restored = Process.restore(child.snapshot())
     assert restored.exec("/lib/counter", {"by": 100}).output == 112
     assert child.read("/memory/count") == 12 and parent.read("/memory/count") == 3
+
+
+def test_a_parsed_path_is_the_same_every_time_and_a_bad_one_fails_every_time() -> None:
+    assert parse("/memory/count") == parse("/memory/count") == ("memory", "count")
+    for _ in range(2):
+        with pytest.raises(InvalidPath, match="empty path segment"):
+            parse("/memory//count")
+        with pytest.raises(InvalidPath, match="must be absolute"):
+            parse("memory/count")
+    long = "/memory/" + "k" * 1000
+    assert parse(long) == ("memory", "k" * 1000) == parse(long)
+    assert parse("/") == parse("") == ()
