@@ -475,13 +475,13 @@ class Interpreter:
             # (both depend on the key alone): charge its steps and reuse it, with no
             # run context to enter. One whose steps do not fit (or a compile inside a
             # run holding a slice of steps) takes the guarded path below, unchanged.
-            key = self._compile_key(source, self.installed_names())
+            known = self._compile_key(source, self.installed_names())
             with _compile_lock:
-                found = _compile_cache.get(key)
-                if found is not None and found[1] <= budget.remaining:
-                    _compile_cache.move_to_end(key)
-                    budget.take(found[1])  # no time passes: the clock is not consulted
-                    return found[0]
+                hit = _compile_cache.get(known)
+                if hit is not None and hit[1] <= budget.remaining:
+                    _compile_cache.move_to_end(known)
+                    budget.take(hit[1])  # no time passes: the clock is not consulted
+                    return hit[0]
         with self._guard(None):
             program = source if isinstance(source, Program) else read(source)
             check_program_limits(program, self.limits.max_syntax_depth, self.limits.max_integer_bits)
