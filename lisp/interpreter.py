@@ -16,7 +16,7 @@ import threading
 import warnings
 from collections import OrderedDict
 from types import FunctionType, TracebackType
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, Mapping
 
 import blake3
 
@@ -42,7 +42,7 @@ from .resolve import HostNames, host_names, resolve
 from .syntax import expected_arguments
 from .values import Keyword, LispList, LispValue, Name, make_quoted, mark_function, type_name
 
-__all__ = ["RUN_RECURSION_LIMIT", "Interpreter", "as_lisp_error", "evaluate"]
+__all__ = ["RUN_RECURSION_LIMIT", "HostFunctionTable", "Interpreter", "as_lisp_error", "evaluate"]
 
 #: The Python recursion limit while a run is active. Guest recursion is bounded by
 #: max_call_stack (hard max 4,096, a few Python frames per call) long before this.
@@ -246,6 +246,27 @@ _compile_lock = threading.Lock()
 _COMPILE_CACHE_SIZE = 256
 
 
+#: ``{global_name(name): (name, fn or method name, min_args, max_args)}``
+HostEntries = Mapping[str, tuple[str, Any, int, int | None]]
+
+
+class HostFunctionTable:
+    """A fixed set of host functions, prepared once for the many namespaces it is installed in.
+
+    Installing it is a few bulk updates, and the names a namespace holding only it
+    offers are interned from one frozen set whose hash is computed once.
+    """
+
+    __slots__ = ("entries", "arities", "arity_items", "names")
+
+    def __init__(self, entries: HostEntries) -> None:
+        self.entries: dict[str, tuple[str, Any, int, int | None]] = dict(entries)
+        self.arities: dict[str, tuple[int, int | None]] = {
+            name: (min_args, max_args) for name, _fn, min_args, max_args in self.entries.values()}
+        self.arity_items = frozenset(self.arities.items())
+        self.names = frozenset(self.arities)
+
+
 class Interpreter:
     """One guest namespace: install host names, run a source, call its functions."""
 
@@ -277,6 +298,8 @@ class Interpreter:
         self.host_values: set[str] = set()
         self._host_names: HostNames | None = None
         self._names_seen = 0
+        #: The frozen arities of the one table that is all the host functions, if so.
+        self._table_items: frozenset[tuple[str, tuple[int, int | None]]] | None = None
 
     # ------------------------------------------------------------------ host installation
     def define_function(self, name: str, fn: Callable[..., Any], min_args: int = 0, max_args: int | None = None) -> None:
@@ -292,20 +315,27 @@ class Interpreter:
         self.host_values.discard(name)
         self.host_functions[name] = (min_args, max_args)
         self._host_names = None
+        self._table_items = None
 
-    def define_functions(self, entries: dict[str, tuple[str, Any, int, int | None]], owner: Any = None) -> None:
+    def define_functions(self, entries: HostEntries | HostFunctionTable, owner: Any = None) -> None:
         """Install many host functions at once: ``{global_name(name): (name, fn, min, max)}``.
 
         ``fn`` may be the name of a method of ``owner``, looked up only if a program uses it.
+        A :class:`HostFunctionTable` installs the same entries without preparing them again.
         """
-        for gname in entries:
-            self.globals.pop(gname, None)
-        self.defined.update(entries)
-        self.pending.update(entries)
+        table = entries if isinstance(entries, HostFunctionTable) else HostFunctionTable(entries)
+        g = self.globals
+        if not g.keys().isdisjoint(table.entries):
+            for gname in table.entries:
+                g.pop(gname, None)
+        self.defined.update(table.entries)
+        self.pending.update(table.entries)
         self.owner = owner
-        for name, _fn, min_args, max_args in entries.values():
-            self.host_values.discard(name)
-            self.host_functions[name] = (min_args, max_args)
+        if self.host_values:
+            self.host_values.difference_update(table.names)
+        fresh = not self.host_functions
+        self.host_functions.update(table.arities)
+        self._table_items = table.arity_items if fresh else None
         self._host_names = None
 
     def _materialize(self, gname: str) -> None:
@@ -381,7 +411,8 @@ class Interpreter:
         self.pending.pop(gname, None)
         self.defined.add(gname)
         self.globals[gname] = value
-        self.host_functions.pop(name, None)
+        if self.host_functions.pop(name, None) is not None:
+            self._table_items = None
         self.host_values.add(name)
         self._host_names = None
 
@@ -397,7 +428,8 @@ class Interpreter:
             if len(self.defined) > len(self.host_functions) + len(self.host_values):
                 host = {global_name(n) for n in self.host_functions} | {global_name(n) for n in self.host_values}
                 values.update(lisp_name_of(g) for g in self.defined - host)
-            found = self._host_names = host_names(self.host_functions, values)
+            functions = self._table_items if self._table_items is not None else self.host_functions
+            found = self._host_names = host_names(functions, values)
             self._names_seen = len(self.defined)
         return found
 
@@ -436,22 +468,27 @@ class Interpreter:
         a shared one. A cached compile charges ``budget`` the steps it took when it was
         made, so whether a compile fits a budget never depends on the cache.
         """
+        if budget is None:
+            budget = Budget(self.limits.max_steps, self.limits.max_execution_millis)
+        if not isinstance(source, Program) and self.globals["_s"] == 0:
+            # A source compiled before under the same key was read and checked then
+            # (both depend on the key alone): charge its steps and reuse it, with no
+            # run context to enter. One whose steps do not fit (or a compile inside a
+            # run holding a slice of steps) takes the guarded path below, unchanged.
+            known = self._compile_key(source, self.installed_names())
+            with _compile_lock:
+                hit = _compile_cache.get(known)
+                if hit is not None and hit[1] <= budget.remaining:
+                    _compile_cache.move_to_end(known)
+                    budget.take(hit[1])  # no time passes: the clock is not consulted
+                    return hit[0]
         with self._guard(None):
-            if budget is None:
-                budget = Budget(self.limits.max_steps, self.limits.max_execution_millis)
             program = source if isinstance(source, Program) else read(source)
             check_program_limits(program, self.limits.max_syntax_depth, self.limits.max_integer_bits)
             key = None
             names = self.installed_names()
             if not isinstance(source, Program):
-                key = (
-                    blake3.blake3(source.encode("utf-8", "surrogatepass")).digest(),
-                    self.filename,
-                    # Every limit compile-time code ran under: a compile accepted under
-                    # larger limits is never reused under smaller ones.
-                    self.limits,
-                    names,  # interned: the same installed names are the same object
-                )
+                key = self._compile_key(source, names)
                 with _compile_lock:
                     found = _compile_cache.get(key)
                     if found is not None:
@@ -468,6 +505,16 @@ class Interpreter:
                     if len(_compile_cache) > _COMPILE_CACHE_SIZE:
                         _compile_cache.popitem(last=False)
             return compiled
+
+    def _compile_key(self, source: str, names: HostNames) -> tuple[bytes, str, LispLimits, HostNames]:
+        return (
+            blake3.blake3(source.encode("utf-8", "surrogatepass")).digest(),
+            self.filename,
+            # Every limit compile-time code ran under: a compile accepted under
+            # larger limits is never reused under smaller ones.
+            self.limits,
+            names,  # interned: the same installed names are the same object
+        )
 
     def _compile_program(
         self, program: Program, names: HostNames | None, parent: Expander | None = None, budget: Budget | None = None

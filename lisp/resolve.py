@@ -68,9 +68,10 @@ class HostNames:
         return name in self.functions or name in self.values
 
 
-def host_names(functions: Mapping[str, Arity], values: Iterable[str]) -> HostNames:
-    """The interned :class:`HostNames` for these functions and values."""
-    return _interned_host_names(frozenset(functions.items()), frozenset(values))
+def host_names(functions: Mapping[str, Arity] | frozenset[tuple[str, Arity]], values: Iterable[str]) -> HostNames:
+    """The interned :class:`HostNames` for these functions (or their frozen items) and values."""
+    items = functions if isinstance(functions, frozenset) else frozenset(functions.items())
+    return _interned_host_names(items, frozenset(values))
 
 
 @lru_cache(maxsize=1024)

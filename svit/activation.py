@@ -19,7 +19,7 @@ from svit.lisp import context as lisp_context
 from svit.lisp.budget import Budget
 from svit.lisp.context import LispLimits
 from svit.lisp.errors import HostFunctionError, LispError
-from svit.lisp.interpreter import Interpreter
+from svit.lisp.interpreter import HostFunctionTable, Interpreter
 
 from . import stdlib, tree
 from ._ports import failure_text, log_port_failure
@@ -65,6 +65,8 @@ class Activation:
 
 
 _LISP_LIMITS: dict[Any, LispLimits] = {}
+#: The guest functions, prepared once: every activation and write-time check installs them.
+GUEST_TABLE = HostFunctionTable(GUEST_FUNCTIONS)
 
 
 def lisp_limits(limits: Any) -> LispLimits:
@@ -110,7 +112,7 @@ def compile_check(name: str, source: str, limits: Any, budget: Budget | None = N
     # resolved at write time against exactly what it will run with.
     interp.define_value("input", NULL_VALUE)
     interp.define_value("*svit-version*", SVIT_VERSION)
-    interp.define_functions(GUEST_FUNCTIONS)
+    interp.define_functions(GUEST_TABLE)
     try:
         interp.compile(source, budget)
     except LispError as exc:
@@ -245,7 +247,7 @@ class WorkingState(GuestHelpers):
         # compile_check installs the same names (a test keeps the two equal).
         interp.define_value("input", to_lisp(input_node))
         interp.define_value("*svit-version*", SVIT_VERSION)
-        interp.define_functions(GUEST_FUNCTIONS, owner=self)
+        interp.define_functions(GUEST_TABLE, owner=self)
 
     def fn_value_get(self, value: Any, path: Any) -> Any:
         segments = parse(_text(path, "value-get path"))

@@ -36,10 +36,29 @@ ADDRESS_PREFIX = "svit://"
 MAX_ADDRESS_BYTES = 256
 
 
+#: Parsed paths by text: scripts name the same few paths on every activation. Bounded
+#: in entries and in the length of a path kept; errors are never kept (each raises again).
+_PARSED: dict[str, Segments] = {}
+_PARSED_ENTRIES = 4096
+_PARSED_TEXT = 256
+
+
 def parse(path: str) -> Segments:
     """Split an absolute path into segments; every malformed form is ``InvalidPath``."""
     if type(path) is not str:
         raise InvalidPath("paths must be text")
+    found = _PARSED.get(path)
+    if found is not None:
+        return found
+    segments = _parse(path)
+    if len(path) <= _PARSED_TEXT:
+        if len(_PARSED) >= _PARSED_ENTRIES:
+            _PARSED.clear()
+        _PARSED[path] = segments
+    return segments
+
+
+def _parse(path: str) -> Segments:
     if path == "" or path == "/":
         return ()
     if path[0] != "/":

@@ -1,0 +1,52 @@
+"""The fixed cost of one trivial activation, side by side in one run (medians as ratios).
+
+The counter activation (read a counter, add the input's ``by``, write, commit) on an
+in-memory process, against a host ``Process.write`` of the same value: the write is the
+commit alone, so the ratio is what running the script adds on top of committing.
+The two are timed alternately so both see the same machine conditions.
+
+Run: python benchmarks/activation.py [--repeat N]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from common import paired_medians
+
+from svit import Process
+
+__all__ = ["COUNTER_BY", "counter_process", "main"]
+
+COUNTER_BY = (
+    '(define (main input) (let ((n (+ (read "/memory/count") (map-get input "by"))))'
+    ' (do (write "/memory/count" n) n)))'
+)
+
+
+def counter_process(address: str) -> Process:
+    """An in-memory process holding the counter script and a counter at 0."""
+    return Process.builder(address).memory("count", 0).library("counter", COUNTER_BY).build()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeat", type=int, default=2001)
+    args = parser.parse_args()
+    process = counter_process("svit://local/bench/activation")
+    by = {"by": 1}
+    for _ in range(min(200, args.repeat)):  # warm the caches an activation keeps
+        process.exec("/lib/counter", by)
+    counter = [0]
+
+    def write() -> None:
+        counter[0] += 1
+        process.write("/memory/other", counter[0])
+
+    ours, base = paired_medians(lambda: process.exec("/lib/counter", by), write, args.repeat)
+    print(f"counter activation (in memory): {ours * 1e6:.1f} us vs Process.write {base * 1e6:.1f} us"
+          f" -> ratio {ours / base:.2f} (aim: about 25 us)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,21 @@
+"""The activation benchmark runs end to end and prints its row (timing is never asserted)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_activation_benchmark_prints_the_counter_row_as_a_ratio() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "activation.py"), "--repeat", "5"], cwd=ROOT,
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    (line,) = result.stdout.splitlines()
+    assert re.fullmatch(r"counter activation \(in memory\): \d+\.\d us vs Process\.write \d+\.\d us"
+                        r" -> ratio \d+\.\d\d \(aim: about 25 us\)", line), line
