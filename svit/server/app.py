@@ -286,7 +286,7 @@ def create_app(store: ProcessStore, tokens: TokenSet, *, options: ServeOptions |
                 await stack.enter_async_context(mcp.lifespan())
             yield
 
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HttpRefusal: _refused, HTTPException: _refused})
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HttpRefusal: _refused, HTTPException: _refused, Exception: _refused})
     #: Ends every open event stream (a stopping server calls it, so it need not wait for them).
     app.state.stop_streams = server.feed.close
     return app
