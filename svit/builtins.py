@@ -12,7 +12,8 @@ The helpers that are new in v2 live here as methods of :class:`GuestHelpers`, a 
 
 Failures follow one rule. *Hard* failures are never turned into data: Lisp limit errors,
 the step budget, ``ResourceLimitExceeded``, ``ExecutionLimitExceeded``, any failure of a
-port call (:class:`PortFailed`, kept through nested ``exec``), and interpreter faults.
+port call (:class:`PortFailed`, kept through nested ``exec``), a change refused by a
+read-only evaluation (``ReadOnlyEvaluation``), and interpreter faults.
 Every other failure (``ScriptFailed``, ``InvalidPath``, ``InvalidValue``, a Lisp runtime
 error such as a type error) is *recoverable*: ``safe-call``, ``dispatch-safe`` and the
 ``*-safe`` helpers return it as ``{"ok": false, "error": text}``. When ``safe-call`` or
@@ -36,7 +37,7 @@ from svit.lisp.names import global_name
 from svit.lisp.values import Foreign, is_function, type_name
 
 from . import tree
-from .errors import ExecutionLimitExceeded, ResourceLimitExceeded, ScriptFailed, SvitError, sanitize
+from .errors import ExecutionLimitExceeded, ReadOnlyEvaluation, ResourceLimitExceeded, ScriptFailed, SvitError, sanitize
 from .errors import InternalError as HostInternalError
 from .guest import SvitValue, to_lisp, to_node
 from .tree import Node
@@ -58,6 +59,7 @@ HARD_FAILURES: tuple[type[BaseException], ...] = (
     ResourceLimitExceeded,
     ExecutionLimitExceeded,
     PortFailed,
+    ReadOnlyEvaluation,
     RecursionError,
     MemoryError,
 )

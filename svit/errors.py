@@ -39,6 +39,7 @@ __all__ = [
     "PersistenceReferenced",
     "PersistenceUnavailable",
     "PortContextUnavailable",
+    "ReadOnlyEvaluation",
     "ResourceLimitExceeded",
     "ScriptFailed",
     "ScriptNotFound",
@@ -151,6 +152,15 @@ class ScriptFailed(SvitError):
         super().__init__(detail)
         self.stack: list[Frame] = list(stack)
         self.kind = kind
+
+
+class ReadOnlyEvaluation(SvitError):
+    """A read-only evaluation (``evaluate``) tried to change something: a ``write`` or
+    ``remove`` (of ``/memory``, ``/lib`` or a mount), a ``send!``, or a ``port-call``. The
+    detail names the operation and its target (``write /memory/x``). Nothing was changed
+    or called; run the source with ``exec_inline`` to commit it. No safe helper captures it."""
+
+    code, prefix = "read_only_evaluation", "read-only evaluation refused"
 
 
 class InternalError(SvitError):

@@ -41,6 +41,7 @@ from .errors import (
     SvitError,
     sanitize,
 )
+from .evaluation import evaluate as evaluate_read_only
 from .limits import Limits
 from .mounts import Mount, MountPath
 from .mutation import Append, Mutation, Remove, RemoveFront, Set, apply_each
@@ -691,6 +692,12 @@ class Process:
             raise InvalidValue("inline source must be text")
         compile_check(INLINE_NAME, source, self.limits)
         return self._activate(INLINE_NAME, source, input, dry_run)
+
+    def evaluate(self, source: str, input: Any = None) -> Activation:
+        """Run one-off source like :meth:`exec_inline`, read-only: nothing is committed, and a
+        write, remove, ``send!`` or port call inside it fails with ``ReadOnlyEvaluation``
+        (see :mod:`svit.evaluation`). The result has ``committed=False`` and this version."""
+        return evaluate_read_only(self, source, input)
 
     def _activate(
         self, name: str, inline_source: str | None, input: Any, dry_run: bool = False, consume: RemoveFront | None = None,

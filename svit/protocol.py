@@ -88,6 +88,11 @@ class ProcessLike(Protocol):
         """Run one-off source that is never stored: one committed version, or nothing."""
         ...
 
+    def evaluate(self, source: str, input: Any = None) -> Activation:
+        """Run one-off source read-only: its output and logs, nothing committed; a write,
+        remove, ``send!`` or port call inside it fails with ``ReadOnlyEvaluation``."""
+        ...
+
     def attach_mount(self, name: str, mount: Mount) -> Change | None:
         """Attach a mount provider; commits its descriptor only when it differs."""
         ...

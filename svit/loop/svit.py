@@ -263,6 +263,10 @@ class Svit:
         """Run one-off source with the attached ports; the source is never stored."""
         return self._activated(self._process.exec_inline(source, input, dry_run=dry_run))
 
+    def evaluate(self, source: str, input: Any = None) -> Activation:
+        """Run one-off source read-only (a port call is refused: it is an effect)."""
+        return self._process.evaluate(source, input)
+
     def attach_mount(self, name: str, mount: Mount) -> Change | None:
         change = self._process.attach_mount(name, mount)
         self._worker.committed(change)

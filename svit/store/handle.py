@@ -188,6 +188,10 @@ class DurableProcess:
     def exec_inline(self, source: str, input: Any = None, *, dry_run: bool = False) -> Activation:
         return self._process.exec_inline(source, input, dry_run=dry_run)
 
+    def evaluate(self, source: str, input: Any = None) -> Activation:
+        """As :meth:`Process.evaluate`: read-only, so nothing reaches the store."""
+        return self._process.evaluate(source, input)
+
     def enqueue_inbox(self, value: Any) -> Change:
         return self._process.enqueue_inbox(value)
 
