@@ -4,10 +4,10 @@ Every failure prints one line, ``svit: <code>: <message>``, on stderr and exits 
 usage errors exit 2. Set ``SVIT_DEBUG=1`` to see a Python traceback instead.
 
 Importing ``svit`` loads the in-memory runtime, so this module imports it at the top.
-Four imports are deferred into the commands that need them, each because it would
+Some imports are deferred into the commands that need them, each because it would
 otherwise load on every start, ``svit --version`` included: the durable store and the
-archive (``rocksdict``, ~90-170 ms), the fixture runner, the console, and
-``platformdirs``.
+archive (``rocksdict``, ~90-170 ms), the fixture runner, the console and the REPL
+(``prompt_toolkit``), and ``platformdirs``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -112,30 +112,9 @@ def cmd_spec(args: argparse.Namespace) -> int:
 
 
 def cmd_repl(args: argparse.Namespace) -> int:
-    from .console import Repl  # noqa: PLC0415 - deferred: see the module docstring
+    from . import repl  # noqa: PLC0415 - deferred: see the module docstring
 
-    process = open_process_for(args)
-    interactive = sys.stdin.isatty()
-    if interactive:
-        try:
-            import readline  # noqa: F401, PLC0415 - line editing and history for input(), only when interactive
-        except ImportError:  # pragma: no cover - not on every platform
-            pass
-        sys.stdout.write("Svit REPL on " + process.address + " (:help for commands, :quit to leave)\n")
-
-        def lines() -> Iterator[str]:
-            prompt = "svit> "
-            while True:
-                try:
-                    line = input(prompt)
-                except EOFError:
-                    return
-                yield line
-                prompt = "svit> "
-
-        Repl(process, sys.stdout).run(lines())
-    else:
-        Repl(process, sys.stdout).run(iter(sys.stdin))
+    repl.run(open_process_for(args), sys.stdin, sys.stdout)
     return 0
 
 
@@ -530,7 +509,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("directory", nargs="?", help="a directory of fixture files")
     p.set_defaults(run=cmd_spec)
 
-    p = commands.add_parser("repl", help="evaluate forms as activations (in memory when no address)", parents=[common])
+    p = commands.add_parser("repl", help="evaluate forms; only those that change something commit (in memory when no address)", parents=[common])
     p.add_argument("address", nargs="?", help="a durable process address")
     p.set_defaults(run=cmd_repl)
 
