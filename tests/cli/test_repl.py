@@ -81,21 +81,18 @@ def test_ctrl_c_drops_the_line_and_the_session_goes_on() -> None:
     assert p.version == 0 and p.read("/memory/dropped") is None
 
 
-def test_history_is_kept_between_sessions(tmp_path: Path) -> None:
-    history = tmp_path / "data" / "repl_history"
+def test_history_is_kept_between_sessions_in_the_user_data_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    history = history_path()
+    assert history == tmp_path / "data" / "svit" / "repl_history" and not history.exists()
     first, _ = drive("(do\r 7)\r(+ 40 2)\r" + CTRL_D, history=history)
     assert first == "7\n42\n"
     assert "+(+ 40 2)" in history.read_text() and "+(do\n+ 7)" in history.read_text()
+    assert history.stat().st_mode & 0o077 == 0  # what a person typed is theirs only
     # Up twice: the entry before the last (two lines, recalled whole), from the file the
     # first session wrote.
-    second, _ = drive(UP + UP + "\r" + CTRL_D, history=history)
+    second, _ = drive(UP + UP + "\r" + CTRL_D, history=history_path())
     assert second == "7\n"
-    assert history.stat().st_mode & 0o077 == 0
-
-
-def test_the_history_lives_in_the_platform_user_data_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
-    assert history_path() == tmp_path / "svit" / "repl_history"
 
 
 # ---------------------------------------------------------------------- completion
@@ -185,6 +182,14 @@ def test_a_writing_form_commits_one_version() -> None:
     session.handle('(write "/memory/count" (+ 1 41))')
     assert p.version == 1 and p.read("/memory/count") == 42
     assert out.getvalue() == "null\n; version 1 committed (/memory/count)\n"
+
+
+def test_a_message_is_queued_once_and_shown() -> None:
+    p = process()
+    out = io.StringIO()
+    Session(p, out).handle('(send! "svit://local/test/other" (value-map "hi" 1))')
+    assert p.version == 1 and [m["body"] for m in p.message_intents()] == [{"hi": 1}]
+    assert '; message to svit://local/test/other: {"hi": 1}' in out.getvalue().splitlines()
 
 
 def test_a_port_call_runs_once() -> None:
