@@ -381,6 +381,12 @@ class _FollowingLock(GroupCommit[WriteBatch]):
             yield
 
 
+def _open_secondary(path: str, scratch: str) -> rocksdict.Rdict:
+    column_families = {name: _reader_options() for name in COLUMN_FAMILIES if name != CF_DEFAULT}
+    return rocksdict.Rdict(path, _reader_options(), column_families=column_families,
+                           access_type=rocksdict.AccessType.secondary(scratch))
+
+
 class RocksDBReader(RocksDBEngine):
     """A read-only view of a store directory that follows its writer.
 
@@ -390,13 +396,26 @@ class RocksDBReader(RocksDBEngine):
     is entered from outside (every store operation enters it), at most every
     :data:`FOLLOW_SECONDS`, or at once through :meth:`follow`. Every write is refused
     (:attr:`read_only`) before anything is staged.
+
+    Catching up is not enough when the writer flushed its memory tables (it does when
+    one fills, and when it closes): RocksDB's secondary then goes on answering point
+    reads of the keys written just before the flush from the memory table it replayed
+    earlier, so a head read and a scan of the transactions could disagree. A flush
+    always starts a new write-ahead log file (or, at close, deletes the old one), so
+    when the set of log files differs from the one this instance was opened or last
+    caught up on, the reader opens a fresh secondary instance instead, which reads the
+    flushed files as they are.
     """
 
     read_only = True
 
-    def __init__(self, path: str, db: rocksdict.Rdict, scratch: str) -> None:
+    def __init__(self, path: str, db: rocksdict.Rdict, scratch: str, logs: frozenset[str]) -> None:
         super().__init__(path, db)
         self._scratch = scratch
+        self._instances = 1
+        self._logs = logs
+        #: How many times a fresh secondary instance replaced the previous one (for tests).
+        self.reopened = 0
         self._caught_up = time.monotonic()
         self._closing = False
         self.lock = _FollowingLock(self._write_group, self._follow_if_due)
@@ -426,9 +445,9 @@ class RocksDBReader(RocksDBEngine):
                 raise PersistenceUnavailable(
                     f"store lacks the column families {missing}: open it for writing once to add them", reason="unknown")
             scratch = tempfile.mkdtemp(prefix="svit-reader-")
-            column_families = {name: _reader_options() for name in existing if name != CF_DEFAULT}
-            db = rocksdict.Rdict(path, _reader_options(), column_families=column_families,
-                                 access_type=rocksdict.AccessType.secondary(scratch))
+            logs = _log_files(path)
+            os.mkdir(os.path.join(scratch, "1"))
+            db = _open_secondary(path, os.path.join(scratch, "1"))
         except BaseException as exc:
             if scratch is not None:
                 shutil.rmtree(scratch, ignore_errors=True)
@@ -436,7 +455,7 @@ class RocksDBReader(RocksDBEngine):
                 raise
             raise storage_error(exc, "cannot open store to read") from None
         try:
-            return cls(path, db, scratch)
+            return cls(path, db, scratch, logs)
         except Exception as exc:
             _close_quietly(db)
             shutil.rmtree(scratch, ignore_errors=True)
@@ -456,13 +475,41 @@ class RocksDBReader(RocksDBEngine):
             self._catch_up()
 
     def _catch_up(self) -> None:
+        """Called holding the lock, with no operation in progress on this thread."""
         if self._closed:
             return
         try:
-            self._db.try_catch_up_with_primary()
+            before = _log_files(self.path)
+            if before == self._logs:
+                self._db.try_catch_up_with_primary()
+                after = _log_files(self.path)
+                if after == before:
+                    self._caught_up = time.monotonic()
+                    return
+            self._reopen()
+        except SvitError:
+            raise
         except Exception as exc:
             raise storage_error(exc, "cannot follow the store's writer") from None
         self._caught_up = time.monotonic()
+
+    def _reopen(self) -> None:
+        """Replace the secondary instance by a fresh one (its own scratch directory)."""
+        logs = _log_files(self.path)
+        self._instances += 1
+        scratch = os.path.join(self._scratch, str(self._instances))
+        os.mkdir(scratch)
+        db = _open_secondary(self.path, scratch)
+        self._db = db
+        self._handles = {name: db.get_column_family_handle(name) for name in COLUMN_FAMILIES}
+        self._column_families = {
+            name: (db if name == CF_DEFAULT else db.get_column_family(name)) for name in COLUMN_FAMILIES
+        }
+        self._logs = logs
+        self.reopened += 1
+        # The previous instance is let go of, not closed: a scan another thread is still
+        # reading keeps it until it ends (a secondary holds no lock, only open files).
+        shutil.rmtree(os.path.join(self._scratch, str(self._instances - 1)), ignore_errors=True)
 
     # A read outside any store operation enters the lock first, so it catches up too.
     def get(self, space: str, key: bytes) -> bytes | None:
@@ -489,3 +536,11 @@ class RocksDBReader(RocksDBEngine):
             super()._release()
         finally:
             shutil.rmtree(self._scratch, ignore_errors=True)
+
+
+def _log_files(path: str) -> frozenset[str]:
+    """The writer's write-ahead log files (a flush starts a new one)."""
+    try:
+        return frozenset(name for name in os.listdir(path) if name.endswith(".log"))
+    except OSError as exc:
+        raise storage_error(exc, "cannot follow the store's writer") from None

@@ -303,3 +303,31 @@ def test_a_postgresql_database_without_a_store_is_not_found_and_left_alone(postg
         tables = conn.execute("SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema() "
                               "AND table_name LIKE 'svit\\_%'").fetchone()
     assert tables == (0,)
+
+
+def test_a_reader_sees_the_last_commit_before_the_writer_flushes_or_closes(tmp_path: Path) -> None:
+    """RocksDB's secondary keeps answering point reads of keys written just before a flush
+    from its old memory table; the reader opens a fresh instance when the writer's log
+    files change, so the head it reads always matches the history it scans."""
+    path = tmp_path / "store"
+    writer = ProcessStore.open(path)
+    handle = writer.create(Process.builder(ADDR).memory("n", 0).build())
+    reader = ProcessStore.open(path, read_only=True)
+    try:
+        for n in range(1, 6):
+            handle.write("/memory/n", n)
+            writer.engine._db.flush()  # what a full memory table does
+            reader.follow()
+            view = reader.resume(ADDR)
+            assert (view.version, view.read("/memory/n")) == (n, n)
+        for n in range(6, 9):  # a writer that commits and exits, then another one
+            handle.write("/memory/n", n)
+            writer.close()  # RocksDB flushes at close
+            reader.follow()
+            assert reader.resume(ADDR).read("/memory/n") == n
+            writer = ProcessStore.open(path)
+            handle = writer.resume(ADDR)
+        assert reader.engine.reopened >= 1  # type: ignore[attr-defined]
+    finally:
+        reader.close()
+        writer.close()
