@@ -477,9 +477,11 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if not 1 <= args.limit <= MAX_LIST:
         return _usage_error(f"--limit must be between 1 and {MAX_LIST}")
     try:
-        listing = list_processes(open_store(args, read_only=True), args.limit)
+        store = open_store(args, read_only=True)
     except PersistenceNotFound:  # no store yet: no processes
-        listing = {"more": False, "processes": []}
+        listing: dict[str, Any] = {"more": False, "processes": []}
+    else:
+        listing = list_processes(store, args.limit)
     if args.json:
         output(args, listing)
         return 0

@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from .errors import PersistenceNotFound
 from .loop.attempts import inbox_item_id, read_turn_state
 from .loop.events import INPUT_MESSAGE, OUTPUT_MESSAGE, TOOL_COMPLETED, TOOL_STARTED, TURN_FAILED
 from .store.events import StoreEventLog
@@ -68,7 +69,10 @@ def list_processes(store: ProcessStore, limit: int = 100) -> dict[str, Any]:
     addresses = store.addresses()
     processes = []
     for address in addresses[:limit]:
-        handle = store.resume(address)
+        try:
+            handle = store.resume(address)
+        except PersistenceNotFound:
+            continue  # removed since it was listed
         last = _last_transaction(handle)
         processes.append({
             "address": address,

@@ -172,3 +172,14 @@ def test_a_writing_command_names_the_svit_command_holding_the_store(store_path, 
         if repl.stdin is not None:
             repl.stdin.close()
         repl.wait(timeout=30)
+
+
+def test_a_process_removed_while_listing_is_left_out(store_path, monkeypatch):
+    from svit.operators import list_processes
+
+    with ProcessStore.open(store_path) as store:
+        listed = store.addresses()
+        store.remove(PLAIN)
+        monkeypatch.setattr(store, "addresses", lambda: listed)  # listed just before the removal
+        listing = list_processes(store, 10)
+    assert [entry["address"] for entry in listing["processes"]] == [AGENT] and listing["more"] is False
