@@ -404,7 +404,9 @@ class RocksDBReader(RocksDBEngine):
     always starts a new write-ahead log file (or, at close, deletes the old one), so
     when the set of log files differs from the one this instance was opened or last
     caught up on, the reader opens a fresh secondary instance instead, which reads the
-    flushed files as they are.
+    flushed files as they are. (That reopen skips the open-time checks: the MANIFEST
+    check reads up to 4 MiB in Python, too slow to repeat at every flush of a live
+    writer whose files the first open verified.)
     """
 
     read_only = True
