@@ -1,0 +1,145 @@
+"""The console over a process store (embedded RocksDB or PostgreSQL), read directly.
+
+Browsing reads through a durable handle that is replaced by a fresh one whenever the
+stored head moves (another thread, host or process committed), so the tree always shows
+committed state. Changed paths come from the store's transaction records. Sending and
+running need a writer: by default the same handle; a store opened read-only is given a
+``writer`` that opens one on demand and says clearly when another process holds it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..store import DurableProcess, ProcessStore
+from ..store.events import StoreEventLog
+from ..thread import Message
+from .source import Commit, Difference, Note, TreeView, Unavailable, item_key, item_text
+
+__all__ = ["CONVERSATION_ITEMS", "StoreSource"]
+
+#: Inbox items, outbox intents and runtime events the conversation panel reads at most.
+CONVERSATION_ITEMS = 50
+
+
+class StoreSource:
+    """A :class:`~svit.console.source.ConsoleSource` over ``store``'s process ``address``."""
+
+    def __init__(self, store: ProcessStore, address: str, *,
+                 writer: Callable[[], DurableProcess] | None = None, read_only_reason: str | None = None) -> None:
+        self._store = store
+        self._handle = store.resume(address)
+        self._writer = writer
+        self._thread_seen = 0
+        self._session: str | None = None
+        missing: dict[str, str] = {}
+        if not hasattr(self._handle, "at"):
+            missing["at"] = "this store cannot read an older version (no time travel)"
+        if not hasattr(self._handle, "diff"):
+            missing["diff"] = "this store cannot compare versions (no time travel)"
+        if read_only_reason is not None and writer is None:
+            missing["send"] = missing["run"] = read_only_reason
+        self._unavailable = missing
+
+    @property
+    def address(self) -> str:
+        return self._handle.address
+
+    @property
+    def unavailable(self) -> Mapping[str, str]:
+        return self._unavailable
+
+    @property
+    def handle(self) -> DurableProcess:
+        """The current reading handle (fresh after another writer's commit)."""
+        return self._handle
+
+    def _follow(self) -> DurableProcess:
+        if self._handle.behind():
+            self._handle = self._handle.resumed()
+        return self._handle
+
+    def head(self) -> int:
+        return self._follow().version
+
+    def view(self, version: int | None = None) -> TreeView:
+        handle = self._follow()
+        if version is None or version == handle.version:
+            return handle
+        if "at" in self._unavailable:
+            raise Unavailable(self._unavailable["at"])
+        view: TreeView = handle.at(version)  # type: ignore[attr-defined]
+        return view
+
+    def commits_after(self, version: int, limit: int = 200) -> list[Commit]:
+        handle = self._follow()
+        if handle.version <= version:
+            return []
+        found = handle.query(version_from=version + 1, limit=limit)
+        return [Commit(t.process_version_after, t.source, tuple(t.touched_paths)) for t in found]
+
+    def history(self, limit: int = 200) -> list[Commit]:
+        handle = self._follow()
+        found = handle.query(version_from=max(1, handle.version - limit + 1), limit=limit)
+        return [Commit(t.process_version_after, t.source, tuple(t.touched_paths)) for t in reversed(found)]
+
+    def diff(self, before: int, after: int) -> list[Difference]:
+        if "diff" in self._unavailable:
+            raise Unavailable(self._unavailable["diff"])
+        found = self._follow().diff(before, after)  # type: ignore[attr-defined]
+        return [Difference(d.path, d.kind, d.before, d.after) for d in found]
+
+    def conversation(self) -> list[Note]:
+        handle = self._follow()
+        notes: list[Note] = []
+        for kind, path in (("inbox", "/inbox"), ("outbox", "/system/outbox")):
+            items = handle.read(path)
+            for item in (items if isinstance(items, list) else [])[-CONVERSATION_ITEMS:]:
+                notes.append(Note(item_key(kind, item), kind, item_text(item)))
+        thread = handle.read("/thread")
+        session = thread.get("session_id") if isinstance(thread, dict) else None
+        if isinstance(session, str):
+            if session != self._session:
+                self._session, self._thread_seen = session, 0
+            log = StoreEventLog(self._store)
+            for event in log.events(self.address, session, self._thread_seen, CONVERSATION_ITEMS):
+                self._thread_seen = event.sequence
+                notes.append(Note(f"event:{session}:{event.sequence}", "event",
+                                  f"{event.type} {json.dumps(event.data, ensure_ascii=False, sort_keys=True)[:160]}"))
+        return notes
+
+    def mail(self) -> dict[str, list[Any]]:
+        handle = self._follow()
+        outbox = handle.read("/system/outbox")
+        outbox = outbox if isinstance(outbox, list) else []
+        thread = handle.read("/thread")
+        turns = thread.get("turns") if isinstance(thread, dict) else None
+        set_aside = turns.get("set_aside") if isinstance(turns, dict) else []
+        inbox = handle.read("/inbox")
+        return {
+            "inbox (not yet handled)": inbox if isinstance(inbox, list) else [],
+            "set aside by the loop": set_aside if isinstance(set_aside, list) else [],
+            "outbox (pending delivery)": [i for i in outbox if not (isinstance(i, dict) and i.get("undeliverable"))],
+            "undeliverable": self._store.mailbox.undeliverable(self.address),
+            "waiting for delivery here": self._store.mailbox.pending(self.address),
+        }
+
+    def _writing(self) -> DurableProcess:
+        if "send" in self._unavailable:
+            raise Unavailable(self._unavailable["send"])
+        if self._writer is not None:
+            return self._writer()
+        return self._follow()
+
+    def send(self, text: str) -> int:
+        return self._writing().enqueue_inbox(Message.user(text).to_json()).version
+
+    def run(self, script: str, input: Any) -> str:
+        path = script if script.startswith("/lib/") else f"/lib/{script}"
+        activation = self._writing().exec(path, input)
+        return f"{path} -> {json.dumps(activation.output, ensure_ascii=False)[:200]} (version {activation.version})"
+
+    def close(self) -> None:
+        self._handle.close()

@@ -1,0 +1,194 @@
+"""``svit console`` driven headless (Textual's pilot), asserting on what the panels draw."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("textual")
+
+from svit import Process
+from svit.console.app import ConsoleApp
+from svit.console.panels import ConversationPanel, HistoryPanel, ProcessTree, TextPanel
+from svit.console.screenshot import svg_text
+from svit.console.store_source import StoreSource
+from svit.store import ProcessStore
+
+ADDRESS = "svit://local/console/demo"
+COUNTER = '(define (main input) (do (write "/memory/count" (+ (read "/memory/count") 1)) (read "/memory/count")))'
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[ProcessStore]:
+    opened = ProcessStore.open(tmp_path / "store")
+    process = (Process.builder(ADDRESS)
+               .memory("count", 1)
+               .memory("items", list(range(250)))
+               .memory("nested", {"deep": {"leaf": "hello"}})
+               .memory("other", "untouched")
+               .library("bump", COUNTER, documentation="adds one to count")
+               .build())
+    opened.create(process)
+    yield opened
+    opened.close()
+
+
+def run(app: ConsoleApp, body: Callable[[Any], Awaitable[None]]) -> None:
+    async def main() -> None:
+        async with app.run_test(size=(140, 44)) as pilot:
+            await pilot.pause()
+            await body(pilot)
+
+    asyncio.run(main())
+
+
+def node(tree: ProcessTree, path: str) -> Any:
+    return tree.rows[path]
+
+
+async def expand(pilot: Any, tree: ProcessTree, path: str) -> None:
+    node(tree, path).expand()
+    await pilot.pause()
+
+
+def test_browsing_a_nested_tree_lists_lazily_and_bounds_each_listing(store: ProcessStore) -> None:
+    app = ConsoleApp(StoreSource(store, ADDRESS), poll_seconds=None)
+
+    async def body(pilot: Any) -> None:
+        tree = app.query_one(ProcessTree)
+        assert "/memory/items" not in tree.rows  # nothing below the root is read yet
+        await expand(pilot, tree, "/memory")
+        await expand(pilot, tree, "/memory/nested")
+        await expand(pilot, tree, "/memory/nested/deep")
+        rows = tree.row_text()
+        assert '        leaf  text/plain (5 bytes)  = "hello"' in rows, "\n".join(rows)
+        assert "/memory/nested/deep/leaf" in tree.rows
+        await expand(pilot, tree, "/memory/items")
+        items = [path for path in tree.rows if path.startswith("/memory/items/")]
+        assert len(items) == 200 and "/memory/items/199" in tree.rows and "/memory/items/200" not in tree.rows
+        assert any("… 50 more (first 200 shown)" in row for row in tree.row_text())
+        # The keyboard: down arrows move, j/k too; the highlighted row is previewed.
+        tree.focus()
+        tree.move_cursor(node(tree, "/memory/nested/deep/leaf"))
+        await pilot.pause()
+        assert '"hello"' in app.query_one("#preview", TextPanel).plain
+        await pilot.press("k")
+        assert tree.cursor_node is node(tree, "/memory/nested/deep")
+        await pilot.press("left")  # collapse
+        assert not node(tree, "/memory/nested/deep").is_expanded
+        await pilot.press("enter")  # toggles open again
+        assert node(tree, "/memory/nested/deep").is_expanded
+        screen = "\n".join(svg_text(app.export_screenshot()))
+        assert "▼ deep  object (1 entries)" in screen
+
+    run(app, body)
+
+
+def test_a_live_commit_from_another_thread_redraws_only_the_rows_it_names(store: ProcessStore) -> None:
+    source = StoreSource(store, ADDRESS)
+    app = ConsoleApp(source, poll_seconds=None)
+
+    async def body(pilot: Any) -> None:
+        tree = app.query_one(ProcessTree)
+        await expand(pilot, tree, "/memory")
+        await expand(pilot, tree, "/memory/nested")
+        before = {path: (row, row.label.plain) for path, row in tree.rows.items()}
+        writer = store.resume(ADDRESS)  # another handle, as another writer would be
+        done = threading.Thread(target=lambda: writer.write("/memory/count", 42))
+        done.start()
+        done.join()
+        app.poll()
+        await pilot.pause()
+        assert dict(tree.redrawn) == {"/memory/count": 1, "/memory": 1}
+        assert "count  = 42" in tree.rows["/memory/count"].label.plain
+        for path, (row, label) in before.items():
+            assert tree.rows[path] is row  # no row was rebuilt
+            if path not in ("/memory/count", "/memory"):
+                assert row.label.plain == label
+        conversation = app.query_one(ConversationPanel)
+        assert any("/memory/count" in line and "v1" in line for line in conversation.texts)
+        assert app.query_one(HistoryPanel).versions[0] == 1
+        # A new child appears under its shown parent without redrawing its siblings.
+        writer.write("/memory/fresh", True)
+        app.poll()
+        await pilot.pause()
+        assert "/memory/fresh" in tree.rows and tree.rows["/memory/other"] is before["/memory/other"][0]
+        assert tree.redrawn["/memory/other"] == 0
+
+    run(app, body)
+
+
+def test_the_tree_follows_commits_on_the_poll_timer(store: ProcessStore) -> None:
+    app = ConsoleApp(StoreSource(store, ADDRESS), poll_seconds=0.05)
+
+    async def body(pilot: Any) -> None:
+        tree = app.query_one(ProcessTree)
+        await expand(pilot, tree, "/memory")
+        store.resume(ADDRESS).write("/memory/other", "changed")
+        for _ in range(100):
+            await asyncio.sleep(0.02)
+            if "changed" in tree.rows["/memory/other"].label.plain:
+                break
+        assert '= "changed"' in tree.rows["/memory/other"].label.plain
+
+    run(app, body)
+
+
+def test_sending_a_message_lands_in_the_inbox(store: ProcessStore) -> None:
+    source = StoreSource(store, ADDRESS)
+    app = ConsoleApp(source, poll_seconds=None)
+
+    async def body(pilot: Any) -> None:
+        await pilot.press("s")
+        await pilot.press(*"hello there")
+        await pilot.press("enter")
+        await pilot.pause()
+        inbox = store.resume(ADDRESS).read("/inbox")
+        assert [item["content"][0]["text"] for item in inbox] == ["hello there"]
+        assert inbox[0]["role"] == "user"
+        texts = app.query_one(ConversationPanel).texts
+        assert any("inbox" in line and "user: hello there" in line for line in texts)
+        assert "hello there" in app.query_one("#mail", TextPanel).plain
+
+    run(app, body)
+
+
+def test_running_a_lib_script_commits_and_shows_its_output(store: ProcessStore) -> None:
+    app = ConsoleApp(StoreSource(store, ADDRESS), poll_seconds=None)
+
+    async def body(pilot: Any) -> None:
+        await pilot.press("x")
+        await pilot.press(*"bump")
+        await pilot.press("enter")
+        await pilot.pause()
+        assert store.resume(ADDRESS).read("/memory/count") == 2
+        texts = app.query_one(ConversationPanel).texts
+        assert any("/lib/bump -> 2 (version 1)" in line for line in texts)
+        await pilot.press("x")
+        await pilot.press(*"missing")
+        await pilot.press("enter")
+        await pilot.pause()
+        assert any("error" in line and "script_not_found" in line for line in app.query_one(ConversationPanel).texts)
+
+    run(app, body)
+
+
+def test_a_lib_script_is_previewed_as_highlighted_lisp(store: ProcessStore) -> None:
+    app = ConsoleApp(StoreSource(store, ADDRESS), poll_seconds=None)
+
+    async def body(pilot: Any) -> None:
+        tree = app.query_one(ProcessTree)
+        await expand(pilot, tree, "/lib")
+        tree.move_cursor(node(tree, "/lib/bump"))
+        await pilot.pause()
+        preview = app.query_one("#preview", TextPanel).plain
+        assert "adds one to count" in preview and "(define (main input)" in preview
+        screen = svg_text(app.export_screenshot())
+        assert any("(define (main input)" in line for line in screen), "\n".join(screen)
+
+    run(app, body)
