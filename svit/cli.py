@@ -483,6 +483,51 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+CONSOLE_TOKEN_ENV = "SVIT_TOKEN"
+
+
+def cmd_console(args: argparse.Namespace) -> int:
+    """``svit console ADDR``: the terminal console on a store, or (``--serve URL``) on a ``svit serve``."""
+    from .console import launch  # noqa: PLC0415 - deferred: see the module docstring (the console extra)
+
+    hint = launch.missing_dependency()
+    if hint is not None:
+        sys.stderr.write(f"svit: missing_dependency: {hint}\n")
+        return 2
+    screenshot = Path(args.screenshot) if args.screenshot else None
+    if args.serve:
+        token = os.environ.get(args.token_env)
+        if not token:
+            return _usage_error(f"svit console --serve needs a token in ${args.token_env} (never on the command line)")
+        try:
+            from .client import ClientError  # noqa: PLC0415 - the serve extra
+            from .console.http_source import HttpSource  # noqa: PLC0415 - the serve extra
+        except ImportError:
+            raise CliError("missing_dependency", 'svit console --serve needs the "serve" extra: pip install "svit[serve]"') from None
+        try:
+            source: Any = HttpSource(args.serve, token, args.address)
+        except ClientError as exc:
+            raise CliError(exc.code, exc.message) from None
+        except OSError as exc:
+            raise CliError("unreachable", f"cannot reach {args.serve}: {exc.strerror or exc}") from None
+    else:
+        from .console.store_source import StoreSource  # noqa: PLC0415 - deferred: see the module docstring
+        from .errors import PersistenceUnavailable  # noqa: PLC0415 - only this command needs it
+
+        try:
+            store = open_store(args)
+        except PersistenceUnavailable as exc:
+            if exc.reason == "in_use":
+                raise CliError("store_in_use", "another process holds the store (svit serve or a host?): "
+                               "watch it through the server with svit console ADDR --serve URL") from None
+            raise
+        source = StoreSource(store, args.address)
+    launch.run(source, screenshot=screenshot)
+    if screenshot is not None:
+        sys.stdout.write(f"svit: wrote {screenshot}\n")
+    return 0
+
+
 def cmd_mcp(args: argparse.Namespace) -> int:
     """``svit mcp ADDR``: serve one durable process over MCP on stdio (stdout carries only MCP)."""
     from .errors import PersistenceNotFound  # noqa: PLC0415 - only this command needs it
@@ -579,6 +624,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = durable("mcp", "serve ADDR to an MCP client on stdio (the six model tools, resources, the language guide)",
                 cmd_mcp, ("address", "process address"))
     p.add_argument("--create", action="store_true", help="create an empty process at ADDR when there is none")
+    p = durable("console", "watch and steer ADDR in a terminal console (the console extra)", cmd_console,
+                ("address", "process address"))
+    p.add_argument("--serve", default=None, metavar="URL", help="go through a running svit serve at URL instead of the store")
+    p.add_argument("--token-env", default=CONSOLE_TOKEN_ENV, metavar="NAME",
+                   help=f"the variable holding the server's token (default {CONSOLE_TOKEN_ENV}); never the token itself")
+    p.add_argument("--screenshot", default=None, metavar="FILE", help="run headless and save an SVG screenshot to FILE")
     p = durable("chat", "talk to the durable agent at ADDR through an OpenAI-compatible model (created on first use)",
                 cmd_chat, ("address", "the agent's process address"))
     p.allow_abbrev = False  # so "--api-key SECRET" is refused, never taken as --api-key-env

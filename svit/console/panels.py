@@ -183,7 +183,8 @@ class ProcessTree(Tree[str]):
         out: list[str] = []
 
         def walk(node: TreeNode[str], depth: int) -> None:
-            out.append("  " * depth + node.label.plain)
+            label = node.label
+            out.append("  " * depth + (label.plain if isinstance(label, Text) else str(label)))
             if node.is_expanded:
                 for child in node.children:
                     walk(child, depth + 1)

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEMO_ADDRESS", "build_demo", "main", "svg_text", "take"]
+__all__ = ["DEMO_ADDRESS", "build_demo", "main", "snap", "svg_text", "take"]
 
 DEMO_ADDRESS = "svit://local/demo/orders"
 
@@ -77,6 +77,19 @@ async def _drive(app: Any, out: Path, size: tuple[int, int]) -> None:
         tree.move_cursor(tree.rows["/lib/counter"])
         await pilot.pause()
         out.write_text(app.export_screenshot(title="svit console"), encoding="utf-8")
+
+
+async def _snap(app: Any, out: Path, size: tuple[int, int]) -> None:
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        out.write_text(app.export_screenshot(title="svit console"), encoding="utf-8")
+
+
+def snap(source: Any, out: Path, size: tuple[int, int] = (120, 36)) -> None:
+    """Run the console on ``source`` headless and save what it first shows (``svit console --screenshot``)."""
+    from .app import ConsoleApp  # noqa: PLC0415 - needs the console extra
+
+    asyncio.run(_snap(ConsoleApp(source, poll_seconds=None), out, size))
 
 
 def take(out: Path, size: tuple[int, int] = (120, 36)) -> None:

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from ..errors import SvitError
 
-__all__ = ["FEATURES", "Commit", "ConsoleSource", "Difference", "Note", "TreeView", "Unavailable", "item_key", "item_text"]
+__all__ = ["FEATURES", "Commit", "ConsoleSource", "Difference", "Note", "Refused", "TreeView", "Unavailable", "item_key", "item_text"]
 
 #: The features a source may lack: the tree and preview, reading as of an older version,
 #: diffs, the mail lists, sending to the inbox, running a /lib script.
@@ -26,6 +26,16 @@ class Unavailable(SvitError):
     """What this source cannot do (a panel over HTTP, a write on a read-only store)."""
 
     code, prefix = "unavailable", "not available here"
+
+
+class Refused(SvitError):
+    """A refusal reported by the other side (a server's answer), with its own code."""
+
+    prefix = "refused"
+
+    def __init__(self, code: str, detail: str) -> None:
+        self.code = code
+        super().__init__(detail)
 
 
 @dataclass(frozen=True)
