@@ -42,6 +42,7 @@ __all__ = [
     "tombstone_record",
     "decode_tombstone",
     "decode_transaction",
+    "decode_transaction_root",
 ]
 
 MAX_SOURCE_BYTES = 4096
@@ -77,6 +78,9 @@ class Transaction:
     touched_paths: list[str]
     source: str
     resulting_root_hash: str
+    #: When the commit was made: milliseconds since the Unix epoch (UTC), by the store's
+    #: clock. Kept in the sealed record, never in the process state.
+    committed_at: int = 0
 
 
 @dataclass(frozen=True)
@@ -158,10 +162,10 @@ def _mutation_bytes(item: mutation.Mutation) -> bytes:
 
 def transaction_record(address: str, position: int, previous_hash: str, version_before: int, version_after: int,
                        mutations: Sequence[mutation.Mutation], touched_paths: Sequence[str], source: str,
-                       resulting_root_hash: str) -> tuple[bytes, str]:
+                       resulting_root_hash: str, committed_at: int) -> tuple[bytes, str]:
     """``(sealed transaction record, its event hash)`` (fields of :data:`codec.TRANSACTION_FIELDS`)."""
     text = cbor.encode_text
-    before = _KEY["address"] + text(address) + _EVENT_FORMAT_PAIR
+    before = _KEY["address"] + text(address) + _KEY["committed_at"] + _u64(committed_at) + _EVENT_FORMAT_PAIR
     after = b"".join((
         _KEY["mutations"], cbor.head(4, len(mutations)), *map(_mutation_bytes, mutations),
         _KEY["position"], _u64(position),
@@ -172,7 +176,7 @@ def transaction_record(address: str, position: int, previous_hash: str, version_
         _KEY["source"], text(source),
         _KEY["touched_paths"], cbor.head(4, len(touched_paths)), *map(text, touched_paths),
     ))
-    return _sealed(10, before, "event_hash", after)
+    return _sealed(11, before, "event_hash", after)
 
 
 def decode_head(raw: bytes, address: str) -> dict[str, Any]:
@@ -299,15 +303,7 @@ def decode_transaction(address: str, position: int, raw: bytes) -> dict[str, Any
     """A verified transaction envelope with its mutations decoded (values as tree nodes)."""
     what = f"transaction {position} of {address}"
     record = codec.decode_record(raw, codec.TRANSACTION_FIELDS, "event_hash", what, format=codec.TRANSACTION_FORMAT)
-    if record["event_format"] != codec.TRANSACTION_FORMAT:
-        raise InvalidPersistence(f"{what}: unknown format")
-    if record["address"] != address or record["position"] != position:
-        raise InvalidPersistence(f"{what}: address or position does not match its key")
-    if not (codec.is_hex_hash(record["previous_hash"]) and codec.is_hex_hash(record["resulting_root_hash"])
-            and codec.is_u64(record["process_version_before"]) and codec.is_u64(record["process_version_after"])):
-        raise InvalidPersistence(f"{what}: malformed fields")
-    if record["process_version_after"] != record["process_version_before"] + 1:
-        raise InvalidPersistence(f"{what}: version does not advance by one")
+    _check_envelope(record, address, position, what)
     source = record["source"]
     if type(source) is not str or not 1 <= len(source.encode("utf-8")) <= MAX_SOURCE_BYTES:
         raise InvalidPersistence(f"{what}: malformed source")
@@ -317,3 +313,26 @@ def decode_transaction(address: str, position: int, raw: bytes) -> dict[str, Any
     if record["touched_paths"] != mutation.touched_paths(record["mutations"]):
         raise InvalidPersistence(f"{what}: touched paths do not match its mutations")
     return record
+
+
+def decode_transaction_root(address: str, position: int, raw: bytes) -> dict[str, Any]:
+    """A verified transaction envelope, its mutations left as recorded (not built into
+    tree nodes): what time travel needs (``process_version_after``,
+    ``resulting_root_hash``, ``committed_at``) at the cost of checking the seal only."""
+    what = f"transaction {position} of {address}"
+    record = codec.decode_record(raw, codec.TRANSACTION_FIELDS, "event_hash", what, format=codec.TRANSACTION_FORMAT)
+    _check_envelope(record, address, position, what)
+    return record
+
+
+def _check_envelope(record: dict[str, Any], address: str, position: int, what: str) -> None:
+    if record["event_format"] != codec.TRANSACTION_FORMAT:
+        raise InvalidPersistence(f"{what}: unknown format")
+    if record["address"] != address or record["position"] != position:
+        raise InvalidPersistence(f"{what}: address or position does not match its key")
+    if not (codec.is_hex_hash(record["previous_hash"]) and codec.is_hex_hash(record["resulting_root_hash"])
+            and codec.is_u64(record["process_version_before"]) and codec.is_u64(record["process_version_after"])
+            and codec.is_u64(record["committed_at"])):
+        raise InvalidPersistence(f"{what}: malformed fields")
+    if record["process_version_after"] != record["process_version_before"] + 1:
+        raise InvalidPersistence(f"{what}: version does not advance by one")
