@@ -166,18 +166,22 @@ def store_path(args: argparse.Namespace) -> Path | str:
 _open_stores: list[ProcessStore] = []
 
 
-def open_store(args: argparse.Namespace) -> ProcessStore:
+def open_store(args: argparse.Namespace, read_only: bool = False) -> ProcessStore:
     """Open (creating, and saying where, the first time) the embedded store, or the
-    PostgreSQL database ``--store``/``SVIT_STORE`` names."""
+    PostgreSQL database ``--store``/``SVIT_STORE`` names. ``read_only``: look without
+    taking the store's lock (it follows a writer in another process; a store that does
+    not exist yet is ``persistence_not_found``). A writer is recorded as ``svit COMMAND``,
+    so a second writer is told which command holds the store."""
     from .store import ProcessStore  # noqa: PLC0415 - deferred: see the module docstring
 
     path = store_path(args)
-    if isinstance(path, str):
-        store = ProcessStore.open(path)
+    holder = "svit " + str(getattr(args, "command", "") or "")
+    if read_only or isinstance(path, str):
+        store = ProcessStore.open(path, read_only=read_only, holder=holder.strip())
         _open_stores.append(store)
         return store
     fresh = not (path / "CURRENT").exists()
-    store = ProcessStore.open(path)
+    store = ProcessStore.open(path, holder=holder.strip())
     _open_stores.append(store)
     if fresh:
         sys.stderr.write(f"svit: created a process store at {path}\n")
@@ -228,7 +232,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_read(args: argparse.Namespace) -> int:
-    handle = open_store(args).resume(args.address)
+    handle = open_store(args, read_only=True).resume(args.address)
     value = handle.read(args.path)
     if hasattr(value, "source") and hasattr(value, "documentation"):
         value = {"documentation": value.documentation, "source": value.source}
@@ -237,12 +241,12 @@ def cmd_read(args: argparse.Namespace) -> int:
 
 
 def cmd_discover(args: argparse.Namespace) -> int:
-    output(args, open_store(args).resume(args.address).discover(args.path))
+    output(args, open_store(args, read_only=True).resume(args.address).discover(args.path))
     return 0
 
 
 def cmd_stat(args: argparse.Namespace) -> int:
-    output(args, open_store(args).resume(args.address).stat(args.path))
+    output(args, open_store(args, read_only=True).resume(args.address).stat(args.path))
     return 0
 
 
@@ -291,7 +295,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
 
 
 def cmd_log(args: argparse.Namespace) -> int:
-    handle = open_store(args).resume(args.address)
+    handle = open_store(args, read_only=True).resume(args.address)
     found = handle.query(path_prefix=args.path, limit=args.limit, after_position=args.after)
     output(args, [
         {
@@ -311,7 +315,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
 
     if args.depth < 0:
         raise CliError("invalid_value", "--depth must be zero or more")
-    handle = open_store(args).resume(args.address)
+    handle = open_store(args, read_only=True).resume(args.address)
     sys.stdout.write(render_tree(handle, args.path, args.depth) + "\n")
     return 0
 
@@ -459,6 +463,92 @@ def cmd_inbox(args: argparse.Namespace) -> int:
                      f"{_error_line(entry.get('error'))}")
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
+
+
+def _iso_millis(millis: Any) -> str:
+    return "-" if type(millis) is not int else _when(millis / 1000)
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    """``svit ls``: the processes of the store, read without taking its lock."""
+    from .errors import PersistenceNotFound  # noqa: PLC0415 - only this command needs it
+    from .operators import MAX_LIST, list_processes  # noqa: PLC0415 - deferred with the store
+
+    if not 1 <= args.limit <= MAX_LIST:
+        return _usage_error(f"--limit must be between 1 and {MAX_LIST}")
+    try:
+        listing = list_processes(open_store(args, read_only=True), args.limit)
+    except PersistenceNotFound:  # no store yet: no processes
+        listing = {"more": False, "processes": []}
+    if args.json:
+        output(args, listing)
+        return 0
+    for entry in listing["processes"]:
+        sys.stdout.write(f"{entry['address']}  version {entry['version']}  inbox {entry['inbox']}  "
+                         f"last commit {_iso_millis(entry['last_commit_at'])}\n")
+    if listing["more"]:
+        sys.stdout.write(f"... more than {args.limit}: raise --limit\n")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """``svit status ADDR``: version, inbox, failures and an unfinished turn."""
+    from .operators import process_status  # noqa: PLC0415 - deferred with the store
+
+    status = process_status(open_store(args, read_only=True), args.address)
+    if args.json:
+        output(args, status)
+        return 0
+    inbox = status["inbox"]
+    lines = [f"{status['address']} at version {status['version']}", f"  root hash     {status['root_hash']}",
+             f"  inbox         {inbox['depth']} item(s)"]
+    oldest = inbox["oldest"]
+    if oldest is not None:
+        age = "unknown age" if oldest["age_seconds"] is None else f"{oldest['age_seconds']:.0f} s old"
+        lines.append(f"  oldest item   {oldest['id']}: {age}, {oldest['attempts']} attempt(s)"
+                     + (f", retry at {_when(oldest['retry_at'])}" if oldest["retry_at"] is not None else ""))
+    lines.append(f"  set aside     {status['set_aside']}")
+    lines.append(f"  undeliverable {status['undeliverable']}")
+    lines.append(f"  mail waiting  {status['mail_waiting']}")
+    failure = status["last_failure"]
+    lines.append("  last failure  " + ("-" if failure is None else f"{failure['id']} ({failure['where']}): "
+                                       f"{_error_line(failure['error'])}"))
+    turn = status["unfinished_turn"]
+    lines.append("  unfinished    " + ("-" if turn is None else f"turn {turn['turn_id']} (last event {turn['last_event']}, "
+                                      f"sequence {turn['sequence']})"))
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    """``svit events ADDR [--follow]``: commits and thread events, one JSON line each."""
+    import signal  # noqa: PLC0415 - only this command needs it
+    import time  # noqa: PLC0415 - only this command needs it
+
+    from .operators import EventCursor  # noqa: PLC0415 - deferred with the store
+
+    store = open_store(args, read_only=True)
+    store.resume(args.address)  # an absent address is persistence_not_found, at once
+    cursor = EventCursor(store, args.address, after_version=args.after)
+    if args.follow:
+        def stop(_signum: int, _frame: Any) -> None:
+            raise KeyboardInterrupt
+        signal.signal(signal.SIGTERM, stop)
+    try:
+        while True:
+            records = cursor.poll()
+            for record in records:
+                sys.stdout.write(json.dumps(record, ensure_ascii=False, sort_keys=True, separators=(",", ":")) + "\n")
+            sys.stdout.flush()
+            if records:
+                continue  # a full page may have more behind it
+            if not args.follow:
+                return 0
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return 0
+    except BrokenPipeError:  # the reader of stdout went away (| head)
+        return 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -611,6 +701,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = durable("tree", "draw the process tree for a person", cmd_tree, ("address", "process address"), ("path?", "start path (default /)"))
     p.add_argument("--depth", type=int, default=2, help="levels to draw (default 2)")
     p.set_defaults(path="/")
+    p = durable("ls", "list the store's processes (read without taking the store's lock)", cmd_ls)
+    p.add_argument("--limit", type=int, default=100, help="at most this many (1-4096, default 100)")
+    p.add_argument("--json", action="store_true", help="print JSON (with --pretty: indented)")
+    p = durable("status", "a process's version, inbox, failures and unfinished turn", cmd_status,
+                ("address", "process address"))
+    p.add_argument("--json", action="store_true", help="print JSON (with --pretty: indented)")
+    p = durable("events", "print a process's commits and thread events, one JSON line each", cmd_events,
+                ("address", "process address"))
+    p.add_argument("--follow", action="store_true", help="keep printing new ones as they commit, until Ctrl-C or SIGTERM")
+    p.add_argument("--after", type=int, default=0, metavar="VERSION", help="only commits above this version")
+    p.add_argument("--interval", type=float, default=0.1, help=argparse.SUPPRESS)
     p = commands.add_parser(
         "inbox",
         help="list a process's pending and set-aside inbox items; retry|drop ADDR ID puts one back or removes it",

@@ -41,10 +41,20 @@ from . import failures, keys
 from .group import GroupCommit
 from .keys import IRREPLACEABLE, REBUILDABLE
 
-__all__ = ["ALL_CLASSES", "DATABASE_SCHEMES", "database_location", "is_database_url", "WriteBatch", "BatchPart", "ExpectationFailed", "NotWritten", "StorageFailure", "StorageEngine"]
+__all__ = ["ALL_CLASSES", "READ_ONLY_REFUSAL", "DATABASE_SCHEMES", "read_only_refusal", "database_location", "is_database_url", "WriteBatch", "BatchPart", "ExpectationFailed", "NotWritten", "StorageFailure", "StorageEngine"]
 
 #: Both durability classes: what an ordinary operation's batch may touch.
 ALL_CLASSES = (IRREPLACEABLE, REBUILDABLE)
+
+
+#: What a store opened with ``read_only=True`` answers every writing operation.
+READ_ONLY_REFUSAL = ("this store was opened read-only (it follows another process's commits and writes nothing); "
+                     "open it without read_only to change it")
+
+
+def read_only_refusal() -> PersistenceUnavailable:
+    """The error a read-only store raises, before anything is written, for any write."""
+    return PersistenceUnavailable(READ_ONLY_REFUSAL, reason="read_only")
 
 
 #: URL schemes :meth:`svit.store.ProcessStore.open` opens as a PostgreSQL database.
@@ -185,6 +195,10 @@ class StorageEngine(ABC):
     #: True when other OS processes may write the same database at the same time: the
     #: store then checks every head through an expectation instead of its own record.
     shared: bool = False
+    #: True for an engine opened only to read (``ProcessStore.open(..., read_only=True)``):
+    #: :meth:`batch` and :meth:`write` refuse before anything is staged or written, and
+    #: the refusal leaves the engine healthy (it is not a failed write).
+    read_only: bool = False
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -215,7 +229,10 @@ class StorageEngine(ABC):
 
     # ------------------------------------------------------------------ writing
     def batch(self, allowed: tuple[str, ...] = ALL_CLASSES) -> WriteBatch:
-        """An empty batch that may touch ``allowed`` durability classes."""
+        """An empty batch that may touch ``allowed`` durability classes (refused on a
+        read-only engine: every writing operation starts by making one)."""
+        if self.read_only:
+            raise read_only_refusal()
         return WriteBatch(allowed)
 
     def write(self, batch: WriteBatch) -> None:
@@ -223,6 +240,8 @@ class StorageEngine(ABC):
 
         A failed expectation raises ``PersistenceConflict`` (nothing written, engine healthy).
         """
+        if self.read_only:
+            raise read_only_refusal()
         with self.lock:
             conflict = self._write_group([batch])[0]
         if conflict is not None:
@@ -237,6 +256,8 @@ class StorageEngine(ABC):
         made again without it, so each writer call stays one atomic write).
         """
         self.check()
+        if self.read_only:
+            return [read_only_refusal() for _ in batches]
         results: list[BaseException | None] = [None] * len(batches)
         remaining = list(range(len(batches)))
         while remaining:

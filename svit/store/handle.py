@@ -201,13 +201,20 @@ class DurableProcess:
 
     def exec(self, path: str, input: Any = None, *, dry_run: bool = False,
              receipt: CommitReceipt | None = None) -> Activation:
-        """As :meth:`Process.exec`; a ``receipt`` is written in the commit's own batch."""
+        """As :meth:`Process.exec`; a ``receipt`` is written in the commit's own batch.
+        On a read-only store only a ``dry_run`` runs (a commit is refused before the
+        script runs, so no port is called for it)."""
+        if not dry_run:
+            self._store.require_writable()
         return self._process.exec(path, input, dry_run=dry_run, receipt=receipt)
 
     def exec_inbox_item(self, path: str, item: Any) -> Activation:
+        self._store.require_writable()
         return self._process.exec_inbox_item(path, item)
 
     def exec_inline(self, source: str, input: Any = None, *, dry_run: bool = False) -> Activation:
+        if not dry_run:
+            self._store.require_writable()
         return self._process.exec_inline(source, input, dry_run=dry_run)
 
     def enqueue_inbox(self, value: Any) -> Change:

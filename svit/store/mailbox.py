@@ -432,6 +432,7 @@ class Mailbox:
         waiting (or no room): an empty :class:`Delivery` and no commit. A stale ``target``
         handle conflicts (``PersistenceConflict``) and nothing changes.
         """
+        self._store.require_writable()  # a read-only store delivers nothing
         _check_limit(limit)
         if inbox_limit is not None:
             _check_limit(inbox_limit, "inbox_limit")
@@ -508,6 +509,7 @@ class Mailbox:
         """The store holds no ``target``: every intent waiting for it becomes undeliverable
         (``no such address``), kept and told to its sender, never dropped. Returns their
         ids (empty when ``target`` exists or nothing waits for it)."""
+        self._store.require_writable()  # a read-only store delivers nothing
         validate_address(target)
         refused: list[str] = []
         while True:
@@ -535,6 +537,7 @@ class Mailbox:
         """Settle ``sender``'s ``/system/outbox`` as ONE commit of it: delivered intents
         leave it, refused ones are marked ``"undeliverable": reason``, and the outcomes
         are removed in the same batch. None when there was nothing to settle."""
+        self._store.require_writable()  # a read-only store delivers nothing
         self._check_own(sender, "settle")
         process = sender.process
         address = sender.address

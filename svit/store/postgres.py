@@ -49,7 +49,7 @@ import psycopg
 import psycopg_pool
 from psycopg import sql
 
-from ..errors import InvalidPersistence, PersistenceUnavailable, SvitError
+from ..errors import InvalidPersistence, PersistenceNotFound, PersistenceUnavailable, SvitError
 from .engine import BatchPart, ExpectationFailed, NotWritten, StorageEngine, StorageFailure, WriteBatch
 from .engine import database_location as location
 from .keys import COLUMN_FAMILIES
@@ -142,12 +142,22 @@ class PostgreSQLEngine(StorageEngine):
 
     # ------------------------------------------------------------------ opening
     @classmethod
-    def open(cls, url: str, *, max_connections: int = 8, connect_timeout: float = CONNECT_SECONDS) -> PostgreSQLEngine:
+    def open(cls, url: str, *, max_connections: int = 8, connect_timeout: float = CONNECT_SECONDS,
+             read_only: bool = False) -> PostgreSQLEngine:
         """Connect (a pool of up to ``max_connections``), create the tables if absent, and
-        refuse a schema holding ``svit_`` tables the layout does not declare."""
+        refuse a schema holding ``svit_`` tables the layout does not declare.
+
+        ``read_only``: create nothing (a database without the tables is
+        ``PersistenceNotFound``), write no marker rows, and run every connection with
+        ``default_transaction_read_only``, so the server itself refuses a write; the
+        engine refuses every batch before that (:attr:`StorageEngine.read_only`).
+        Other connections' commits are visible as soon as they are made."""
         engine_id = uuid.uuid4().hex
 
         def configure(conn: psycopg.Connection[Any]) -> None:
+            if read_only:
+                conn.execute("SET default_transaction_read_only TO on")
+                return
             # Every connection commits synchronously and owns one marker row from the start,
             # so a lost reply's transaction holds that row's lock while it is in flight.
             conn.execute("SET synchronous_commit TO on")
@@ -156,7 +166,7 @@ class PostgreSQLEngine(StorageEngine):
                 .format(sql.Identifier(WRITERS_TABLE)), [_writer(engine_id, conn), b""])
 
         try:
-            _create_schema(url, connect_timeout)
+            _create_schema(url, connect_timeout, create=not read_only)
             pool = psycopg_pool.ConnectionPool(
                 url, min_size=1, max_size=max(2, max_connections), open=False, configure=configure,
                 kwargs={"autocommit": True, "connect_timeout": max(1, int(connect_timeout)), "prepare_threshold": None},
@@ -167,7 +177,9 @@ class PostgreSQLEngine(StorageEngine):
             raise
         except Exception as exc:
             raise _unavailable(exc, "cannot open store") from None
-        return cls(url, pool, engine_id)
+        engine = cls(url, pool, engine_id)
+        engine.read_only = read_only
+        return engine
 
     # ------------------------------------------------------------------ writing
     def apply(self, batch: WriteBatch) -> None:
@@ -346,6 +358,9 @@ class PostgreSQLEngine(StorageEngine):
         }
 
     def _release(self) -> None:
+        if self.read_only:  # it wrote no marker rows
+            self._pool.close(timeout=5)
+            return
         try:
             with self._pool.connection(timeout=2) as conn:
                 conn.execute(sql.SQL("DELETE FROM {} WHERE writer LIKE %s").format(sql.Identifier(WRITERS_TABLE)),
@@ -368,11 +383,12 @@ def _connection_lost(conn: psycopg.Connection[Any], exc: BaseException) -> bool:
         or str(getattr(exc, "sqlstate", "")).startswith(("08", "57"))
 
 
-def _create_schema(url: str, connect_timeout: float) -> None:
-    """Create the tables if absent; refuse unregistered ``svit_`` tables."""
+def _create_schema(url: str, connect_timeout: float, *, create: bool = True) -> None:
+    """Create the tables if absent (unless not ``create``: then they must exist); refuse
+    unregistered ``svit_`` tables."""
     tables = [table_name(space) for space in COLUMN_FAMILIES]
     with psycopg.connect(url, autocommit=True, connect_timeout=max(1, int(connect_timeout))) as conn:
-        for _attempt in range(3):
+        for _attempt in range(3 if create else 0):
             try:
                 with conn.transaction():
                     for name in tables:
@@ -389,6 +405,8 @@ def _create_schema(url: str, connect_timeout: float) -> None:
     unknown = sorted({str(row[0]) for row in rows} - set(tables) - {WRITERS_TABLE})
     if unknown:
         raise InvalidPersistence(f"store has unregistered tables: {unknown}")
+    if not create and set(tables) - {str(row[0]) for row in rows}:
+        raise PersistenceNotFound("no store has been written to this database yet")
 
 
 class _Statements:

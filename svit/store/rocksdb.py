@@ -17,6 +17,14 @@ Either failure is ``InvalidPersistence``, the store's own verification refusing 
 files; corruption RocksDB reports itself is ``PersistenceUnavailable`` with reason
 ``damaged``.
 
+A writer records who it is beside the data (:mod:`svit.store.holder`), so a second
+writer refused by the lock is told which process holds the store. A reader
+(:class:`RocksDBReader`, ``ProcessStore.open(..., read_only=True)``) takes no lock: it is
+a RocksDB *secondary* instance over the same files, with its own scratch directory (a
+private temporary directory, removed at close), that catches up with the writer's log
+when an operation starts (at most every :data:`FOLLOW_SECONDS`), so it sees the writer's
+commits while the writer runs; it never writes a byte of the store.
+
 RocksDB's and the operating system's error text name host files, so every raw failure
 is classified (:mod:`svit.store.failures`) and only the classified problem is kept.
 That includes closing: RocksDB flushes on close, which a full disk can refuse.
@@ -24,25 +32,35 @@ That includes closing: RocksDB flushes on close, which a full disk can refuse.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import gc
 import json
+import logging
 import os
+import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import rocksdict
 
-from ..errors import InvalidPersistence, PersistenceUnavailable, SvitError
+from ..errors import InvalidPersistence, PersistenceNotFound, PersistenceUnavailable, SvitError
+from . import holder as holders
 from . import rocksdb_files
 from .engine import ExpectationFailed, StorageEngine, WriteBatch
 from .failures import storage_error
 from .fsshim import FileSystem
+from .group import GroupCommit
 from .keys import CF_DEFAULT, COLUMN_FAMILIES
 
-__all__ = ["RocksDBEngine", "MAX_MANIFEST_BYTES", "OPEN_DEADLINE_SECONDS"]
+__all__ = ["RocksDBEngine", "RocksDBReader", "FOLLOW_SECONDS", "MAX_MANIFEST_BYTES", "OPEN_DEADLINE_SECONDS"]
+
+_log = logging.getLogger("svit.store")
 
 
 #: A MANIFEST grows to at most about this size before RocksDB starts a new one, so the
@@ -50,6 +68,9 @@ __all__ = ["RocksDBEngine", "MAX_MANIFEST_BYTES", "OPEN_DEADLINE_SECONDS"]
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 #: How long reading an existing store's files may take before the open gives up (seconds).
 OPEN_DEADLINE_SECONDS = 60.0
+#: A reader catches up with the writer's log when an operation starts, at most this
+#: often (seconds): a catch-up costs about a millisecond even when nothing is new.
+FOLLOW_SECONDS = 0.05
 
 # Run in an isolated child process (``-I``) with the store directory and the directory
 # rocksdict was imported from as its arguments: list the column families, open every one
@@ -134,6 +155,8 @@ class RocksDBEngine(StorageEngine):
     def __init__(self, path: str, db: rocksdict.Rdict) -> None:
         super().__init__(path)
         self._db = db
+        #: This writer's holder record (:mod:`svit.store.holder`), removed before the lock is let go.
+        self.holder: holders.Holder | None = None
         self._handles = {name: db.get_column_family_handle(name) for name in COLUMN_FAMILIES}
         self._column_families = {
             name: (db if name == CF_DEFAULT else db.get_column_family(name)) for name in COLUMN_FAMILIES
@@ -143,7 +166,7 @@ class RocksDBEngine(StorageEngine):
     @classmethod
     def open(
         cls, path: str | os.PathLike[str], *, fs: FileSystem | None = None,
-        open_deadline: float | None = OPEN_DEADLINE_SECONDS,
+        open_deadline: float | None = OPEN_DEADLINE_SECONDS, read_only: bool = False, holder: str | None = None,
     ) -> RocksDBEngine:
         """Open (creating if absent) a store directory; refuses unregistered column families.
 
@@ -152,7 +175,14 @@ class RocksDBEngine(StorageEngine):
         MANIFEST is checked before RocksDB reads it (:mod:`svit.store.rocksdb_files`: a
         bad record is ``InvalidPersistence``), and RocksDB's first read of its files must
         end within ``open_deadline`` seconds (None: no bound).
+
+        ``read_only``: a :class:`RocksDBReader` over an existing store (no lock, nothing
+        written, not even a directory). Otherwise this writer records itself as the
+        holder (``holder`` names what it is; default: the program's name), and a store
+        another process holds is refused naming that process.
         """
+        if read_only:
+            return RocksDBReader.open_reader(path, open_deadline=open_deadline)
         path = os.fspath(path)
         fs = fs if fs is not None else FileSystem()
         try:
@@ -172,12 +202,20 @@ class RocksDBEngine(StorageEngine):
         except SvitError:
             raise
         except Exception as exc:
-            raise storage_error(exc, "cannot open store") from None
+            error = storage_error(exc, "cannot open store")
+            if error.reason == "in_use":
+                error = PersistenceUnavailable(f"cannot open store: {holders.describe_in_use(path)}", reason="in_use")
+            raise error from None
         try:
-            return cls(path, db)
+            engine = cls(path, db)
         except Exception as exc:
             _close_quietly(db)
             raise storage_error(exc, "cannot open store") from None
+        previous = holders.read_holder(path)
+        if previous is not None and previous.pid != os.getpid():
+            _log.warning("store opened for writing; the previous writer (%s) did not close it", previous.describe())
+        engine.holder = holders.write_holder(path, holder)
+        return engine
 
     def apply(self, batch: WriteBatch) -> None:
         native = rocksdict.WriteBatch(raw_mode=True)
@@ -252,6 +290,10 @@ class RocksDBEngine(StorageEngine):
         }
 
     def _release(self) -> None:
+        # The holder record goes first, while this writer still holds the lock: once the
+        # lock is let go, the file may already be the next writer's.
+        holders.release_holder(self.path, self.holder)
+        self.holder = None
         # Column-family objects keep the database (and its LOCK file) alive. rocksdict's
         # close lets go of the database even when its final flush raises.
         self._column_families.clear()
@@ -270,3 +312,180 @@ def _close_quietly(db: rocksdict.Rdict) -> None:
         pass
     finally:
         gc.collect()
+
+
+def _reader_options() -> rocksdict.Options:
+    """Options of a secondary instance: it creates nothing, and keeps every table file
+    open (RocksDB requires it of a secondary, whose writer may delete files meanwhile)."""
+    options = rocksdict.Options(raw_mode=True)
+    options.set_max_open_files(-1)
+    options.set_paranoid_checks(True)
+    return options
+
+
+class _FollowingLock(GroupCommit[WriteBatch]):
+    """The store lock of a reader: entering it from outside (not already holding it)
+    first catches up with the writer, so an operation under the lock sees one state of
+    the store from its first read to its last."""
+
+    def __init__(self, write_group: Callable[[list[WriteBatch]], list[BaseException | None]],
+                 on_enter: Callable[[], None]) -> None:
+        super().__init__(write_group)
+        self._on_enter = on_enter
+        self._owner: int | None = None
+        self._depth = 0
+
+    @property
+    def held(self) -> bool:
+        """Whether the calling thread holds the lock."""
+        return self._owner == threading.get_ident()
+
+    def _entered(self) -> None:
+        self._depth += 1
+        if self._depth == 1:
+            self._owner = threading.get_ident()
+            try:
+                self._on_enter()
+            except BaseException:
+                self._left()
+                super().release()
+                raise
+
+    def _left(self) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            self._owner = None
+
+    def __enter__(self) -> GroupCommit[WriteBatch]:
+        super().__enter__()
+        self._entered()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._left()
+        super().__exit__(*exc)
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if not super().acquire(blocking, timeout):
+            return False
+        self._entered()
+        return True
+
+    def release(self) -> None:
+        self._left()
+        super().release()
+
+    @contextlib.contextmanager
+    def committing(self) -> Iterator[None]:
+        with self:
+            yield
+
+
+class RocksDBReader(RocksDBEngine):
+    """A read-only view of a store directory that follows its writer.
+
+    A RocksDB secondary instance: it takes no lock (a writer may hold the store), reads
+    the writer's files, and keeps its own small scratch files in a private temporary
+    directory removed at close. It catches up with the writer's log when the store lock
+    is entered from outside (every store operation enters it), at most every
+    :data:`FOLLOW_SECONDS`, or at once through :meth:`follow`. Every write is refused
+    (:attr:`read_only`) before anything is staged.
+    """
+
+    read_only = True
+
+    def __init__(self, path: str, db: rocksdict.Rdict, scratch: str) -> None:
+        super().__init__(path, db)
+        self._scratch = scratch
+        self._caught_up = time.monotonic()
+        self._closing = False
+        self.lock = _FollowingLock(self._write_group, self._follow_if_due)
+
+    @classmethod
+    def open_reader(cls, path: str | os.PathLike[str], *, open_deadline: float | None = OPEN_DEADLINE_SECONDS) -> RocksDBReader:
+        """Open an existing store to read (``PersistenceNotFound`` when there is none yet).
+
+        The same checks as a writer's open, all of them reads: the MANIFEST record by
+        record, then RocksDB's first read of the files in a child process bounded by
+        ``open_deadline``.
+        """
+        path = os.fspath(path)
+        if not os.path.isdir(path) or not os.path.exists(os.path.join(path, "CURRENT")):
+            raise PersistenceNotFound("no store has been written there yet")
+        scratch: str | None = None
+        try:
+            problem = rocksdb_files.check_manifest(path)
+            if problem is not None:
+                raise InvalidPersistence(f"store is damaged: {problem}; restore it from a copy or an archive")
+            existing = _probe_column_families(path, open_deadline)
+            unknown = sorted(set(existing) - set(COLUMN_FAMILIES))
+            if unknown:
+                raise InvalidPersistence(f"store has unregistered column families: {unknown}")
+            missing = sorted(set(COLUMN_FAMILIES) - set(existing))
+            if missing:
+                raise PersistenceUnavailable(
+                    f"store lacks the column families {missing}: open it for writing once to add them", reason="unknown")
+            scratch = tempfile.mkdtemp(prefix="svit-reader-")
+            column_families = {name: _reader_options() for name in existing if name != CF_DEFAULT}
+            db = rocksdict.Rdict(path, _reader_options(), column_families=column_families,
+                                 access_type=rocksdict.AccessType.secondary(scratch))
+        except BaseException as exc:
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
+            if isinstance(exc, SvitError) or not isinstance(exc, Exception):
+                raise
+            raise storage_error(exc, "cannot open store to read") from None
+        try:
+            return cls(path, db, scratch)
+        except Exception as exc:
+            _close_quietly(db)
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise storage_error(exc, "cannot open store to read") from None
+
+    def follow(self) -> None:
+        """Catch up with the writer's log now (waits for an operation in progress)."""
+        with self.lock:
+            self._catch_up()
+
+    def close(self) -> None:
+        self._closing = True  # entering the lock to close does not catch up first
+        super().close()
+
+    def _follow_if_due(self) -> None:
+        if not self._closing and time.monotonic() - self._caught_up >= FOLLOW_SECONDS:
+            self._catch_up()
+
+    def _catch_up(self) -> None:
+        if self._closed:
+            return
+        try:
+            self._db.try_catch_up_with_primary()
+        except Exception as exc:
+            raise storage_error(exc, "cannot follow the store's writer") from None
+        self._caught_up = time.monotonic()
+
+    # A read outside any store operation enters the lock first, so it catches up too.
+    def get(self, space: str, key: bytes) -> bytes | None:
+        with self.lock:
+            return super().get(space, key)
+
+    def last_key(self, space: str, prefix: bytes) -> bytes | None:
+        with self.lock:
+            return super().last_key(space, prefix)
+
+    def scan(self, space: str, prefix: bytes, start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        if not isinstance(self.lock, _FollowingLock) or not self.lock.held:
+            with self.lock:
+                pass  # catch up; the iterator then reads one version of the store
+        return super().scan(space, prefix, start)
+
+    def describe(self) -> dict[str, Any]:
+        described = super().describe()
+        described["write"] = "none: a read-only secondary instance that follows the store's writer"
+        return described
+
+    def _release(self) -> None:
+        try:
+            super()._release()
+        finally:
+            shutil.rmtree(self._scratch, ignore_errors=True)

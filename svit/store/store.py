@@ -57,7 +57,15 @@ from ..paths import validate_address
 from ..process import Process, Transition
 from ..tree import Node
 from . import codec, keys, records
-from .engine import ALL_CLASSES, DATABASE_SCHEMES, StorageEngine, WriteBatch, database_location, is_database_url
+from .engine import (
+    ALL_CLASSES,
+    DATABASE_SCHEMES,
+    StorageEngine,
+    WriteBatch,
+    database_location,
+    is_database_url,
+    read_only_refusal,
+)
 from .events import stage_fork_share, stage_thread_detach
 from .failures import storage_error
 from .handle import DurableProcess
@@ -153,13 +161,24 @@ class ProcessStore:
 
     # ------------------------------------------------------------------ opening
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, open_deadline: float | None = OPEN_DEADLINE_SECONDS) -> ProcessStore:
+    def open(cls, path: str | os.PathLike[str], *, open_deadline: float | None = OPEN_DEADLINE_SECONDS,
+             read_only: bool = False, holder: str | None = None) -> ProcessStore:
         """Open (creating if absent) a store; refuses foreign or unknown layouts.
 
         ``path`` is a RocksDB store directory, or a ``postgresql://`` URL naming a
         database (:mod:`svit.store.postgres`; needs the ``postgresql`` extra). Reading an
         existing RocksDB store's files must end within ``open_deadline`` seconds
         (``InvalidPersistence`` otherwise; None: unbounded), see :mod:`svit.store.rocksdb`.
+
+        ``read_only=True`` opens an existing store to look at it while another process
+        writes it (``PersistenceNotFound`` when there is none): on RocksDB a secondary
+        instance that takes no lock and follows the writer's commits (each operation
+        sees the commits acknowledged before it started, give or take
+        :data:`~svit.store.rocksdb.FOLLOW_SECONDS`; :meth:`follow` catches up at once);
+        on PostgreSQL read-only connections. Every writing operation is refused with
+        ``PersistenceUnavailable`` (reason ``read_only``) before anything is written,
+        and the store stays usable. ``holder`` names a writer in the holder record a
+        refused writer is shown (:mod:`svit.store.holder`; default: the program's name).
         """
         if is_database_url(path):
             try:
@@ -168,8 +187,8 @@ class ProcessStore:
                 raise PersistenceUnavailable(
                     f"a postgresql:// store needs the 'postgresql' extra ({missing.name} is not installed): "
                     "pip install 'svit[postgresql]'", reason="unavailable") from None
-            return cls.over(PostgreSQLEngine.open(str(path)))
-        return cls.over(RocksDBEngine.open(path, open_deadline=open_deadline))
+            return cls.over(PostgreSQLEngine.open(str(path), read_only=read_only))
+        return cls.over(RocksDBEngine.open(path, open_deadline=open_deadline, read_only=read_only, holder=holder))
 
     @classmethod
     def over(cls, engine: StorageEngine) -> ProcessStore:
@@ -185,7 +204,9 @@ class ProcessStore:
                 raise
             except Exception as exc:  # an engine that let a raw failure through
                 raise storage_error(exc, "cannot open store") from None
-            if marker is None:
+            if marker is None and engine.read_only:
+                pass  # a writer is creating the store right now: nothing to read yet
+            elif marker is None:
                 batch = engine.batch()
                 batch.put(CF_DEFAULT, keys.FORMAT_KEY, STORE_FORMAT)
                 engine.write(batch)
@@ -235,6 +256,24 @@ class ProcessStore:
     def terminal(self) -> bool:
         """True after a synced write failed (reopen to recover)."""
         return self.engine.terminal
+
+    @property
+    def read_only(self) -> bool:
+        """True for a store opened with ``read_only=True``: it refuses every write."""
+        return self.engine.read_only
+
+    def follow(self) -> None:
+        """On a read-only store, catch up with the writer's commits now (every operation
+        catches up by itself at most every few tens of milliseconds); otherwise nothing."""
+        follow = getattr(self.engine, "follow", None)
+        if follow is not None:
+            self._check()
+            follow()
+
+    def require_writable(self) -> None:
+        """Refuse a writing operation on a read-only store, before it reads or stages anything."""
+        if self.engine.read_only:
+            raise read_only_refusal()
 
     @property
     def closed(self) -> bool:
@@ -348,6 +387,7 @@ class ProcessStore:
         return self._store_new(process, "imported")
 
     def _store_new(self, process: Process, kind: str) -> DurableProcess:
+        self.require_writable()
         if process.sink is not None:
             raise InvalidPersistence("process is already attached to a durable store")
         with process.lock, self._lock:
@@ -404,6 +444,7 @@ class ProcessStore:
         child continues the conversation. That shared prefix pins the parent's
         thread-history cuts while the child lives.
         """
+        self.require_writable()
         validate_address(parent_address)
         validate_address(child_address)
         with self._lock:
@@ -475,6 +516,7 @@ class ProcessStore:
         child's resume replays the parent's history, so cut or remove children first.
         Shared tree nodes stay until :meth:`sweep_nodes`.
         """
+        self.require_writable()
         validate_address(address)
         with self._lock:
             self._check()
@@ -532,7 +574,7 @@ class ProcessStore:
         :meth:`resume` does (or taken from the verified latest-state cache when its
         stored head matches). Read or decode errors raise; they never yield "empty".
         """
-
+        self.require_writable()  # a reader never exports (and its view may move under a cut)
         with self._lock:
             self._check()
             sequence = self.engine.sequence()
@@ -582,6 +624,7 @@ class ProcessStore:
 
     def write_restore_marker(self, value: bytes) -> None:
         """Write the restore marker with a synced write (a failure makes the store terminal)."""
+        self.require_writable()
         with self._lock:
             self._check()
             batch = self._batch()
@@ -594,6 +637,7 @@ class ProcessStore:
         Used by the memory archive when its join says the archived state wins. A
         present address with fork children is refused (their bases name its history).
         """
+        self.require_writable()
         if not isinstance(process, Process) or process.sink is not None:
             raise InvalidPersistence("install_archived needs a detached Process")
         with process.lock, self._lock:
@@ -644,6 +688,7 @@ class ProcessStore:
         a byte of any process's base, head, transactions, snapshots, fork references or
         nodes. An index key of no registered class refuses the reset (fail-closed).
         """
+        self.require_writable()
         with self._lock:
             self._check()
             batch = self._batch(allowed=(REBUILDABLE,))
@@ -679,6 +724,7 @@ class ProcessStore:
         Every retained version stays readable (:meth:`DurableProcess.at`): the roots kept
         are each head's, each base's and each retained transaction's resulting root.
         """
+        self.require_writable()
         with self._lock:
             self._check()
             roots = []
@@ -775,6 +821,7 @@ class ProcessStore:
     def effects_guard(self, handle: DurableProcess) -> Iterator[None]:
         """Held from before an activation's mount writes until it is published: a stale
         handle conflicts before touching a mount, and no other commit can slip in."""
+        self.require_writable()
         with self._lock:
             self._check()
             self._current_head(handle, handle.version)
@@ -793,6 +840,7 @@ class ProcessStore:
         :func:`svit.mutation.apply`, the function resume replays, so the record is not
         replayed here; resume checks every transaction's resulting root hash.
         """
+        self.require_writable()
         address = transition.address
         source = transition.source
         if type(source) is not str or not 1 <= len(source.encode("utf-8", "surrogatepass")) <= MAX_SOURCE_BYTES:
@@ -882,6 +930,7 @@ class ProcessStore:
         return head
 
     def record_snapshot(self, handle: DurableProcess) -> StoreSnapshot:
+        self.require_writable()
         process = handle.process
         with process.lock, self._lock:
             self._check()
@@ -898,6 +947,7 @@ class ProcessStore:
         return (encoded, snapshot), snapshot.snapshot_hash
 
     def cut_history(self, handle: DurableProcess) -> StoreSnapshot:
+        self.require_writable()
         process = handle.process
         address = handle.address
         with process.lock, self._lock:
