@@ -602,16 +602,13 @@ def cmd_console(args: argparse.Namespace) -> int:
             raise CliError("unreachable", f"cannot reach {args.serve}: {exc.strerror or exc}") from None
     else:
         from .console.store_source import StoreSource  # noqa: PLC0415 - deferred: see the module docstring
-        from .errors import PersistenceUnavailable  # noqa: PLC0415 - only this command needs it
 
-        try:
-            store = open_store(args)
-        except PersistenceUnavailable as exc:
-            if exc.reason == "in_use":
-                raise CliError("store_in_use", "another process holds the store (svit serve or a host?): "
-                               "watch it through the server with svit console ADDR --serve URL") from None
-            raise
-        source = StoreSource(store, args.address)
+        path = store_path(args)
+        if isinstance(path, str):  # PostgreSQL: many writers share the database
+            source = StoreSource(open_store(args), args.address)
+        else:  # RocksDB: browse read-only beside any writer, take the lock only to send or run
+            source = StoreSource(open_store(args, read_only=True), args.address,
+                                 writer=launch.writer_on_demand(path, args.address))
     launch.run(source, screenshot=screenshot)
     if screenshot is not None:
         sys.stdout.write(f"svit: wrote {screenshot}\n")

@@ -8,6 +8,7 @@ Lisp (Pygments' Scheme lexer reads Svit Lisp well enough); either is cut at
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Group, RenderableType
@@ -101,6 +102,9 @@ def _short(value: Any) -> str:
 def commit_line(commit: Commit) -> Text:
     changed = ", ".join(commit.changed[:6]) + (f" (+{len(commit.changed) - 6})" if len(commit.changed) > 6 else "")
     line = Text(f"v{commit.version} ", style="bold magenta")
+    if commit.committed_at:
+        when = datetime.fromtimestamp(commit.committed_at / 1000, tz=UTC).strftime("%H:%M:%S")
+        line.append(when + " ", style="dim")
     line.append(commit.source, style="magenta")
     line.append("  " + changed, style="dim")
     return line

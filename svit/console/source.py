@@ -45,6 +45,8 @@ class Commit:
     version: int
     source: str
     changed: tuple[str, ...]
+    #: Milliseconds since the Unix epoch (UTC) when the store committed it; 0 when unknown.
+    committed_at: int = 0
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from ..store import DurableProcess, ProcessStore
@@ -28,19 +29,15 @@ class StoreSource:
     """A :class:`~svit.console.source.ConsoleSource` over ``store``'s process ``address``."""
 
     def __init__(self, store: ProcessStore, address: str, *,
-                 writer: Callable[[], DurableProcess] | None = None, read_only_reason: str | None = None) -> None:
+                 writer: Callable[[], AbstractContextManager[DurableProcess]] | None = None) -> None:
         self._store = store
         self._handle = store.resume(address)
         self._writer = writer
         self._thread_seen = 0
         self._session: str | None = None
         missing: dict[str, str] = {}
-        if not hasattr(self._handle, "at"):
-            missing["at"] = "this store cannot read an older version (no time travel)"
-        if not hasattr(self._handle, "diff"):
-            missing["diff"] = "this store cannot compare versions (no time travel)"
-        if read_only_reason is not None and writer is None:
-            missing["send"] = missing["run"] = read_only_reason
+        if store.read_only and writer is None:
+            missing["send"] = missing["run"] = "the store is open read-only"
         self._unavailable = missing
 
     @property
@@ -57,6 +54,7 @@ class StoreSource:
         return self._handle
 
     def _follow(self) -> DurableProcess:
+        self._store.follow()  # a read-only store catches up with its writer now
         if self._handle.behind():
             self._handle = self._handle.resumed()
         return self._handle
@@ -68,27 +66,22 @@ class StoreSource:
         handle = self._follow()
         if version is None or version == handle.version:
             return handle
-        if "at" in self._unavailable:
-            raise Unavailable(self._unavailable["at"])
-        view: TreeView = handle.at(version)  # type: ignore[attr-defined]
-        return view
+        return handle.at(version)
 
     def commits_after(self, version: int, limit: int = 200) -> list[Commit]:
         handle = self._follow()
         if handle.version <= version:
             return []
         found = handle.query(version_from=version + 1, limit=limit)
-        return [Commit(t.process_version_after, t.source, tuple(t.touched_paths)) for t in found]
+        return [Commit(t.process_version_after, t.source, tuple(t.touched_paths), t.committed_at) for t in found]
 
     def history(self, limit: int = 200) -> list[Commit]:
         handle = self._follow()
         found = handle.query(version_from=max(1, handle.version - limit + 1), limit=limit)
-        return [Commit(t.process_version_after, t.source, tuple(t.touched_paths)) for t in reversed(found)]
+        return [Commit(t.process_version_after, t.source, tuple(t.touched_paths), t.committed_at) for t in reversed(found)]
 
     def diff(self, before: int, after: int) -> list[Difference]:
-        if "diff" in self._unavailable:
-            raise Unavailable(self._unavailable["diff"])
-        found = self._follow().diff(before, after)  # type: ignore[attr-defined]
+        found = self._follow().diff(before, after)
         return [Difference(d.path, d.kind, d.before, d.after) for d in found]
 
     def conversation(self) -> list[Note]:
@@ -126,19 +119,21 @@ class StoreSource:
             "waiting for delivery here": self._store.mailbox.pending(self.address),
         }
 
-    def _writing(self) -> DurableProcess:
+    def _writing(self) -> AbstractContextManager[DurableProcess]:
         if "send" in self._unavailable:
             raise Unavailable(self._unavailable["send"])
         if self._writer is not None:
             return self._writer()
-        return self._follow()
+        return nullcontext(self._follow())
 
     def send(self, text: str) -> int:
-        return self._writing().enqueue_inbox(Message.user(text).to_json()).version
+        with self._writing() as writer:
+            return writer.enqueue_inbox(Message.user(text).to_json()).version
 
     def run(self, script: str, input: Any) -> str:
         path = script if script.startswith("/lib/") else f"/lib/{script}"
-        activation = self._writing().exec(path, input)
+        with self._writing() as writer:
+            activation = writer.exec(path, input)
         return f"{path} -> {json.dumps(activation.output, ensure_ascii=False)[:200]} (version {activation.version})"
 
     def close(self) -> None:

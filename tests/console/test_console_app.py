@@ -14,6 +14,7 @@ pytest.importorskip("textual")
 
 from svit import Process
 from svit.console.app import ConsoleApp
+from svit.console.launch import writer_on_demand
 from svit.console.panels import ConversationPanel, HistoryPanel, ProcessTree, TextPanel
 from svit.console.screenshot import svg_text
 from svit.console.store_source import StoreSource
@@ -192,3 +193,91 @@ def test_a_lib_script_is_previewed_as_highlighted_lisp(store: ProcessStore) -> N
         assert any("(define (main input)" in line for line in screen), "\n".join(screen)
 
     run(app, body)
+
+
+def _three_versions(store: ProcessStore) -> None:
+    writer = store.resume(ADDRESS)
+    writer.write("/memory/count", 2)            # version 1
+    writer.write("/memory/count", 3)            # version 2
+    writer.write("/memory/added", {"k": "v"})   # version 3
+
+
+def test_picking_an_older_version_shows_the_tree_and_previews_as_of_then(store: ProcessStore) -> None:
+    _three_versions(store)
+    app = ConsoleApp(StoreSource(store, ADDRESS), poll_seconds=None)
+
+    async def body(pilot: Any) -> None:
+        history = app.query_one(HistoryPanel)
+        assert history.versions == [3, 2, 1]
+        history.focus()
+        await pilot.press("j", "j", "enter")  # down to version 1, pick it
+        await pilot.pause()
+        assert app.viewing == 1 and "as of version 1" in app.sub_title
+        tree = app.query_one(ProcessTree)
+        await expand(pilot, tree, "/memory")
+        assert "count  = 2" in tree.rows["/memory/count"].label.plain
+        assert "/memory/added" not in tree.rows
+        tree.move_cursor(tree.rows["/memory/count"])
+        await pilot.pause()
+        preview = app.query_one("#preview", TextPanel).plain
+        assert "(as of version 1)" in preview and preview.rstrip().endswith("2")
+        # A commit while looking at the past leaves the tree as it was, then L goes live.
+        store.resume(ADDRESS).write("/memory/count", 9)
+        app.poll()
+        await pilot.pause()
+        assert "count  = 2" in tree.rows["/memory/count"].label.plain and history.versions[0] == 4
+        await pilot.press("L")
+        await pilot.pause()
+        assert app.viewing is None
+        await expand(pilot, tree, "/memory")
+        assert "count  = 9" in tree.rows["/memory/count"].label.plain and "/memory/added" in tree.rows
+
+    run(app, body)
+
+
+def test_the_diff_view_compares_two_versions(store: ProcessStore) -> None:
+    _three_versions(store)
+    app = ConsoleApp(StoreSource(store, ADDRESS), poll_seconds=None)
+
+    async def body(pilot: Any) -> None:
+        history = app.query_one(HistoryPanel)
+        history.focus()
+        await pilot.press("j", "j", "m")  # mark version 1
+        await pilot.press("k", "k", "d")  # diff 1 -> 3
+        await pilot.pause()
+        diff = app.query_one("#diff", TextPanel).plain
+        assert diff.startswith("diff version 1 -> 3: 2 path(s)")
+        assert "+ /memory/added" in diff and '{"k": "v"}' in diff
+        assert "~ /memory/count\n    before: 2\n    after:  3" in diff
+        screen = "\n".join(svg_text(app.export_screenshot()))
+        assert "+ /memory/added" in screen  # the diff tab is the one shown
+        app.marked = None
+        await pilot.press("j", "d")  # no mark: the version before the highlighted one
+        await pilot.pause()
+        assert app.query_one("#diff", TextPanel).plain.startswith("diff version 1 -> 2: 1 path(s)")
+
+    run(app, body)
+
+
+def test_a_read_only_console_takes_the_lock_only_to_send(tmp_path: Path, store: ProcessStore) -> None:
+    location = store.path
+    store.close()
+    reader = ProcessStore.open(location, read_only=True)
+    try:
+        source = StoreSource(reader, ADDRESS, writer=writer_on_demand(location, ADDRESS))
+        app = ConsoleApp(source, poll_seconds=None)
+
+        async def body(pilot: Any) -> None:
+            app.submit("send", "from a reader")
+            with ProcessStore.open(location) as writer:  # the lock was let go again
+                assert [i["content"][0]["text"] for i in writer.resume(ADDRESS).read("/inbox")] == ["from a reader"]
+                app.submit("send", "while held")
+                texts = app.query_one(ConversationPanel).texts
+                assert any("another process holds the store" in line and "--serve" in line for line in texts), texts
+            app.poll()
+            await pilot.pause()
+            assert "from a reader" in app.query_one("#mail", TextPanel).plain
+
+        run(app, body)
+    finally:
+        reader.close()
