@@ -105,10 +105,12 @@ class ConsoleApp(App[None]):
         conversation.border_title = "conversation and events"
         if "history" not in self.source.unavailable:
             history = self.query_one(HistoryPanel)
-            history.border_title = "history (Enter: as of, m: mark, d: diff)"
+            history.border_title = "history"
+            history.border_subtitle = "Enter: as of · m mark · d diff · L live"
             history.show(self.source.history())
         if "tree" not in self.source.unavailable:
             self.query_one(ProcessTree).border_title = "tree"
+            self.query_one(ProcessTree).border_subtitle = "j/k move · Enter/→ open · ← close"
             self.query_one(ProcessTree).focus()
         self.refresh_mail()
         conversation.add_notes(self.source.conversation())

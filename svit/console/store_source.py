@@ -29,9 +29,12 @@ class StoreSource:
     """A :class:`~svit.console.source.ConsoleSource` over ``store``'s process ``address``."""
 
     def __init__(self, store: ProcessStore, address: str, *,
-                 writer: Callable[[], AbstractContextManager[DurableProcess]] | None = None) -> None:
+                 writer: Callable[[], AbstractContextManager[DurableProcess]] | None = None,
+                 handle: DurableProcess | None = None) -> None:
+        """``handle``: start from this handle (one with mount providers attached, so
+        mounts browse like memory; a fresh handle keeps them) instead of resuming one."""
         self._store = store
-        self._handle = store.resume(address)
+        self._handle = handle if handle is not None else store.resume(address)
         self._writer = writer
         self._thread_seen = 0
         self._session: str | None = None

@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("textual")
 
-from svit import Process
+from svit import Mount, Process
 from svit.console.app import ConsoleApp
 from svit.console.launch import writer_on_demand
 from svit.console.panels import ConversationPanel, HistoryPanel, ProcessTree, TextPanel
@@ -281,3 +281,29 @@ def test_a_read_only_console_takes_the_lock_only_to_send(tmp_path: Path, store: 
         run(app, body)
     finally:
         reader.close()
+
+
+def test_mounts_browse_like_memory_and_an_unattached_one_says_so(tmp_path: Path) -> None:
+    with ProcessStore.open(tmp_path / "store") as mounted:
+        process = Process.builder(ADDRESS).mount("data", Mount.value("demo", {"shelf": {"jar": "honey"}})).build()
+        handle = mounted.create(process)
+        app = ConsoleApp(StoreSource(mounted, ADDRESS, handle=handle), poll_seconds=None)
+
+        async def body(pilot: Any) -> None:
+            tree = app.query_one(ProcessTree)
+            for path in ("/mounts", "/mounts/data", "/mounts/data/shelf"):
+                await expand(pilot, tree, path)
+            assert '= "honey"' in tree.rows["/mounts/data/shelf/jar"].label.plain
+            assert "mount: demo" in tree.rows["/mounts/data"].label.plain
+
+        run(app, body)
+        unattached = ConsoleApp(StoreSource(mounted, ADDRESS), poll_seconds=None)
+
+        async def without_provider(pilot: Any) -> None:
+            tree = unattached.query_one(ProcessTree)
+            await expand(pilot, tree, "/mounts")
+            await expand(pilot, tree, "/mounts/data")
+            assert any("not attached" in row for row in tree.row_text())
+            assert any("(error: mount_unavailable" in row for row in tree.row_text()), tree.row_text()
+
+        run(unattached, without_provider)
