@@ -102,7 +102,8 @@ def _arrival(handle: DurableProcess, item: Any) -> Transaction | None:
 
 
 def _session(handle: DurableProcess) -> str | None:
-    session = handle.read("/thread/session_id")
+    thread = handle.read("/thread")
+    session = thread.get("session_id") if isinstance(thread, dict) else None
     return session if isinstance(session, str) and session else None
 
 

@@ -180,7 +180,7 @@ def test_the_changelog_keeps_an_unreleased_section_above_the_current_release() -
 
 _BLOCKER = """
 import importlib.abc, sys
-BLOCKED = {"httpx", "httpcore", "RestrictedPython", "openai"}
+BLOCKED = {"httpx", "httpcore", "RestrictedPython", "openai", "opentelemetry"}
 class Blocker(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in BLOCKED:
@@ -248,7 +248,7 @@ def test_the_test_extra_holds_every_other_extra() -> None:
     assert others <= set(extras["test"])
     assert not set(extras["bench"]) & (set(extras["test"]) | set(extras["all"]))
     assert set(extras["all"]) == set(extras["http"]) | set(extras["restricted"]) | set(extras["openai"]) \
-        | set(extras["postgresql"]) | set(extras["serve"]) | set(extras["chat"]) | set(extras["console"])
+        | set(extras["postgresql"]) | set(extras["serve"]) | set(extras["chat"]) | set(extras["otel"]) | set(extras["console"])
 
 
 def test_the_serve_and_chat_extras_are_declared_and_in_all_and_test() -> None:
@@ -258,3 +258,25 @@ def test_the_serve_and_chat_extras_are_declared_and_in_all_and_test() -> None:
     assert names["chat"] == {"openai", "prompt_toolkit"}
     for bundle in ("all", "test"):
         assert names["serve"] | names["chat"] <= names[bundle], bundle
+
+
+def test_the_otel_extra_is_the_api_alone_and_spans_are_no_ops_without_it() -> None:
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert [re.split(r"[<>=\[]", req)[0] for req in extras["otel"]] == ["opentelemetry-api"]
+    assert "opentelemetry-sdk" in {re.split(r"[<>=\[]", req)[0] for req in extras["test"]}  # the in-memory exporter
+    done = _without_extras(
+        """
+        from svit import Message, Process
+        from svit import telemetry
+        from svit.loop import LoopOptions, run_next_turn
+        from svit.reasoners import ScriptedReasoner
+        assert not telemetry.available()
+        with telemetry.span("svit.turn", **{"svit.address": "a"}) as span:
+            span.set("svit.turn.outcome", "done")
+        p = Process.builder("svit://local/extras/agent").build()
+        p.enqueue_inbox(Message.user("hi").to_json())
+        print(run_next_turn(p, ScriptedReasoner(["hello"]), LoopOptions()).kind)
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "done"

@@ -616,6 +616,7 @@ class Host:
                 self._count("undeliverable", len(refused))
                 self._progressed()
                 for message_id in refused:
+                    _log.warning("message %s to %s is undeliverable: no such address", message_id, address)
                     sender = _sender_of(message_id)
                     if sender is not None:
                         self._wake(sender, SETTLE)
@@ -673,6 +674,9 @@ class Host:
             delivery = mailbox.deliver(handle, limit=self.delivery_batch, inbox_limit=self.inbox_limit)
             if delivery.delivered or delivery.undeliverable:
                 progressed = True
+                _log.debug("delivered %d message(s) to %s", len(delivery.delivered), entry.address)
+                for message_id, reason in delivery.undeliverable:
+                    _log.warning("message %s to %s is undeliverable: %s", message_id, entry.address, reason)
                 self._count("delivered", len(delivery.delivered))
                 self._count("undeliverable", len(delivery.undeliverable))
                 senders = {_sender_of(mid) for mid in delivery.delivered}

@@ -29,12 +29,13 @@ redacted of credentials.
 from __future__ import annotations
 
 import inspect
+import logging
 import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .. import tree
+from .. import telemetry, tree
 from ..errors import InboxConflict, InvalidValue, ResourceLimitExceeded, SvitError, sanitize
 from ..redact import redact
 from .aio import run_on_host_loop
@@ -62,6 +63,8 @@ __all__ = [
     "thread_with_turn_state",
     "turn_failure_text",
 ]
+
+_log = logging.getLogger("svit.loop")
 
 MAX_ITERATIONS_TEXT = "maximum reason/act iterations reached before a final answer"
 INTERRUPTED_TEXT = "the turn was interrupted before it completed"
@@ -216,7 +219,42 @@ def thread_with_turn_state(thread: Any, failing: dict[str, Any] | None, set_asid
 
 def next_turn(agent: Svit, *, reasoner: Any = None, now: float | None = None) -> TurnOutcome:
     """:func:`svit.loop.turns.run_next_turn` over an open Svit (its worker thread calls
-    this); ``reasoner`` defaults to the Svit's own."""
+    this); ``reasoner`` defaults to the Svit's own.
+
+    Observed: a ``svit.turn`` span (the ``otel`` extra, :mod:`svit.telemetry`) and
+    ``svit.loop`` log records for a turn started, finished, failed or set aside, naming
+    the address, the item id and the error's code and redacted message, never the
+    conversation."""
+    with telemetry.span("svit.turn", **{"svit.address": agent.address}) as span:
+        outcome = _next_turn(agent, reasoner, now)
+        span.set("svit.turn.outcome", outcome.kind)
+        span.set("svit.inbox.item_id", outcome.item_id)
+        if outcome.error is not None:
+            span.set("svit.error.code", str(outcome.error.get("code")))
+    if outcome.kind == "done":
+        _log.info("turn finished: %s item %s", agent.address, outcome.item_id)
+    elif outcome.kind == "set_aside":
+        _log.warning("turn failed, item set aside: %s item %s: %s", agent.address, outcome.item_id,
+                     _error_summary(outcome.error))
+    elif outcome.kind == "retry" and outcome.error is not None:
+        _log.warning("turn failed, retry at %s: %s item %s: %s", _utc(outcome.retry_at), agent.address, outcome.item_id,
+                     _error_summary(outcome.error))
+    return outcome
+
+
+def _error_summary(record: dict[str, Any] | None) -> str:
+    if not isinstance(record, dict):
+        return "unknown failure"
+    return f"{record.get('code', 'unknown')}: {redact(str(record.get('message', '')))}"
+
+
+def _utc(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+def _next_turn(agent: Svit, reasoner: Any, now: float | None) -> TurnOutcome:
     process = agent.process
     head = process.inbox_front()
     if head is None:
@@ -237,6 +275,7 @@ def next_turn(agent: Svit, *, reasoner: Any = None, now: float | None = None) ->
             return TurnOutcome("retry", item_id, float(retry_at), failing.get("error"))
 
     turn_id = uuid.uuid4().hex
+    _log.debug("turn started: %s item %s", agent.address, item_id)
     try:
         message = inbox_message(head)
         agent.worker.record(INPUT_MESSAGE, {"message": message.to_json(), "turn_id": turn_id})
@@ -364,9 +403,13 @@ def _reason(agent: Svit, turn_id: str, reasoner: Any) -> Message:
     options = agent.options
     for _ in range(options.iterations):
         conversation = agent.conversation()
-        reply = reasoner.complete(agent.system_prompt, conversation, list(TOOL_SPECS))
-        if inspect.isawaitable(reply):  # an AsyncReasoner: its coroutine runs on the host's event loop
-            reply = run_on_host_loop(agent.worker.host_loop, reply)
+        with telemetry.span("svit.model_call", **{"svit.address": agent.address}) as call_span:
+            reply = reasoner.complete(agent.system_prompt, conversation, list(TOOL_SPECS))
+            if inspect.isawaitable(reply):  # an AsyncReasoner: its coroutine runs on the host's event loop
+                reply = run_on_host_loop(agent.worker.host_loop, reply)
+            if isinstance(reply, Reply):
+                call_span.set("svit.model.finish_reason", reply.finish_reason)
+                call_span.set("svit.model.tool_calls", len(reply.tool_calls))
         if not isinstance(reply, Reply):
             raise TurnFailed("the reasoner did not return a Reply")
         if reply.finish_reason == "length":
@@ -387,7 +430,9 @@ def _reason(agent: Svit, turn_id: str, reasoner: Any) -> Message:
             return answer
         for call in reply.tool_calls:
             agent.worker.record(TOOL_STARTED, {"tool_call": call.to_json(), "turn_id": turn_id})
-            text, ok = run_tool(agent, call)
+            with telemetry.span("svit.tool_call", **{"svit.address": agent.address, "svit.tool": str(call.name)[:64]}) as tool_span:
+                text, ok = run_tool(agent, call)
+                tool_span.set("svit.tool.ok", ok)
             result = Message.tool_result(call, text)
             agent.worker.record(TOOL_COMPLETED, {"ok": ok, "result": result.to_json(), "turn_id": turn_id})
     raise TurnFailed(MAX_ITERATIONS_TEXT)

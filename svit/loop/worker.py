@@ -193,8 +193,11 @@ class TurnWorker:
             self.signals.publish(Committed(change))
 
     def record(self, type: str, data: dict[str, Any]) -> Event:
+        """Append one event to the thread log, stamped with when it was recorded
+        (``at``: milliseconds since the epoch, UTC)."""
         agent = self._agent
-        event = agent.event_log.append(agent.address, agent.session_id, type, data)
+        stamped = data if "at" in data else {**data, "at": int(time.time() * 1000)}
+        event = agent.event_log.append(agent.address, agent.session_id, type, stamped)
         self.signals.publish(CanonicalEvent(event))
         message = message_of(event)
         if message is not None:

@@ -30,6 +30,7 @@ through expectations instead of trusting what it last wrote.
 
 from __future__ import annotations
 
+import logging
 import os
 import urllib.parse
 from abc import ABC, abstractmethod
@@ -46,6 +47,8 @@ __all__ = ["ALL_CLASSES", "READ_ONLY_REFUSAL", "DATABASE_SCHEMES", "read_only_re
 #: Both durability classes: what an ordinary operation's batch may touch.
 ALL_CLASSES = (IRREPLACEABLE, REBUILDABLE)
 
+
+_log = logging.getLogger("svit.store")
 
 #: What a store opened with ``read_only=True`` answers every writing operation.
 READ_ONLY_REFUSAL = ("this store was opened read-only (it follows another process's commits and writes nothing); "
@@ -277,6 +280,8 @@ class StorageEngine(ABC):
                 else:
                     reason, description = failures.classify(exc)
                 self._failure = description
+                _log.error("a synced write failed (%s); the store refuses every operation until it is reopened",
+                           description)
                 raise PersistenceUnavailable(
                     f"synced write failed ({description}); the store is terminal until reopened", reason=reason
                 ) from None

@@ -31,6 +31,7 @@ the stored tree nodes (:mod:`svit.store.nodes`) and the thread log
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 import uuid
@@ -105,6 +106,8 @@ __all__ = [
     "RecentStates",
     "StoreReceipts",
 ]
+
+_log = logging.getLogger("svit.store")
 
 STORE_FORMAT = b"svit-store@4"
 MAX_TRANSACTION_BYTES = 16 * 1024 * 1024
@@ -187,8 +190,11 @@ class ProcessStore:
                 raise PersistenceUnavailable(
                     f"a postgresql:// store needs the 'postgresql' extra ({missing.name} is not installed): "
                     "pip install 'svit[postgresql]'", reason="unavailable") from None
-            return cls.over(PostgreSQLEngine.open(str(path), read_only=read_only))
-        return cls.over(RocksDBEngine.open(path, open_deadline=open_deadline, read_only=read_only, holder=holder))
+            store = cls.over(PostgreSQLEngine.open(str(path), read_only=read_only))
+        else:
+            store = cls.over(RocksDBEngine.open(path, open_deadline=open_deadline, read_only=read_only, holder=holder))
+        _log.info("store opened (%s%s)", store.engine.describe()["engine"], ", read-only" if read_only else "")
+        return store
 
     @classmethod
     def over(cls, engine: StorageEngine) -> ProcessStore:
@@ -238,7 +244,14 @@ class ProcessStore:
         final flush on a full disk) is a ``PersistenceUnavailable`` naming the problem,
         and loses nothing acknowledged (see :meth:`StorageEngine.close`).
         """
-        self.engine.close()
+        if self.engine.closed:
+            return
+        try:
+            self.engine.close()
+        except SvitError as failure:
+            _log.error("store closed, with a failure: %s", failure.message)
+            raise
+        _log.info("store closed%s", " (read-only)" if self.engine.read_only else "")
 
     def __enter__(self) -> ProcessStore:
         return self

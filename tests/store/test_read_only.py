@@ -223,3 +223,51 @@ def test_a_writer_records_itself_and_removes_the_record_at_close(tmp_path: Path)
     assert f"pid {os.getpid()} (svit serve, since " in refused.value.message
     store.close()
     assert not (path / HOLDER_FILE).exists()
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait(timeout=30)
+    return child.pid
+
+
+def test_a_stale_holder_record_is_replaced_by_the_next_writer(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "store"
+    ProcessStore.open(path).close()
+    dead = _dead_pid()
+    (path / HOLDER_FILE).write_text(json.dumps({"command": "svit serve", "pid": dead, "since": 1_700_000_000.0}))
+    with caplog.at_level("WARNING", logger="svit.store"):
+        store = ProcessStore.open(path)
+    assert any(f"pid {dead} (svit serve, since 2023-11-14T22:13:20Z)" in r.getMessage() and "did not close" in r.getMessage()
+               for r in caplog.records if r.name == "svit.store")
+    assert json.loads((path / HOLDER_FILE).read_text())["pid"] == os.getpid()
+    store.close()
+
+
+def test_a_held_store_whose_record_names_a_dead_process_says_it_is_stale(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    holder = subprocess.Popen([sys.executable, str(Path(__file__).with_name("hold_store.py")), str(path)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=ENV)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == b"ready"
+        live = json.loads((path / HOLDER_FILE).read_text())
+        assert live["pid"] == holder.pid and live["command"] == "hold_store.py"
+        with pytest.raises(PersistenceUnavailable) as named:
+            ProcessStore.open(path)
+        assert f"held by pid {holder.pid} (hold_store.py, since " in named.value.message
+        dead = _dead_pid()
+        (path / HOLDER_FILE).write_text(json.dumps({"command": "svit chat", "pid": dead, "since": 1_700_000_000.0}))
+        with pytest.raises(PersistenceUnavailable) as stale:
+            ProcessStore.open(path)
+        assert stale.value.reason == "in_use"
+        assert f"names pid {dead} (svit chat, since 2023-11-14T22:13:20Z), which is no longer running" in stale.value.message
+        assert "stale" in stale.value.message
+        (path / HOLDER_FILE).unlink()
+        with pytest.raises(PersistenceUnavailable) as unnamed:
+            ProcessStore.open(path)
+        assert "left no holder record" in unnamed.value.message
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
