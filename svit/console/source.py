@@ -132,7 +132,8 @@ def item_text(item: Any, width: int = 160) -> str:
             texts = [part.get("text", "") for part in content if isinstance(part, dict)]
             return _cut(f"{item.get('role', '?')}: {' '.join(t for t in texts if isinstance(t, str))}", width)
         if "body" in item:  # a delivered message or an intent
-            who = f"from {item['from']}" if "from" in item else f"to {item.get('to', '?')}"
+            outgoing = "to" in item and ("reason" in item or "from" not in item)  # an intent, refused or not
+            who = f"to {item['to']}" if outgoing else f"from {item.get('from', '?')}"
             reason = f" [undeliverable: {item['reason'] if 'reason' in item else item.get('undeliverable')}]" \
                 if "reason" in item or item.get("undeliverable") else ""
             return _cut(f"{who}: {_json(item['body'])}{reason}", width)

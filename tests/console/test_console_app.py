@@ -12,6 +12,8 @@ import pytest
 
 pytest.importorskip("textual")
 
+from textual.widgets import TabbedContent
+
 from svit import Mount, Process
 from svit.console.app import ConsoleApp
 from svit.console.launch import writer_on_demand
@@ -307,3 +309,66 @@ def test_mounts_browse_like_memory_and_an_unattached_one_says_so(tmp_path: Path)
             assert any("(error: mount_unavailable" in row for row in tree.row_text()), tree.row_text()
 
         run(unattached, without_provider)
+
+
+SEND_TWO = '(define (main input) (do (send! "svit://local/console/gone" "lost") (send! "svit://local/console/peer" "kept") 0))'
+
+
+def test_the_mail_panel_shows_pending_and_undeliverable_messages(store: ProcessStore) -> None:
+    store.create(Process.builder("svit://local/console/peer").build())
+    writer = store.resume(ADDRESS)
+    writer.write("/lib/send_two", {"source": SEND_TWO, "documentation": "sends two"})
+    writer.exec("/lib/send_two", None)
+    store.mailbox.refuse_absent("svit://local/console/gone")
+    store.mailbox.settle(writer)
+    app = ConsoleApp(StoreSource(store, ADDRESS), poll_seconds=None)
+
+    async def body(pilot: Any) -> None:
+        mail = app.query_one("#mail", TextPanel).plain
+        undeliverable = mail[mail.index("undeliverable ("):]
+        assert undeliverable.startswith("undeliverable (1)")
+        assert 'to svit://local/console/gone: "lost" [undeliverable: no such address]' in undeliverable
+        pending = mail[mail.index("outbox (pending delivery)"):mail.index("undeliverable (")]
+        assert pending.startswith("outbox (pending delivery) (1)") and '"kept"' in pending and '"lost"' not in pending
+        app.query_one(TabbedContent).active = "mail-tab"
+        await pilot.pause()
+        assert any("no such address" in line for line in svg_text(app.export_screenshot()))
+
+    run(app, body)
+
+
+def test_a_huge_leaf_preview_is_capped(store: ProcessStore) -> None:
+    store.resume(ADDRESS).write("/memory/big", "x" * (100 * 1024))
+    app = ConsoleApp(StoreSource(store, ADDRESS), poll_seconds=None)
+
+    async def body(pilot: Any) -> None:
+        tree = app.query_one(ProcessTree)
+        await expand(pilot, tree, "/memory")
+        tree.move_cursor(tree.rows["/memory/big"])
+        await pilot.pause()
+        preview = app.query_one("#preview", TextPanel).plain
+        assert len(preview) < 70 * 1024 and preview.count("x") <= 64 * 1024
+        assert preview.rstrip().endswith(f"… {100 * 1024 + 2 - 64 * 1024} more bytes not shown (preview capped at 64 KiB)")
+
+    run(app, body)
+
+
+def test_tab_moves_between_panels_and_q_quits(store: ProcessStore) -> None:
+    app = ConsoleApp(StoreSource(store, ADDRESS), poll_seconds=None)
+
+    async def body(pilot: Any) -> None:
+        assert isinstance(app.focused, ProcessTree)
+        seen = []
+        for _ in range(4):
+            await pilot.press("tab")
+            seen.append(type(app.focused).__name__)
+        assert "HistoryPanel" in seen and "ConversationPanel" in seen
+        await pilot.press("shift+tab")
+        assert type(app.focused).__name__ == seen[-2]
+        footer = "\n".join(svg_text(app.export_screenshot()))
+        assert "q Quit" in footer and "s Send" in footer and "d Diff" in footer
+        await pilot.press("q")
+        await pilot.pause()
+        assert not app.is_running
+
+    run(app, body)
