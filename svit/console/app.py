@@ -17,6 +17,7 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
+from textual.css.query import NoMatches
 from textual.widgets import Footer, Header, Input, OptionList, Static, TabbedContent, TabPane, Tree
 
 from ..errors import SvitError
@@ -25,9 +26,11 @@ from .panels import ConversationPanel, HistoryPanel, ProcessTree, TextPanel, mai
 from .rendering import diff_renderable, preview_renderable
 from .source import ConsoleSource, TreeView
 
-__all__ = ["POLL_SECONDS", "ConsoleApp"]
+__all__ = ["POLL_SECONDS", "RECENT_COMMITS", "ConsoleApp"]
 
 POLL_SECONDS = 0.5
+#: The newest commits the conversation starts with.
+RECENT_COMMITS = 10
 
 CSS = """
 #top { height: 2fr; }
@@ -107,7 +110,10 @@ class ConsoleApp(App[None]):
             history = self.query_one(HistoryPanel)
             history.border_title = "history"
             history.border_subtitle = "Enter: as of · m mark · d diff · L live"
-            history.show(self.source.history())
+            commits = self.source.history()
+            history.show(commits)
+            for commit in reversed(commits[:RECENT_COMMITS]):
+                conversation.add_commit(commit)
         if "tree" not in self.source.unavailable:
             self.query_one(ProcessTree).border_title = "tree"
             self.query_one(ProcessTree).border_subtitle = "j/k move · Enter/→ open · ← close"
@@ -125,12 +131,15 @@ class ConsoleApp(App[None]):
     def poll(self) -> None:
         """Take the commits made since the last poll and redraw what they name."""
         try:
+            conversation = self.query_one(ConversationPanel)
+        except NoMatches:  # the timer fired while the app is closing
+            return
+        try:
             commits = self.source.commits_after(self.seen_version)
             notes = self.source.conversation()
         except SvitError as error:
-            self.query_one(ConversationPanel).say("error", f"{error.code}: {error.detail}")
+            conversation.say("error", f"{error.code}: {error.detail}")
             return
-        conversation = self.query_one(ConversationPanel)
         conversation.add_notes(notes)
         if not commits:
             return

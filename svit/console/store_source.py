@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
+from ..errors import InvalidPath
 from ..store import DurableProcess, ProcessStore
 from ..store.events import StoreEventLog
 from ..thread import Message
@@ -38,6 +39,7 @@ class StoreSource:
         self._writer = writer
         self._thread_seen = 0
         self._session: str | None = None
+        self._items_read_at = -1
         missing: dict[str, str] = {}
         if store.read_only and writer is None:
             missing["send"] = missing["run"] = "the store is open read-only"
@@ -90,12 +92,13 @@ class StoreSource:
     def conversation(self) -> list[Note]:
         handle = self._follow()
         notes: list[Note] = []
-        for kind, path in (("inbox", "/inbox"), ("outbox", "/system/outbox")):
-            items = handle.read(path)
-            for item in (items if isinstance(items, list) else [])[-CONVERSATION_ITEMS:]:
-                notes.append(Note(item_key(kind, item), kind, item_text(item)))
-        thread = handle.read("/thread")
-        session = thread.get("session_id") if isinstance(thread, dict) else None
+        if handle.version != self._items_read_at:  # inbox and outbox change only with a commit
+            self._items_read_at = handle.version
+            for kind, path in (("inbox", "/inbox"), ("outbox", "/system/outbox")):
+                items = handle.read(path)
+                for item in (items if isinstance(items, list) else [])[-CONVERSATION_ITEMS:]:
+                    notes.append(Note(item_key(kind, item), kind, item_text(item)))
+        session = _optional(handle, "/thread/session_id")
         if isinstance(session, str):
             if session != self._session:
                 self._session, self._thread_seen = session, 0
@@ -110,9 +113,7 @@ class StoreSource:
         handle = self._follow()
         outbox = handle.read("/system/outbox")
         outbox = outbox if isinstance(outbox, list) else []
-        thread = handle.read("/thread")
-        turns = thread.get("turns") if isinstance(thread, dict) else None
-        set_aside = turns.get("set_aside") if isinstance(turns, dict) else []
+        set_aside = _optional(handle, "/thread/turns/set_aside")
         inbox = handle.read("/inbox")
         return {
             "inbox (not yet handled)": inbox if isinstance(inbox, list) else [],
@@ -141,3 +142,12 @@ class StoreSource:
 
     def close(self) -> None:
         self._handle.close()
+
+
+def _optional(handle: DurableProcess, path: str) -> Any:
+    """The value at ``path``, or None where a parent is not a container (``/thread`` is
+    null until a loop runs)."""
+    try:
+        return handle.read(path)
+    except InvalidPath:
+        return None

@@ -211,6 +211,8 @@ def test_picking_an_older_version_shows_the_tree_and_previews_as_of_then(store: 
     async def body(pilot: Any) -> None:
         history = app.query_one(HistoryPanel)
         assert history.versions == [3, 2, 1]
+        starts = [line.split()[:2] for line in app.query_one(ConversationPanel).texts]
+        assert starts == [["commit", "v1"], ["commit", "v2"], ["commit", "v3"]]  # the recent commits, oldest first
         history.focus()
         await pilot.press("j", "j", "enter")  # down to version 1, pick it
         await pilot.pause()
