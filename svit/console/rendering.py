@@ -35,9 +35,8 @@ def row_label(name: str, stat: dict[str, Any] | None, value: Any = None, *, leaf
     facts = describe(stat)
     if facts:
         label.append("  " + facts, style="dim")
-    if leaf and not isinstance(value, dict):
-        shown = value.source if is_script(value) else value
-        label.append("  = " + preview(shown, 40), style="cyan")
+    if leaf and not isinstance(value, dict) and not is_script(value):  # a script's source is for the preview
+        label.append("  = " + preview(value, 40), style="cyan")
     return label
 
 
