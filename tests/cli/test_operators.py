@@ -151,3 +151,24 @@ def test_events_follow_prints_new_commits_until_terminated(store_path):
         if follower.poll() is None:
             follower.kill()
             follower.wait()
+
+
+def test_a_writing_command_names_the_svit_command_holding_the_store(store_path, capsys):
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    repl = subprocess.Popen([sys.executable, "-m", "svit.cli", "repl", "--store", store_path, PLAIN],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    try:
+        assert repl.stdin is not None and repl.stdout is not None
+        repl.stdin.write('(read "/memory/n")\n')
+        repl.stdin.flush()
+        assert repl.stdout.readline().strip() == "1"  # the repl has the store open
+        status, _, err = run(capsys, "write", "--store", store_path, PLAIN, "/memory/n", "2")
+        assert status == 1
+        assert err.startswith("svit: persistence_unavailable: ")
+        assert f"held by pid {repl.pid} (svit repl, since " in err and store_path not in err
+        status, out, err = run(capsys, "read", "--store", store_path, PLAIN, "/memory/n")
+        assert (status, out) == (0, "1\n"), err  # reading still works beside it
+    finally:
+        if repl.stdin is not None:
+            repl.stdin.close()
+        repl.wait(timeout=30)

@@ -271,3 +271,35 @@ def test_a_held_store_whose_record_names_a_dead_process_says_it_is_stale(tmp_pat
         assert holder.stdin is not None
         holder.stdin.close()
         holder.wait(timeout=30)
+
+
+def test_on_every_engine_a_reader_sees_commits_and_refuses_writes(store: ProcessStore, store_location: str) -> None:
+    handle = store.create(Process.builder(ADDR).memory("n", 0).build())
+    reader = ProcessStore.open(store_location, read_only=True)
+    try:
+        assert reader.read_only and reader.resume(ADDR).read("/memory/n") == 0
+        handle.write("/memory/n", 3)
+        reader.follow()
+        view = reader.resume(ADDR)
+        assert view.read("/memory/n") == 3 and view.version == 1
+        with pytest.raises(PersistenceUnavailable) as refused:
+            view.write("/memory/n", 4)
+        assert refused.value.reason == "read_only"
+        with pytest.raises(PersistenceUnavailable):
+            reader.create(Process.builder("svit://local/readers/other").build())
+        assert store.resume(ADDR).read("/memory/n") == 3 and reader.addresses() == [ADDR]
+    finally:
+        reader.close()
+    handle.write("/memory/n", 5)  # the writer is unaffected by the reader's coming and going
+    assert store.resume(ADDR).version == 2
+
+
+def test_a_postgresql_database_without_a_store_is_not_found_and_left_alone(postgresql_url: str) -> None:
+    import psycopg
+
+    with pytest.raises(PersistenceNotFound):
+        ProcessStore.open(postgresql_url, read_only=True)
+    with psycopg.connect(postgresql_url) as conn:
+        tables = conn.execute("SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema() "
+                              "AND table_name LIKE 'svit\\_%'").fetchone()
+    assert tables == (0,)
