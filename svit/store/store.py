@@ -862,6 +862,7 @@ class ProcessStore:
         root_after = transition.root_after
         root_hash = root_after.hash
         version_after = transition.version_after
+        summary = records.output_summary(transition.output)
         lock = self._lock
         with lock.committing():
             self._check()
@@ -873,7 +874,7 @@ class ProcessStore:
             try:
                 encoded, event_hash = records.transaction_record(
                     address, position, head["hash"], transition.version_before, version_after, mutations, touched,
-                    source, root_hash, int(time.time() * 1000))
+                    source, root_hash, int(time.time() * 1000), transition.script, summary)
             except ValueError:
                 raise InvalidPersistence("transaction cannot be encoded (text that is not Unicode)") from None
             if len(encoded) > MAX_TRANSACTION_BYTES:

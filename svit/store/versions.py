@@ -31,13 +31,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import tree
-from ..errors import InvalidPersistence, InvalidValue, PersistenceNotFound
+from ..errors import InvalidPersistence, InvalidValue, PersistenceNotFound, ResourceLimitExceeded
 from ..limits import Limits
+from ..paths import parse, validate_address
 from ..process import Process
 from ..tree import Node
 from . import codec, keys, records
 from .diff import Difference, diff_trees
+from .history import MAX_QUERY_LIMIT
 from .keys import CF_NODES, CF_RECORD
+from .records import Transaction
 
 if TYPE_CHECKING:
     from .store import ProcessStore
@@ -82,6 +85,7 @@ class Versions:
     # ------------------------------------------------------------------ versions
     def resolve(self, address: str, version: int) -> RetainedVersion:
         """The retained ``version`` of ``address`` (its root digest), from O(1) records."""
+        validate_address(address)
         if type(version) is not int:
             raise InvalidValue("a version must be an integer")
         store = self._store
@@ -172,24 +176,61 @@ class Versions:
         if not codec.is_hex_hash(root_hash):
             raise InvalidPersistence(f"{address}: malformed root hash")
         engine = self._store.engine
-
-        def fetch(digest: bytes) -> bytes | None:
-            return engine.get(CF_NODES, keys.node_key(digest))
-
+        with engine.lock:
+            engine.check()
         try:
-            with engine.lock:
-                engine.check()
-                return tree.load_container(bytes.fromhex(root_hash), fetch, self._chunks)
+            # Each read takes the store lock on its own: a large tree is not read while
+            # holding commits back (chunks are immutable, so no read can see a torn one).
+            return tree.load_container(bytes.fromhex(root_hash), self.fetch_chunk, self._chunks)
         except tree.ChunkError as exc:
             raise InvalidPersistence(f"{address}: stored tree {root_hash[:16]}: {exc}") from None
 
     def fetch_chunk(self, digest: bytes) -> bytes | None:
         """A stored chunk's bytes (None when absent)."""
-        return self._store.engine.get(CF_NODES, keys.node_key(digest))
+        engine = self._store.engine
+        with engine.lock:
+            return engine.get(CF_NODES, keys.node_key(digest))
 
     def at(self, address: str, version: int, limits: Limits | None = None) -> VersionView:
         """A read-only view of the retained ``version`` of ``address``."""
         return VersionView(self, self.resolve(address, version), limits or Limits())
+
+    def recent(self, address: str, limit: int, path_prefix: str | None = None) -> list[Transaction]:
+        """The newest ``limit`` (1-4096) retained transactions of ``address``, newest
+        first (only those touching ``path_prefix`` or below, by the path index), each
+        verified as it is read: O(limit) records, whatever the history's length."""
+        if type(limit) is not int or not 1 <= limit <= MAX_QUERY_LIMIT:
+            raise ResourceLimitExceeded("persistence query transactions")
+        validate_address(address)
+        segments = parse(path_prefix) if path_prefix is not None else ()
+        store = self._store
+        with store.engine.lock:
+            store.engine.check()
+            head = store.stored_head(address)
+            if head is None:
+                raise PersistenceNotFound(address)
+            if head["position"] is None:
+                return []
+            base = self._base(address)
+            first = 0 if base["covered_position"] is None else base["covered_position"] + 1
+            if segments:
+                positions = store.history.indexed_positions(address, segments, None)[-limit:]
+            else:
+                positions = list(range(max(first, head["position"] - limit + 1), head["position"] + 1))
+            out = []
+            for position in reversed(positions):
+                raw = store.engine.get(CF_RECORD, keys.transaction_key(address, position))
+                if raw is None:
+                    raise InvalidPersistence(f"transaction {position} of {address} is missing")
+                record = records.decode_transaction(address, position, raw)
+                if segments and not any(parse(p)[: len(segments)] == segments for p in record["touched_paths"]):
+                    raise InvalidPersistence(f"path index of {address} names transaction {position} wrongly; reset_index")
+                out.append(Transaction(
+                    address, position, record["event_hash"], record["previous_hash"], record["process_version_before"],
+                    record["process_version_after"], [m.plain() for m in record["mutations"]],
+                    list(record["touched_paths"]), record["source"], record["resulting_root_hash"],
+                    record["committed_at"], record["script"], record["output_summary"]))
+            return out
 
     def diff(self, address: str, before: int, after: int) -> list[Difference]:
         """The paths whose values differ from version ``before`` to version ``after``
@@ -197,10 +238,10 @@ class Versions:
         with self._store.engine.lock:
             old = self.resolve(address, before)
             new = self.resolve(address, after)
-            if old.root_hash == new.root_hash:
-                return []
-            return diff_trees(old.root_hash, new.root_hash, self.fetch_chunk,
-                              lambda digest: self.root(digest.hex(), address).to_value(), address)
+        if old.root_hash == new.root_hash:
+            return []
+        return diff_trees(old.root_hash, new.root_hash, self.fetch_chunk,
+                          lambda digest: self.root(digest.hex(), address).to_value(), address)
 
 
 class VersionView:

@@ -41,16 +41,17 @@ def test_head_record_is_the_generic_seal(address, base_hash, hash_, position, ve
 
 
 @settings(max_examples=150, deadline=None)
-@given(texts, u64s, texts, u64s, u64s, st.lists(mutations, max_size=5), st.text(min_size=1, max_size=60), texts, u64s)
+@given(texts, u64s, texts, u64s, u64s, st.lists(mutations, max_size=5), st.text(min_size=1, max_size=60), texts, u64s,
+       st.none() | texts, st.none() | texts)
 def test_transaction_record_is_the_generic_seal(address, position, previous, before, after, items, source, root,
-                                                committed_at):
+                                                committed_at, script, summary):
     touched = mutation.touched_paths(items)
     values = {"event_format": codec.TRANSACTION_FORMAT, "address": address, "position": position,
               "previous_hash": previous, "process_version_before": before, "process_version_after": after,
               "mutations": [m.record() for m in items], "touched_paths": touched, "source": source,
-              "resulting_root_hash": root, "committed_at": committed_at}
+              "resulting_root_hash": root, "committed_at": committed_at, "script": script, "output_summary": summary}
     direct = records.transaction_record(address, position, previous, before, after, items, touched, source, root,
-                                        committed_at)
+                                        committed_at, script, summary)
     assert direct == codec.hashed_record(codec.TRANSACTION_FIELDS, values, "event_hash")
 
 

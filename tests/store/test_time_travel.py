@@ -98,8 +98,8 @@ def apply(h, op: tuple[str, str, Any]) -> None:
             h.exec("/lib/writer", {"path": path, "value": value})
         else:
             current = h.read(path)
-            if isinstance(current, list):
-                h.write(f"{path}/{len(current)}", value)
+            if isinstance(current, list):  # grow by a few, across chunk boundaries
+                h.write(path, current + [value] * 20)
     except SvitError:
         assert h.version == version  # a refused operation leaves the version as it was
 
@@ -391,3 +391,39 @@ def test_a_store_of_the_previous_format_is_refused_naming_it(store):
     store.close()
     with pytest.raises(InvalidPersistence, match="'svit-store@3'.*svit-store@4"):
         ProcessStore.open(location)
+
+
+def test_recent_transactions_are_newest_first_and_bounded(store):
+    h = fresh(store)
+    for i in range(6):
+        h.write("/memory/n" if i % 2 else "/memory/other", i)
+    h.exec("/lib/writer", {"path": "/memory/n", "value": 99})
+    recent = store.versions.recent(h.address, 3)
+    assert [t.process_version_after for t in recent] == [7, 6, 5]
+    assert recent[0].source == "activation" and recent[0].script == "/lib/writer"
+    assert recent[0].output_summary == "99" and recent[0].touched_paths == ["/memory/n"]  # main reads its write
+    assert recent[1].script is None and recent[1].output_summary is None and recent[1].source == "host.write"
+    assert recent[0].committed_at > 0
+    assert [t.process_version_after for t in store.versions.recent(h.address, 10, "/memory/n")] == [7, 6, 4, 2]
+    h.cut()
+    assert store.versions.recent(h.address, 10) == []
+    h.write("/memory/n", 100)
+    assert [t.process_version_after for t in store.versions.recent(h.address, 10)] == [8]
+    with pytest.raises(SvitError) as caught:
+        store.versions.recent(h.address, 0)
+    assert caught.value.code == "resource_limit_exceeded"
+    with pytest.raises(PersistenceNotFound):
+        store.versions.recent("svit://local/tt/none", 5)
+
+
+def test_activation_script_and_output_are_summarised_and_bounded(store):
+    h = fresh(store)
+    h.exec_inline('(define (main input) (value-map "echo" input))', {"k": [1, 2.5, "x"]})
+    h.exec_inline('(define (main input) input)', "y" * 300)
+    h.exec_inline('(define (main input) input)', list(range(200)))
+    big, long, short = store.versions.recent(h.address, 3)
+    assert short.script == "inline" and short.output_summary == '{"echo":{"k":[1,2.5,"x"]}}'
+    assert long.output_summary.endswith("…") and len(long.output_summary.encode()) == records.MAX_SUMMARY_BYTES
+    assert long.output_summary.startswith('"yyy')
+    assert big.output_summary == "<array of 200 items>"
+    assert [t.output_summary for t in h.query()] == [short.output_summary, long.output_summary, big.output_summary]
