@@ -105,5 +105,9 @@ def commit_line(commit: Commit) -> Text:
         when = datetime.fromtimestamp(commit.committed_at / 1000, tz=UTC).strftime("%H:%M:%S")
         line.append(when + " ", style="dim")
     line.append(commit.source, style="magenta")
+    if commit.script:
+        line.append(" " + commit.script, style="green")
+    if commit.output:
+        line.append(" -> " + commit.output[:60], style="cyan")
     line.append("  " + changed, style="dim")
     return line

@@ -47,6 +47,9 @@ class Commit:
     changed: tuple[str, ...]
     #: Milliseconds since the Unix epoch (UTC) when the store committed it; 0 when unknown.
     committed_at: int = 0
+    #: The script an activation ran (``/lib/NAME`` or ``inline``) and a short summary of its output.
+    script: str | None = None
+    output: str | None = None
 
 
 @dataclass(frozen=True)

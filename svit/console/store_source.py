@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from ..errors import InvalidPath
-from ..store import DurableProcess, ProcessStore
+from ..store import DurableProcess, ProcessStore, Transaction
 from ..store.events import StoreEventLog
 from ..thread import Message
 from .source import Commit, Difference, Note, TreeView, Unavailable, item_key, item_text
@@ -78,12 +78,12 @@ class StoreSource:
         if handle.version <= version:
             return []
         found = handle.query(version_from=version + 1, limit=limit)
-        return [Commit(t.process_version_after, t.source, tuple(t.touched_paths), t.committed_at) for t in found]
+        return [_commit(t) for t in found]
 
     def history(self, limit: int = 200) -> list[Commit]:
         handle = self._follow()
         found = handle.query(version_from=max(1, handle.version - limit + 1), limit=limit)
-        return [Commit(t.process_version_after, t.source, tuple(t.touched_paths), t.committed_at) for t in reversed(found)]
+        return [_commit(t) for t in reversed(found)]
 
     def diff(self, before: int, after: int) -> list[Difference]:
         found = self._follow().diff(before, after)
@@ -142,6 +142,10 @@ class StoreSource:
 
     def close(self) -> None:
         self._handle.close()
+
+
+def _commit(t: Transaction) -> Commit:
+    return Commit(t.process_version_after, t.source, tuple(t.touched_paths), t.committed_at, t.script, t.output_summary)
 
 
 def _optional(handle: DurableProcess, path: str) -> Any:

@@ -172,6 +172,8 @@ def test_running_a_lib_script_commits_and_shows_its_output(store: ProcessStore) 
         assert store.resume(ADDRESS).read("/memory/count") == 2
         texts = app.query_one(ConversationPanel).texts
         assert any("/lib/bump -> 2 (version 1)" in line for line in texts)
+        commit = next(line for line in texts if line.split()[:2] == ["commit", "v1"])
+        assert "activation /lib/bump -> 2" in commit and "/memory/count" in commit  # script and output from the record
         await pilot.press("x")
         await pilot.press(*"missing")
         await pilot.press("enter")
