@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from . import cli_history
 from ._version import __version__
 from .activation import compile_check
 from .errors import SvitError
@@ -211,7 +212,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_read(args: argparse.Namespace) -> int:
-    handle = open_store(args, read_only=True).resume(args.address)
+    handle = cli_history.observed(args, open_store(args, read_only=True))
     value = handle.read(args.path)
     if hasattr(value, "source") and hasattr(value, "documentation"):
         value = {"documentation": value.documentation, "source": value.source}
@@ -220,12 +221,12 @@ def cmd_read(args: argparse.Namespace) -> int:
 
 
 def cmd_discover(args: argparse.Namespace) -> int:
-    output(args, open_store(args, read_only=True).resume(args.address).discover(args.path))
+    output(args, cli_history.observed(args, open_store(args, read_only=True)).discover(args.path))
     return 0
 
 
 def cmd_stat(args: argparse.Namespace) -> int:
-    output(args, open_store(args, read_only=True).resume(args.address).stat(args.path))
+    output(args, cli_history.observed(args, open_store(args, read_only=True)).stat(args.path))
     return 0
 
 
@@ -274,19 +275,11 @@ def cmd_fork(args: argparse.Namespace) -> int:
 
 
 def cmd_log(args: argparse.Namespace) -> int:
-    handle = open_store(args, read_only=True).resume(args.address)
-    found = handle.query(path_prefix=args.path, limit=args.limit, after_position=args.after)
-    output(args, [
-        {
-            "hash": t.hash,
-            "position": t.position,
-            "source": t.source,
-            "touched_paths": t.touched_paths,
-            "version": t.process_version_after,
-        }
-        for t in found
-    ])
-    return 0
+    return cli_history.cmd_log(args, open_store(args, read_only=True))
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    return cli_history.cmd_diff(args, open_store(args, read_only=True))
 
 
 def cmd_tree(args: argparse.Namespace) -> int:
@@ -554,6 +547,48 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+CONSOLE_TOKEN_ENV = "SVIT_TOKEN"
+
+
+def cmd_console(args: argparse.Namespace) -> int:
+    """``svit console ADDR``: the terminal console on a store, or (``--serve URL``) on a ``svit serve``."""
+    from .console import launch  # noqa: PLC0415 - deferred: see the module docstring (the console extra)
+
+    hint = launch.missing_dependency()
+    if hint is not None:
+        sys.stderr.write(f"svit: missing_dependency: {hint}\n")
+        return 2
+    screenshot = Path(args.screenshot) if args.screenshot else None
+    if args.serve:
+        token = os.environ.get(args.token_env)
+        if not token:
+            return _usage_error(f"svit console --serve needs a token in ${args.token_env} (never on the command line)")
+        try:
+            from .client import ClientError  # noqa: PLC0415 - the serve extra
+            from .console.http_source import HttpSource  # noqa: PLC0415 - the serve extra
+        except ImportError:
+            raise CliError("missing_dependency", 'svit console --serve needs the "serve" extra: pip install "svit[serve]"') from None
+        try:
+            source: Any = HttpSource(args.serve, token, args.address)
+        except ClientError as exc:
+            raise CliError(exc.code, exc.message) from None
+        except OSError as exc:
+            raise CliError("unreachable", f"cannot reach {args.serve}: {exc.strerror or exc}") from None
+    else:
+        from .console.store_source import StoreSource  # noqa: PLC0415 - deferred: see the module docstring
+
+        path = store_path(args)
+        if isinstance(path, str):  # PostgreSQL: many writers share the database
+            source = StoreSource(open_store(args), args.address)
+        else:  # RocksDB: browse read-only beside any writer, take the lock only to send or run
+            source = StoreSource(open_store(args, read_only=True), args.address,
+                                 writer=launch.writer_on_demand(path, args.address))
+    launch.run(source, screenshot=screenshot)
+    if screenshot is not None:
+        sys.stdout.write(f"svit: wrote {screenshot}\n")
+    return 0
+
+
 def cmd_mcp(args: argparse.Namespace) -> int:
     """``svit mcp ADDR``: serve one durable process over MCP on stdio (stdout carries only MCP)."""
     from .errors import PersistenceNotFound  # noqa: PLC0415 - only this command needs it
@@ -620,9 +655,14 @@ def build_parser() -> argparse.ArgumentParser:
     durable("run", "run /lib/NAME or a script file as one durable activation", cmd_run,
             ("address", "process address"), ("target", "/lib/NAME or a script file (run once, not stored)"),
             ("input?", "the input as JSON (default: null)"))
-    durable("read", "print the value at PATH", cmd_read, ("address", "process address"), ("path", "absolute path"))
-    durable("discover", "list the children of PATH", cmd_discover, ("address", "process address"), ("path", "absolute path"))
-    durable("stat", "print the facts record of PATH", cmd_stat, ("address", "process address"), ("path", "absolute path"))
+    for p in (durable("read", "print the value at PATH", cmd_read, ("address", "process address"), ("path", "absolute path")),
+              durable("discover", "list the children of PATH", cmd_discover, ("address", "process address"), ("path", "absolute path")),
+              durable("stat", "print the facts record of PATH", cmd_stat, ("address", "process address"), ("path", "absolute path"))):
+        p.add_argument("--at", type=int, default=None, metavar="VERSION", help="a retained earlier version (read from the store)")
+    p = durable("diff", "list the paths that differ between two versions", cmd_diff, ("address", "process address"))
+    p.add_argument("before", type=int, help="a retained version")
+    p.add_argument("after", type=int, help="another retained version (either may be the greater)")
+    p.add_argument("--table", action="store_true", help="a readable table instead of JSON lines")
     durable("write", "write a JSON value at PATH (one commit)", cmd_write,
             ("address", "process address"), ("path", "absolute path"), ("value", "the value as JSON"))
     durable("remove", "remove PATH (one commit)", cmd_remove, ("address", "process address"), ("path", "absolute path"))
@@ -630,10 +670,12 @@ def build_parser() -> argparse.ArgumentParser:
     durable("restore", "import a snapshot file (at ADDR: as a new process descended from it)", cmd_restore,
             ("file", "a snapshot file"), ("address?", "address for the restored process"))
     durable("fork", "fork ADDR into CHILD", cmd_fork, ("address", "parent address"), ("child", "child address"))
-    p = durable("log", "list committed transactions", cmd_log, ("address", "process address"))
+    p = durable("log", "list committed transactions, newest first", cmd_log, ("address", "process address"))
     p.add_argument("--path", default=None, help="only transactions touching this path or below")
-    p.add_argument("--limit", type=int, default=1024, help="at most this many (1-4096)")
-    p.add_argument("--after", type=int, default=None, help="only positions after this one")
+    p.add_argument("--limit", type=int, default=cli_history.LOG_LIMIT,
+                   help=f"the newest this many (1-4096, default {cli_history.LOG_LIMIT})")
+    p.add_argument("--values", "--diff", dest="values", action="store_true", help="show each change's before and after values")
+    p.add_argument("--table", action="store_true", help="a readable listing instead of JSON")
     p = durable("tree", "draw the process tree for a person", cmd_tree, ("address", "process address"), ("path?", "start path (default /)"))
     p.add_argument("--depth", type=int, default=2, help="levels to draw (default 2)")
     p.set_defaults(path="/")
@@ -661,6 +703,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = durable("mcp", "serve ADDR to an MCP client on stdio (the six model tools, resources, the language guide)",
                 cmd_mcp, ("address", "process address"))
     p.add_argument("--create", action="store_true", help="create an empty process at ADDR when there is none")
+    p = durable("console", "watch and steer ADDR in a terminal console (the console extra)", cmd_console,
+                ("address", "process address"))
+    p.add_argument("--serve", default=None, metavar="URL", help="go through a running svit serve at URL instead of the store")
+    p.add_argument("--token-env", default=CONSOLE_TOKEN_ENV, metavar="NAME",
+                   help=f"the variable holding the server's token (default {CONSOLE_TOKEN_ENV}); never the token itself")
+    p.add_argument("--screenshot", default=None, metavar="FILE", help="run headless and save an SVG screenshot to FILE")
     p = durable("chat", "talk to the durable agent at ADDR through an OpenAI-compatible model (created on first use)",
                 cmd_chat, ("address", "the agent's process address"))
     p.allow_abbrev = False  # so "--api-key SECRET" is refused, never taken as --api-key-env

@@ -145,6 +145,10 @@ class Transition:
     #: The receipt an activation's caller asked to be written with this commit (completed
     #: before the sink sees the transition); None for every other transition.
     receipt: CommitReceipt | None = None
+    #: The script an activation ran (``/lib/NAME``, or ``inline``); None for every other transition.
+    script: str | None = None
+    #: An activation's output (what a history may summarise); None for every other transition.
+    output: Node | None = None
 
 
 class CommitSink(Protocol):
@@ -352,6 +356,8 @@ class Process:
         annex: object = None,
         receipt: CommitReceipt | None = None,
         before_record: Callable[[Transition], None] | None = None,
+        script: str | None = None,
+        output: Node | None = None,
     ) -> Transition:
         """The one commit path of every transition: host writes, inbox and thread changes,
         activations.
@@ -375,7 +381,7 @@ class Process:
             candidate = apply_each(root, mutations)
         validate_root(candidate, self.address, self.limits, script_compiler(self.limits), previous=root, error=InvalidValue)
         transition = Transition(self.address, version, version + 1, root, candidate, tuple(mutations), source, annex,
-                                receipt)
+                                receipt, script, output)
         if dry_run:
             return transition
         sink = self._sink
@@ -824,6 +830,7 @@ class Process:
             mutations, "activation", applied=(ws.base, candidate),
             effects=apply_mount_writes if mount_writes else None, dry_run=dry_run,
             receipt=receipt, before_record=complete,
+            script="inline" if inline_source is not None else f"/lib/{name}", output=output,
         )
         if dry_run:
             changed.update(mount_change_path(parse(path)) for _op, path, _value in mount_writes)

@@ -27,7 +27,7 @@ from typing import Any
 
 from ._tree.build import build, empty_array, empty_map
 from ._tree.chunks import array_items, map_items
-from ._tree.codec import ChunkError, new_chunks, node_cbor, verify_chunk
+from ._tree.codec import ChunkError, decode_chunk, load_container, new_chunks, node_cbor, verify_chunk
 from ._tree.edits import append_items, get, node_hash, remove_at, set_at
 from ._tree.node import (
     ARRAY,
@@ -63,6 +63,7 @@ __all__ = [
     "Node",
     "append_items",
     "children",
+    "decode_chunk",
     "empty_array",
     "empty_map",
     "entries",
@@ -71,6 +72,7 @@ __all__ = [
     "get",
     "leaf_cbor",
     "leaf_node",
+    "load_container",
     "new_chunks",
     "node_cbor",
     "node_hash",

@@ -248,7 +248,7 @@ def test_the_test_extra_holds_every_other_extra() -> None:
     assert others <= set(extras["test"])
     assert not set(extras["bench"]) & (set(extras["test"]) | set(extras["all"]))
     assert set(extras["all"]) == set(extras["http"]) | set(extras["restricted"]) | set(extras["openai"]) \
-        | set(extras["postgresql"]) | set(extras["serve"]) | set(extras["chat"]) | set(extras["otel"])
+        | set(extras["postgresql"]) | set(extras["serve"]) | set(extras["chat"]) | set(extras["otel"]) | set(extras["console"])
 
 
 def test_the_serve_and_chat_extras_are_declared_and_in_all_and_test() -> None:

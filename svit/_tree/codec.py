@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
 import blake3
@@ -19,10 +19,10 @@ import cbor2
 
 from .. import cbor
 from ..values import Script
-from .chunks import MAP_LEAF_PREFIX
-from .node import ARRAY, CHUNK_REF_TAG, MAP, SCRIPT_TAG, Chunk, Node, leaves, script_default
+from .chunks import MAP_LEAF_PREFIX, make_inner, make_leaf
+from .node import ARRAY, CHUNK_REF_TAG, MAP, SCRIPT_TAG, Chunk, Node, leaves, make_container, script_default
 
-__all__ = ["ChunkError", "chunk_children", "new_chunks", "node_cbor", "verify_chunk"]
+__all__ = ["ChunkError", "chunk_children", "decode_chunk", "load_container", "new_chunks", "node_cbor", "verify_chunk"]
 
 
 #: A leaf chunk's bytes are this prefix and then its container's own CBOR.
@@ -121,6 +121,82 @@ def _tag_hook(tag: Any, _immutable: bool = False) -> Any:
     if build is None:
         raise ValueError("unsupported CBOR tag")
     return build(tag.value)
+
+
+def decode_chunk(digest: bytes, data: bytes, *, verify: bool = True) -> tuple[str, Any]:
+    """Check stored chunk bytes against ``digest`` and decode them: ``(kind, body)``.
+
+    ``verify=False`` skips the digest check, for a caller that rebuilds the chunk from
+    what was decoded and compares the rebuilt chunk's digest instead.
+
+    ``kind`` is ``"m"`` (map leaf, body a dict in key order), ``"a"`` (array leaf, body
+    a list), ``"M"`` or ``"A"`` (inner chunk, body the list of child digests). In a leaf
+    a child container is its 32-byte digest (``bytes``) and a script a :class:`Script`.
+    """
+    if verify and blake3.blake3(data).digest() != digest:
+        raise ChunkError("content does not match its digest")
+    try:
+        decoded = cbor2.loads(data, tag_hook=_tag_hook, allow_indefinite=False, allow_duplicate_keys=False,
+                              str_errors="strict")
+    except Exception as exc:  # the decoder's and the hooks' errors alike: the bytes are not a chunk
+        raise ChunkError(f"malformed chunk ({type(exc).__name__})") from None
+    if type(decoded) is not list or len(decoded) != 2 or decoded[0] not in ("m", "a", "M", "A"):
+        raise ChunkError("malformed chunk record")
+    kind, body = decoded
+    if kind in ("M", "A"):
+        if type(body) is not bytes or not body or len(body) % 32:
+            raise ChunkError("malformed inner chunk")
+        return kind, [body[i:i + 32] for i in range(0, len(body), 32)]
+    if not (kind == "m" and type(body) is dict or kind == "a" and type(body) is list):
+        raise ChunkError("malformed leaf chunk")
+    return kind, body
+
+
+def load_container(digest: bytes, fetch: Callable[[bytes], bytes | None],
+                   cache: MutableMapping[bytes, Chunk] | None = None) -> Node:
+    """The container node whose root chunk has ``digest``, rebuilt from stored chunks.
+
+    ``fetch`` returns a chunk's stored bytes (None when missing); every chunk is checked
+    against its digest and rebuilt with the same chunk constructors a commit uses, so the
+    node is exactly the one that was stored (its aggregates included). ``cache`` keeps
+    rebuilt chunks by digest: chunks are immutable and shared between versions, so a
+    second version of a tree costs only the chunks it does not share.
+    """
+    chunk = _load_chunk(digest, fetch, {} if cache is None else cache)
+    return make_container(chunk.code, chunk)
+
+
+def _load_chunk(digest: bytes, fetch: Callable[[bytes], bytes | None], cache: MutableMapping[bytes, Chunk]) -> Chunk:
+    found = cache.get(digest)
+    if found is not None:
+        return found
+    data = fetch(digest)
+    if data is None:
+        raise ChunkError(f"chunk {digest.hex()[:16]} is missing")
+    # The rebuilt chunk's digest is compared below: that checks the bytes' content.
+    kind, body = decode_chunk(digest, data, verify=False)
+    chunk: Chunk
+    if kind in ("M", "A"):
+        code = MAP if kind == "M" else ARRAY
+        children = tuple(_load_chunk(child, fetch, cache) for child in body)
+        level = children[0].level
+        if any(child.code != code or child.level != level for child in children):
+            raise ChunkError("inner chunk over mismatched children")
+        chunk = make_inner(code, level + 1, children)
+    else:
+        values = body.values() if kind == "m" else body
+        items = tuple(make_container(*_code_and(_load_chunk(v, fetch, cache))) if type(v) is bytes else v
+                      for v in values)
+        keys = tuple(body) if kind == "m" else None
+        chunk = make_leaf(MAP if kind == "m" else ARRAY, keys, items)
+    if chunk.digest != digest:
+        raise ChunkError(f"chunk {digest.hex()[:16]} does not rebuild to its digest")
+    cache[digest] = chunk
+    return chunk
+
+
+def _code_and(chunk: Chunk) -> tuple[int, Chunk]:
+    return chunk.code, chunk
 
 
 def verify_chunk(digest: bytes, data: bytes) -> list[bytes]:

@@ -34,7 +34,7 @@ from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..control import Committed, decode_request, encode_response
-from ..errors import InvalidControlId, PersistenceNotFound, SvitError
+from ..errors import InvalidControlId, InvalidPath, PersistenceNotFound, SvitError
 from ..paths import validate_address
 from ..store import ProcessStore
 from .body import read_bounded
@@ -191,7 +191,10 @@ class _Server:
 
     def session_of(self, address: str) -> str | None:
         """The current reasoning session of ``address`` (``/thread/session_id``), or None."""
-        session = self.handles.open(address).read("/thread/session_id")
+        try:
+            session = self.handles.open(address).read("/thread/session_id")
+        except InvalidPath:  # /thread is null on a process that never ran a loop
+            return None
         return session if type(session) is str and session else None
 
     async def process(self, request: Request) -> Response:

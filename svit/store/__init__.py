@@ -5,16 +5,19 @@
     h = store.create(process)            # or import_, resume, fork
     h.exec("/lib/counter", {"by": 1})    # acknowledged only after a synced write
     h.query(path_prefix="/memory"); h.store_snapshot(); h.cut()
+    h.at(3).read("/memory/count"); h.diff(3, 7)   # retained versions, from stored chunks
 
 See :mod:`svit.store.store` for the contract, :mod:`svit.store.keys` for the layout and
 :mod:`svit.store.engine` for the storage engine interface (``ProcessStore.over(engine)``).
 """
 
+from .diff import Difference
 from .engine import StorageEngine, WriteBatch
 from .keys import IRREPLACEABLE, KEY_CLASSES, REBUILDABLE, KeyClass
 from .receipts import StoreReceipts
 from .rocksdb import RocksDBEngine
 from .store import DurableProcess, Head, ProcessStore, StoreSnapshot, Transaction, apply_mutations
+from .versions import VersionView
 
 __all__ = [
     "ProcessStore",
@@ -22,6 +25,8 @@ __all__ = [
     "WriteBatch",
     "RocksDBEngine",
     "DurableProcess",
+    "Difference",
+    "VersionView",
     "StoreReceipts",
     "StoreSnapshot",
     "Transaction",

@@ -44,8 +44,10 @@ __all__ = [
 ]
 
 # Format 2: every record in the one deterministic encoding of :mod:`svit.cbor` (format
-# 1 wrote its fields in declared order).
-TRANSACTION_FORMAT = "svit-transaction@2"
+# 1 wrote its fields in declared order). Transactions are at 3: they carry
+# ``committed_at``, the commit's wall-clock time (ms since the Unix epoch, UTC), and for
+# an activation the ``script`` it ran and a bounded ``output_summary`` (else null).
+TRANSACTION_FORMAT = "svit-transaction@3"
 BASE_FORMAT = "svit-base@2"
 HEAD_FORMAT = "svit-head@2"
 SNAPSHOT_FORMAT = "svit-store-snapshot@2"
@@ -63,6 +65,9 @@ TRANSACTION_FIELDS = (
     "touched_paths",
     "source",
     "resulting_root_hash",
+    "committed_at",
+    "script",
+    "output_summary",
 )
 BASE_FIELDS = ("base_format", "address", "covered_position", "anchor_event_hash", "process_version", "root_hash", "origin")
 HEAD_FIELDS = ("head_format", "address", "base_hash", "position", "hash", "process_version", "root_hash")

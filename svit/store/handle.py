@@ -19,6 +19,10 @@ from .events import StoreEventLog
 from .records import Head, StoreSnapshot, Transaction
 
 if TYPE_CHECKING:
+    from .diff import Difference
+    from .versions import VersionView
+
+if TYPE_CHECKING:
     from .._ports import Ports
     from ..activation import Activation
     from ..process import Change
@@ -159,6 +163,24 @@ class DurableProcess:
 
     def message_intents(self) -> list[dict[str, Any]]:
         return self._process.message_intents()
+
+    # --------------------------------------------------------------- time travel
+    def at(self, version: int) -> VersionView:
+        """A read-only view of a retained ``version`` (``version``, ``root_hash``,
+        ``committed_at``, ``read``, ``discover``, ``stat``, ``node_hash``), rebuilt from
+        stored records and chunks in time independent of the history's length.
+
+        A version after the stored head, a negative one, or one before the retained
+        history (a cut, an imported base) is ``PersistenceNotFound`` naming the retained
+        range; a fork child's versions before its fork are its parent's.
+        """
+        return self._store.versions.at(self.address, version, self.limits)
+
+    def diff(self, before: int, after: int) -> list[Difference]:
+        """What differs from version ``before`` to version ``after`` (either may be the
+        greater), in path order: one :class:`~svit.store.Difference` per added, removed
+        or changed path (a container added or removed whole is one entry)."""
+        return self._store.versions.diff(self.address, before, after)
 
     def outbox(self) -> list[dict[str, Any]]:
         """The committed message intents (the same as :meth:`message_intents`)."""

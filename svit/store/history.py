@@ -233,7 +233,8 @@ class History:
                 out.append(Transaction(
                     address, position, record["event_hash"], record["previous_hash"], record["process_version_before"],
                     produced, [m.plain() for m in record["mutations"]], list(record["touched_paths"]),
-                    record["source"], record["resulting_root_hash"]))
+                    record["source"], record["resulting_root_hash"], record["committed_at"],
+                    record["script"], record["output_summary"]))
                 if len(out) >= limit:
                     break
             return out

@@ -9,6 +9,7 @@ the record, and a record of another format is refused naming the format it claim
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,9 +43,17 @@ __all__ = [
     "tombstone_record",
     "decode_tombstone",
     "decode_transaction",
+    "decode_transaction_root",
+    "output_summary",
+    "MAX_SUMMARY_BYTES",
 ]
 
 MAX_SOURCE_BYTES = 4096
+#: The most an activation's output summary in a transaction takes (UTF-8 bytes).
+MAX_SUMMARY_BYTES = 256
+#: Outputs up to this many nodes and text bytes are summarised as compact JSON; larger
+#: ones by their kind and size, so the summary costs little whatever the output.
+_SUMMARY_NODES, _SUMMARY_TEXT = 64, 1024
 
 
 @dataclass(frozen=True)
@@ -77,6 +86,13 @@ class Transaction:
     touched_paths: list[str]
     source: str
     resulting_root_hash: str
+    #: When the commit was made: milliseconds since the Unix epoch (UTC), by the store's
+    #: clock. Kept in the sealed record, never in the process state.
+    committed_at: int = 0
+    #: The script an activation ran (``/lib/NAME`` or ``inline``); None for other transitions.
+    script: str | None = None
+    #: A bounded summary of an activation's output (:func:`output_summary`); None otherwise.
+    output_summary: str | None = None
 
 
 @dataclass(frozen=True)
@@ -158,21 +174,24 @@ def _mutation_bytes(item: mutation.Mutation) -> bytes:
 
 def transaction_record(address: str, position: int, previous_hash: str, version_before: int, version_after: int,
                        mutations: Sequence[mutation.Mutation], touched_paths: Sequence[str], source: str,
-                       resulting_root_hash: str) -> tuple[bytes, str]:
+                       resulting_root_hash: str, committed_at: int, script: str | None = None,
+                       output_summary: str | None = None) -> tuple[bytes, str]:
     """``(sealed transaction record, its event hash)`` (fields of :data:`codec.TRANSACTION_FIELDS`)."""
     text = cbor.encode_text
-    before = _KEY["address"] + text(address) + _EVENT_FORMAT_PAIR
+    before = _KEY["address"] + text(address) + _KEY["committed_at"] + _u64(committed_at) + _EVENT_FORMAT_PAIR
     after = b"".join((
         _KEY["mutations"], cbor.head(4, len(mutations)), *map(_mutation_bytes, mutations),
+        _KEY["output_summary"], _NULL if output_summary is None else text(output_summary),
         _KEY["position"], _u64(position),
         _KEY["previous_hash"], text(previous_hash),
         _KEY["process_version_after"], _u64(version_after),
         _KEY["process_version_before"], _u64(version_before),
         _KEY["resulting_root_hash"], text(resulting_root_hash),
+        _KEY["script"], _NULL if script is None else text(script),
         _KEY["source"], text(source),
         _KEY["touched_paths"], cbor.head(4, len(touched_paths)), *map(text, touched_paths),
     ))
-    return _sealed(10, before, "event_hash", after)
+    return _sealed(13, before, "event_hash", after)
 
 
 def decode_head(raw: bytes, address: str) -> dict[str, Any]:
@@ -189,6 +208,22 @@ def decode_head(raw: bytes, address: str) -> dict[str, Any]:
     ):
         raise InvalidPersistence(f"{what}: malformed fields")
     return head
+
+
+def output_summary(output: Node | None) -> str | None:
+    """A bounded text summary of an activation's output for its transaction record:
+    compact JSON cut to :data:`MAX_SUMMARY_BYTES` (``…`` marks a cut), or, for a large
+    output, its kind and size (``<map of 1200 entries>``)."""
+    if output is None:
+        return None
+    if output.count > _SUMMARY_NODES or output.text > _SUMMARY_TEXT:
+        unit = {"map": "entries", "array": "items", "string": "bytes"}.get(output.kind, "bytes")
+        return f"<{output.kind} of {output.size} {unit}>"
+    text = json.dumps(output.to_value(), ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
+    data = text.encode("utf-8")
+    if len(data) <= MAX_SUMMARY_BYTES:
+        return text
+    return data[:MAX_SUMMARY_BYTES - len("…".encode())].decode("utf-8", "ignore") + "…"
 
 
 # ---------------------------------------------------------------------- base
@@ -299,15 +334,7 @@ def decode_transaction(address: str, position: int, raw: bytes) -> dict[str, Any
     """A verified transaction envelope with its mutations decoded (values as tree nodes)."""
     what = f"transaction {position} of {address}"
     record = codec.decode_record(raw, codec.TRANSACTION_FIELDS, "event_hash", what, format=codec.TRANSACTION_FORMAT)
-    if record["event_format"] != codec.TRANSACTION_FORMAT:
-        raise InvalidPersistence(f"{what}: unknown format")
-    if record["address"] != address or record["position"] != position:
-        raise InvalidPersistence(f"{what}: address or position does not match its key")
-    if not (codec.is_hex_hash(record["previous_hash"]) and codec.is_hex_hash(record["resulting_root_hash"])
-            and codec.is_u64(record["process_version_before"]) and codec.is_u64(record["process_version_after"])):
-        raise InvalidPersistence(f"{what}: malformed fields")
-    if record["process_version_after"] != record["process_version_before"] + 1:
-        raise InvalidPersistence(f"{what}: version does not advance by one")
+    _check_envelope(record, address, position, what)
     source = record["source"]
     if type(source) is not str or not 1 <= len(source.encode("utf-8")) <= MAX_SOURCE_BYTES:
         raise InvalidPersistence(f"{what}: malformed source")
@@ -317,3 +344,31 @@ def decode_transaction(address: str, position: int, raw: bytes) -> dict[str, Any
     if record["touched_paths"] != mutation.touched_paths(record["mutations"]):
         raise InvalidPersistence(f"{what}: touched paths do not match its mutations")
     return record
+
+
+def decode_transaction_root(address: str, position: int, raw: bytes) -> dict[str, Any]:
+    """A verified transaction envelope, its mutations left as recorded (not built into
+    tree nodes): what time travel needs (``process_version_after``,
+    ``resulting_root_hash``, ``committed_at``) at the cost of checking the seal only."""
+    what = f"transaction {position} of {address}"
+    record = codec.decode_record(raw, codec.TRANSACTION_FIELDS, "event_hash", what, format=codec.TRANSACTION_FORMAT)
+    _check_envelope(record, address, position, what)
+    return record
+
+
+def _optional_text(value: Any, limit: int) -> bool:
+    return value is None or type(value) is str and len(value.encode("utf-8")) <= limit
+
+
+def _check_envelope(record: dict[str, Any], address: str, position: int, what: str) -> None:
+    if record["event_format"] != codec.TRANSACTION_FORMAT:
+        raise InvalidPersistence(f"{what}: unknown format")
+    if record["address"] != address or record["position"] != position:
+        raise InvalidPersistence(f"{what}: address or position does not match its key")
+    if not (codec.is_hex_hash(record["previous_hash"]) and codec.is_hex_hash(record["resulting_root_hash"])
+            and codec.is_u64(record["process_version_before"]) and codec.is_u64(record["process_version_after"])
+            and codec.is_u64(record["committed_at"]) and _optional_text(record["script"], MAX_SOURCE_BYTES)
+            and _optional_text(record["output_summary"], MAX_SUMMARY_BYTES)):
+        raise InvalidPersistence(f"{what}: malformed fields")
+    if record["process_version_after"] != record["process_version_before"] + 1:
+        raise InvalidPersistence(f"{what}: version does not advance by one")

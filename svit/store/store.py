@@ -77,6 +77,7 @@ from .nodes import StoredNodes
 from .receipts import StoreReceipts, stage_commit_receipt
 from .records import MAX_SOURCE_BYTES, Head, State, StoreSnapshot, Transaction
 from .rocksdb import OPEN_DEADLINE_SECONDS, RocksDBEngine
+from .versions import Versions
 
 if TYPE_CHECKING:
     pass
@@ -108,7 +109,7 @@ __all__ = [
 
 _log = logging.getLogger("svit.store")
 
-STORE_FORMAT = b"svit-store@3"
+STORE_FORMAT = b"svit-store@4"
 MAX_TRANSACTION_BYTES = 16 * 1024 * 1024
 U64_MAX = 2**64 - 1
 # The names the commit path and the handle operations use for the record pieces.
@@ -156,6 +157,8 @@ class ProcessStore:
         self.restore_limits = Limits()
         self.nodes = StoredNodes(engine)
         self.history = History(engine, apply_mutations, lambda: self.restore_limits)
+        #: Retained versions of every address, read from stored records and chunks.
+        self.versions = Versions(self)
         #: Message delivery between this store's processes (:mod:`svit.store.mailbox`).
         self.mailbox = Mailbox(self)
 
@@ -729,15 +732,28 @@ class ProcessStore:
             return {"removed": len(stale), "path_entries": paths, "child_entries": children, "ready_entries": ready}
 
     def sweep_nodes(self) -> int:
-        """Delete tree nodes no stored head reaches (after removes and cuts); returns the count."""
+        """Delete tree nodes no retained version reaches (after removes and cuts); returns the count.
+
+        Every retained version stays readable (:meth:`DurableProcess.at`): the roots kept
+        are each head's, each base's and each retained transaction's resulting root.
+        """
         self.require_writable()
         with self._lock:
             self._check()
             roots = []
             for key, _ in self._scan(CF_RECORD, b"h/"):
-                head = self._read_head(keys.unescape(key[2:]))
-                if head is not None:
-                    roots.append(head["root_hash"])
+                address = keys.unescape(key[2:])
+                head = self._read_head(address)
+                if head is None:
+                    continue
+                roots.append(head["root_hash"])
+                raw = self._get(CF_RECORD, keys.base_key(address))
+                if raw is not None:
+                    roots.append(records.decode_base(raw, address)["root_hash"])
+                prefix = keys.transaction_prefix(address)
+                for tkey, traw in self._scan(CF_RECORD, prefix):
+                    position = keys.from_u64(tkey[len(prefix):])
+                    roots.append(records.decode_transaction_root(address, position, traw)["resulting_root_hash"])
             return self.nodes.sweep(roots)
 
     def record_digests(self) -> dict[str, str]:
@@ -846,6 +862,7 @@ class ProcessStore:
         root_after = transition.root_after
         root_hash = root_after.hash
         version_after = transition.version_after
+        summary = records.output_summary(transition.output)
         lock = self._lock
         with lock.committing():
             self._check()
@@ -857,7 +874,7 @@ class ProcessStore:
             try:
                 encoded, event_hash = records.transaction_record(
                     address, position, head["hash"], transition.version_before, version_after, mutations, touched,
-                    source, root_hash)
+                    source, root_hash, int(time.time() * 1000), transition.script, summary)
             except ValueError:
                 raise InvalidPersistence("transaction cannot be encoded (text that is not Unicode)") from None
             if len(encoded) > MAX_TRANSACTION_BYTES:

@@ -119,7 +119,7 @@ def test_durable_flow(svit, tmp_path: Path) -> None:
     assert ok(svit("read", "svit://local/cli/child", "/memory/count")) == 15
 
     log = ok(svit("log", "svit://local/cli/c", "--path", "/memory"))
-    assert [entry["version"] for entry in log] == [2, 3, 4]
+    assert [entry["version"] for entry in log] == [4, 3, 2]  # newest first
     assert all(entry["touched_paths"] == ["/memory/count"] for entry in log)
 
     tree = svit("tree", "svit://local/cli/c", "/memory", "--depth", "1")

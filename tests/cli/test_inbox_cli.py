@@ -89,8 +89,8 @@ def test_retry_and_drop_each_commit_once_and_say_so(prepared, capsys):
                   "(svit inbox ADDR lists the set-aside items)\n"
     status, out, _ = run(capsys, "log", "--store", path, ADDRESS)
     entries = json.loads(out)
-    assert entries[-1]["source"] == "inbox.retry" and entries[-1]["version"] == version
-    assert entries[-1]["touched_paths"] == ["/inbox", "/thread"]
+    assert entries[0]["source"] == "inbox.retry" and entries[0]["version"] == version  # newest first
+    assert entries[0]["touched_paths"] == ["/inbox", "/thread"]
 
 
 def test_drop_removes_the_item_for_good(prepared, capsys):
@@ -100,7 +100,7 @@ def test_drop_removes_the_item_for_good(prepared, capsys):
     status, out, _ = run(capsys, "inbox", "--store", path, "--json", ADDRESS)
     assert json.loads(out)["set_aside"] == []
     status, out, _ = run(capsys, "log", "--store", path, ADDRESS)
-    assert json.loads(out)[-1]["source"] == "inbox.drop"
+    assert json.loads(out)[0]["source"] == "inbox.drop"  # newest first
 
 
 def test_usage_and_unknown_names_are_clear(prepared, capsys):

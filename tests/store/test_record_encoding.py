@@ -41,27 +41,32 @@ def test_head_record_is_the_generic_seal(address, base_hash, hash_, position, ve
 
 
 @settings(max_examples=150, deadline=None)
-@given(texts, u64s, texts, u64s, u64s, st.lists(mutations, max_size=5), st.text(min_size=1, max_size=60), texts)
-def test_transaction_record_is_the_generic_seal(address, position, previous, before, after, items, source, root):
+@given(texts, u64s, texts, u64s, u64s, st.lists(mutations, max_size=5), st.text(min_size=1, max_size=60), texts, u64s,
+       st.none() | texts, st.none() | texts)
+def test_transaction_record_is_the_generic_seal(address, position, previous, before, after, items, source, root,
+                                                committed_at, script, summary):
     touched = mutation.touched_paths(items)
     values = {"event_format": codec.TRANSACTION_FORMAT, "address": address, "position": position,
               "previous_hash": previous, "process_version_before": before, "process_version_after": after,
               "mutations": [m.record() for m in items], "touched_paths": touched, "source": source,
-              "resulting_root_hash": root}
-    direct = records.transaction_record(address, position, previous, before, after, items, touched, source, root)
+              "resulting_root_hash": root, "committed_at": committed_at, "script": script, "output_summary": summary}
+    direct = records.transaction_record(address, position, previous, before, after, items, touched, source, root,
+                                        committed_at, script, summary)
     assert direct == codec.hashed_record(codec.TRANSACTION_FIELDS, values, "event_hash")
 
 
 @settings(max_examples=60, deadline=None)
-@given(u64s, hashes, u64s, hashes, st.lists(mutations, min_size=1, max_size=4))
-def test_direct_records_decode_strictly(position, previous, before, root, items):
+@given(u64s, hashes, u64s, hashes, st.lists(mutations, min_size=1, max_size=4), u64s)
+def test_direct_records_decode_strictly(position, previous, before, root, items, committed_at):
     address = "svit://local/test/encoding"
     touched = mutation.touched_paths(items)
     after = min(before, 2**64 - 2) + 1
     before = after - 1
     raw, event_hash = records.transaction_record(address, position, previous, before, after, items, touched,
-                                                 "(main)", root)
+                                                 "(main)", root, committed_at)
     decoded = records.decode_transaction(address, position, raw)
     assert decoded["event_hash"] == event_hash and decoded["mutations"] == list(items)
+    assert decoded["committed_at"] == committed_at
+    assert records.decode_transaction_root(address, position, raw)["committed_at"] == committed_at
     head = records.decode_head(records.head_record(address, previous, Head(position, event_hash), after, root), address)
     assert (head["position"], head["hash"], head["process_version"]) == (position, event_hash, after)
