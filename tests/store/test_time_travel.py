@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from svit import Process, cbor
+from svit import Limits, Process, cbor
 from svit.errors import InvalidPersistence, InvalidValue, PersistenceNotFound, SvitError
 from svit.store import Difference, ProcessStore, keys, records
 from svit.store import store as store_module
@@ -445,7 +445,8 @@ def test_diffs_of_wide_containers_across_chunk_levels_apply(store, first, second
     offset = data.draw(st.integers(0, 50))
     before_map = {f"key{i}": i for i in range(keys_first)}
     after_map = {f"key{i + offset}": (i if i % 97 else {"n": i}) for i in range(keys_second)}
-    h = fresh(store, xs=before_list, ys=before_map)
+    builder = Process.builder(f"svit://local/tt/w{next(_ids)}").limits(Limits(max_value_entries=100_000))
+    h = store.create(builder.memory("xs", before_list).memory("ys", before_map).build())
     h.write("/memory/xs", after_list)
     h.write("/memory/ys", after_map)
     states = {v: h.at(v).read("/") for v in (0, 2)}
