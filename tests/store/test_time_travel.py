@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from svit import Process, cbor
+from svit import Limits, Process, cbor
 from svit.errors import InvalidPersistence, InvalidValue, PersistenceNotFound, SvitError
 from svit.store import Difference, ProcessStore, keys, records
 from svit.store import store as store_module
@@ -427,3 +427,43 @@ def test_activation_script_and_output_are_summarised_and_bounded(store):
     assert long.output_summary.startswith('"yyy')
     assert big.output_summary == "<array of 200 items>"
     assert [t.output_summary for t in h.query()] == [short.output_summary, long.output_summary, big.output_summary]
+
+
+SIZES = [0, 1, 31, 32, 33, 511, 512, 513, 700, 8193]
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+@given(first=st.sampled_from(SIZES), second=st.sampled_from(SIZES), edits=st.lists(st.integers(0, 9000), max_size=5),
+       keys_first=st.integers(0, 2500), keys_second=st.integers(0, 2500), data=st.data())
+def test_diffs_of_wide_containers_across_chunk_levels_apply(store, first, second, edits, keys_first, keys_second,
+                                                             data):
+    """Arrays whose chunk trees differ in height (512 and 8,192 items are level
+    boundaries) and maps of thousands of keys gaining and losing many at once."""
+    before_list = list(range(first))
+    after_list = [[i] if i in edits else i for i in range(second)]
+    offset = data.draw(st.integers(0, 50))
+    before_map = {f"key{i}": i for i in range(keys_first)}
+    after_map = {f"key{i + offset}": (i if i % 97 else {"n": i}) for i in range(keys_second)}
+    builder = Process.builder(f"svit://local/tt/w{next(_ids)}").limits(Limits(max_value_entries=100_000))
+    h = store.create(builder.memory("xs", before_list).memory("ys", before_map).build())
+    h.write("/memory/xs", after_list)
+    h.write("/memory/ys", after_map)
+    states = {v: h.at(v).read("/") for v in (0, 2)}
+    assert states[2]["memory"]["xs"] == after_list and states[0]["memory"]["ys"] == before_map
+    for a, b in ((0, 2), (2, 0)):
+        assert apply_diff(states[a], h.diff(a, b)) == states[b]
+
+
+def test_diff_reads_only_the_chunks_that_differ(store, monkeypatch):
+    wide = {f"key{i:05}": i for i in range(4000)}
+    h = fresh(store, wide=wide, other=list(range(3000)))
+    h.write("/memory/wide/key02500", -1)
+    fetched: list[bytes] = []
+    fetch = store.versions.fetch_chunk
+    monkeypatch.setattr(store.versions, "fetch_chunk", lambda digest: fetched.append(digest) or fetch(digest))
+    assert h.diff(0, 1) == [Difference("/memory/wide/key02500", "changed", 2500, -1)]
+    stored = sum(1 for _ in store.engine.scan("nodes", b"n/"))
+    # Per side: the root, /memory, and the map's path from its root chunk to the one
+    # leaf that changed; never the chunks of the thousands of unchanged entries.
+    assert len(set(fetched)) <= 16 < stored // 10
