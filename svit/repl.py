@@ -30,7 +30,7 @@ from typing import Any, TextIO
 
 from .activation import INLINE_NAME, Activation, compile_check, script_filename
 from .builtins import runtime_catalogue
-from .console import balanced, render_tree
+from .console import render_tree
 from .errors import ReadOnlyEvaluation, ScriptFailed, SvitError
 from .lisp.errors import Frame, ReadError
 from .lisp.reader import read
@@ -42,6 +42,7 @@ __all__ = [
     "HISTORY_FILE",
     "MAX_COMPLETIONS",
     "PROMPT",
+    "balanced",
     "Completions",
     "Session",
     "complete",
@@ -52,6 +53,15 @@ __all__ = [
     "run_lines",
     "run_prompt",
 ]
+
+
+def balanced(text: str) -> bool:
+    """True when ``text`` reads as complete forms (no unclosed list or string)."""
+    try:
+        read(text)
+    except ReadError as error:
+        return "unbalanced" not in error.detail and "unterminated" not in error.detail
+    return True
 
 PROMPT = "svit> "
 CONTINUATION = "  ... "

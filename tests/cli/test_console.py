@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from svit import Mount, Process
-from svit.console import balanced, render_tree
+from svit.console import render_tree
+from svit.repl import balanced
 
 
 def test_tree_caps_children_and_cuts_long_leaves() -> None:

@@ -44,10 +44,10 @@ def test_the_console_extra_is_declared_and_in_all_and_test() -> None:
         assert set(extras["console"]) <= set(extras[bundle]), bundle
 
 
-def test_without_the_extra_the_console_names_it_and_the_old_names_still_import(tmp_path: Path) -> None:
+def test_without_the_extra_the_console_names_it_and_the_tree_drawing_still_imports(tmp_path: Path) -> None:
     done = _without_textual(
         """
-        from svit.console import HELP, MAX_CHILDREN, PREVIEW, Repl, balanced, render_tree
+        from svit.console import MAX_CHILDREN, PREVIEW, render_tree
         from svit import Process
         print(render_tree(Process.builder("svit://local/x/p").memory("n", 1).build(), "/memory", 1))
         from svit.cli import main
