@@ -31,6 +31,7 @@ from typing import Any
 from .budget import Budget, CompileMeter
 from .errors import LimitError, Span
 from .expand import Expansion
+from .fast_loop import fast_loop
 from .functions import SYSTEM_FUNCTIONS
 from .names import global_name, mangle
 from .reader import QUASIQUOTE, QUOTE, UNQUOTE, UNQUOTE_SPLICING, Program, as_data
@@ -438,6 +439,7 @@ class Compiler:
             lines += guard
             lines += [f"{indent}    {p}" for p in prologue]
             lines.append(f"{indent}    while True:")
+            lines += [f"{indent}{line}" for line in fast_loop(self, body, scope, ctx, cost, "        ")]
             lines += [f"{indent}        {f}" for f in fuel]
             lines += [f"{indent}{t}" for t in tail]
         else:
