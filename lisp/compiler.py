@@ -44,6 +44,9 @@ __all__ = [
     "CODE_MEMORY_PER_CHAR",
     "FORMS_PER_STEP",
     "MIN_CODE_CHARS",
+    "SPECIALISE",
+    "TYPED_BODY_MAX_FORMS",
+    "TYPED_PARAM_BOUND",
     "Compiled",
     "Compiler",
     "Expr",
@@ -83,6 +86,15 @@ CODE_CHARS_PER_STEP = 8
 #: Each character of generated code counts as this many units of guest memory while
 #: CPython compiles it (its syntax tree takes about a hundred bytes per character).
 CODE_MEMORY_PER_CHAR = 64
+#: A typed body (see :meth:`Compiler.typed_body`) is generated for functions of at most
+#: this many forms, for the parameters below this magnitude: the largest compact CPython
+#: int, whose comparisons CPython runs on its fast path.
+TYPED_BODY_MAX_FORMS = 48
+#: Generate the specialised copies (typed bodies, fast loops) besides the generic code.
+#: They change no value, error or step count; turned off, the generic code alone runs
+#: (the reference the tests compare them with).
+SPECIALISE = True
+TYPED_PARAM_BOUND = (1 << 30) - 1
 #: Code that may always be compiled in one piece, whatever the guest memory limit.
 MIN_CODE_CHARS = 32 * 1024
 
@@ -99,6 +111,8 @@ class Expr:
     code: str
     is_bool: bool = False  # statically known to produce a Python bool
     simple: bool = False  # a local or a constant: safe to mention twice
+    #: When known to be an ``int``: a bound its magnitude is below (0: not known).
+    int_bound: int = 0
 
 
 @dataclass
@@ -202,6 +216,11 @@ class Compiler:
         self.function_names: list[str] = []
         #: Extension names the program defines at top level: they name its globals.
         self.shadowed = resolution.shadowed
+        #: Inside a typed body: locals known to hold an ``int``, with a bound on their magnitude.
+        self.known_ints: dict[str, int] = {}
+        #: Whether functions get typed bodies and fast loops (off while a form too big with
+        #: them is generated again, and for a reference compile: see :data:`SPECIALISE`).
+        self.typing = SPECIALISE
         #: Value-stack accounting: the functions being compiled (innermost last) and each
         #: one's frame size (parameters plus let bindings), filled in as bodies compile.
         self.frames: list[int] = []
@@ -267,18 +286,14 @@ class Compiler:
         spans: list[Span | None] = []
         size = 0
         for form in self.program.forms:
-            saved = self.note_span(form)
-            first_factory = len(self.factories)
-            self.own_forms = 0
-            body = self.top_level(form)
-            cost = self.own_forms // FORMS_PER_STEP
-            if cost:
-                body = [f"_s -= {cost}", "if _s < 0: _tick()"] + body
-            form_lines = self.factories[first_factory:] + body
-            form_spans = self.factory_spans[first_factory:] + [self.enclosing] * len(body)
-            del self.factories[first_factory:], self.factory_spans[first_factory:]
-            self.enclosing = saved
-            form_size = sum(len(line) + 1 for line in form_lines)
+            form_lines, form_spans, form_size = self.form_code(form)
+            if form_size > self.max_code_chars and self.typing:
+                # Typed bodies are only a faster copy: a form too big with them goes without.
+                self.typing = False
+                try:
+                    form_lines, form_spans, form_size = self.form_code(form)
+                finally:
+                    self.typing = SPECIALISE
             if form_size > self.max_code_chars:
                 raise LimitError("guest memory")
             if size + form_size > self.max_code_chars and lines:
@@ -298,6 +313,27 @@ class Compiler:
             chunks.append("\n" * first_line + self.place_stack_checks(text))
             first_line += text.count("\n")
         return chunks, table
+
+    def form_code(self, form: Any) -> tuple[list[str], list[Span | None], int]:
+        """The lines of one top-level form (its closure factories first), their positions and size."""
+        saved = self.note_span(form)
+        first_factory = len(self.factories)
+        first_frame = len(self.frame_sizes)
+        self.own_forms = 0
+        body = self.top_level(form)
+        cost = self.own_forms // FORMS_PER_STEP
+        if cost:
+            body = [f"_s -= {cost}", "if _s < 0: _tick()"] + body
+        form_lines = self.factories[first_factory:] + body
+        form_spans = self.factory_spans[first_factory:] + [self.enclosing] * len(body)
+        del self.factories[first_factory:], self.factory_spans[first_factory:]
+        self.enclosing = saved
+        form_size = sum(len(line) + 1 for line in form_lines)
+        if form_size > self.max_code_chars and self.typing:
+            # Generated again without typed bodies: forget this attempt's frames.
+            for frame in range(first_frame, len(self.frame_sizes)):
+                del self.frame_sizes[frame]
+        return form_lines, form_spans, form_size
 
     def place_stack_checks(self, source: str) -> str:
         """Fill in each function's entry check and call-site depth step.
@@ -439,15 +475,44 @@ class Compiler:
             lines += guard
             lines += [f"{indent}    {p}" for p in prologue]
             lines.append(f"{indent}    while True:")
-            lines += [f"{indent}{line}" for line in fast_loop(self, body, scope, ctx, cost, "        ")]
+            if self.typing:
+                lines += [f"{indent}{line}" for line in fast_loop(self, body, scope, ctx, cost, "        ")]
             lines += [f"{indent}        {f}" for f in fuel]
             lines += [f"{indent}{t}" for t in tail]
         else:
             lines += [f"{indent}    {f}" for f in fuel]
             lines += guard
             lines += [f"{indent}    {p}" for p in prologue]
+            lines += [f"{indent}{t}" for t in self.typed_body(pyname, body, scope, ctx, frame)]
             lines += [f"{indent}{t[4:]}" for t in tail]
         return lines
+
+    def typed_body(self, pyname: str, body: Any, scope: Scope, ctx: FunctionContext, frame: int) -> list[str]:
+        """The body once more, for when its integer parameters hold small ints (tried first).
+
+        A guard checks that every required parameter the body uses directly as an operand
+        of ``+ - * = < > <= >=`` is an ``int`` of magnitude below :data:`TYPED_PARAM_BOUND`;
+        under it those operations need no type test, and ``+ - *`` no overflow test while
+        the bounds of their operands exclude one. Otherwise the generic body runs. Both
+        bodies compute the same values and errors and charge the same steps (the fuel is
+        charged before either): this one only skips tests it has proved would pass.
+        """
+        if not self.typing or self.own_forms > TYPED_BODY_MAX_FORMS:
+            return []
+        params = _typed_params(body, scope, ctx.params)
+        if not params:
+            return []
+        saved = (self.own_forms, self.frame_sizes[frame], self.known_ints)
+        self.known_ints = dict.fromkeys(params, TYPED_PARAM_BOUND)
+        self.function_names.append(pyname)
+        try:
+            typed = self.tail(body, scope, FunctionContext(None, ctx.params, False), "        ")
+        finally:
+            self.function_names.pop()
+            self.own_forms, self.frame_sizes[frame], self.known_ints = saved
+        checks = [f"_type({py}) is _int" for py in params]
+        checks += [f"{-TYPED_PARAM_BOUND} < {py} < {TYPED_PARAM_BOUND}" for py in params]
+        return [f"    if {' and '.join(checks)}:"] + typed
 
     def closure(
         self, form: Form, params: Params, body: Any, scope: Scope, inner: str, self_global: str | None = None
@@ -498,13 +563,15 @@ class Compiler:
             return e
         if t is bool:
             return Expr(self.constant(form), is_bool=True, simple=True)
+        if t is int:
+            return Expr(self.constant(form), simple=True, int_bound=abs(form) + 1)
         return Expr(self.constant(form), simple=True)
 
     def reference(self, form: Name, scope: Scope) -> Expr:
         name = form.name
         local = scope.lookup(name)
         if local is not None:
-            return Expr(local, simple=True)
+            return Expr(local, simple=True, int_bound=self.known_ints.get(local, 0))
         if name in self.consts:
             return Expr(self.constant(self.consts[name]), simple=True)
         if name in SYSTEM_FUNCTIONS and name not in self.shadowed:
@@ -583,9 +650,18 @@ class Compiler:
         # Evaluate both operands (in order) before testing either type.
         if self.is_int_literal(a) and self.is_int_literal(b):
             return Expr(self.at(form, f"{slow}({a.code}, {b.code})"))
-        if self.is_int_literal(a):
+        if a.int_bound and b.int_bound:
+            # Both known ints: no type test, and no overflow test when the bounds exclude one.
+            most = a.int_bound * b.int_bound if op == "*" else a.int_bound + b.int_bound
+            if most <= bound:
+                return Expr(f"({a.code} {op} {b.code})", int_bound=most)
+            return Expr(
+                f"({result} if {-bound} < ({result} := {a1} {op} {b1}) < {bound} else {self.at(form, f'{slow}({a2}, {b2})')})",
+                int_bound=bound,
+            )
+        if a.int_bound:
             checks.append(f"_type({b1}) is _int")
-        elif self.is_int_literal(b):
+        elif b.int_bound:
             checks.append(f"_type({a1}) is _int")
         else:
             checks.append(f"_type({a1}) is _type({b1}) is _int")
@@ -600,12 +676,14 @@ class Compiler:
         a, b = args
         a1, a2 = self.bind_twice(a)
         b1, b2 = self.bind_twice(b)
-        slow = self.at(form, slow)
         if self.is_int_literal(a) and self.is_int_literal(b):
-            return Expr(slow.format(a=a.code, b=b.code), is_bool=is_bool)
-        if self.is_int_literal(a):
+            return Expr(self.at(form, slow).format(a=a.code, b=b.code), is_bool=is_bool)
+        if a.int_bound and b.int_bound:
+            return Expr(f"({fast.format(a=a.code, b=b.code)})", is_bool=is_bool)
+        slow = self.at(form, slow)
+        if a.int_bound:
             check = f"_type({b1}) is _int"
-        elif self.is_int_literal(b):
+        elif b.int_bound:
             check = f"_type({a1}) is _int"
         else:
             check = f"_type({a1}) is _type({b1}) is _int"
@@ -732,6 +810,8 @@ class Compiler:
             if self.frames:
                 self.frame_sizes[self.frames[-1]] += 1
             py = self.fresh_local(lname)
+            if self.known_ints and value.int_bound:
+                self.known_ints[py] = value.int_bound
             inner = Scope(inner, {lname: py})
             out.append((py, value))
         return inner, out
@@ -836,6 +916,31 @@ class Compiler:
                 values = ", ".join(a.code for a in args)
                 return [f"{indent}{targets} = {values}", f"{indent}continue"]
         return [f"{indent}return {self.expr(form, scope, None).code}"]
+
+
+def _typed_params(body: Any, scope: Scope, params: tuple[str, ...]) -> list[str]:
+    """Required parameters used directly as operands of inline arithmetic or comparisons.
+
+    None when the body makes a function (its factory would be generated twice).
+    """
+    found: set[str] = set()
+    stack = [body]
+    while stack:
+        item = stack.pop()
+        if type(item) is not tuple or not item:
+            continue
+        head = item[0]
+        if type(head) is Name:
+            if head.name in ("lambda", "define"):
+                return []
+            if len(item) == 3 and (head.name in _ARITH or head.name in _COMPARE or head.name == "="):
+                for arg in item[1:]:
+                    if type(arg) is Name:
+                        py = scope.names.get(arg.name)
+                        if py in params:
+                            found.add(py)
+        stack.extend(item)
+    return [py for py in params if py in found]
 
 
 def check_program_limits(program: Program, max_syntax_depth: int, max_integer_bits: int) -> None:

@@ -1,0 +1,283 @@
+"""Typed bodies and fast loops change nothing but speed.
+
+The compiler generates, besides the generic code, a typed copy of small functions
+(tried when their integer parameters hold small ints) and an integer fast path for
+self tail loops (see lisp/fast_loop.py). Turned off (``compiler.SPECIALISE``), only
+the generic code runs: that is the reference. Random programs of arithmetic, ``let``,
+``if``/``cond``/``and``/``or``/``not``, self tail calls and plain recursion, run on random
+inputs (small and huge ints, floats, bools, texts) under random step budgets, must give
+the same value or the same error (kind, message, Lisp stack) and use the same steps
+either way. The adversarial cases below pin exhaustion at exactly the budget, overflow
+at exactly the iteration that overflows, and fuel bounding deep recursion and growth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from svit.lisp import compiler, interpreter
+from svit.lisp.budget import Budget
+from svit.lisp.context import LispLimits
+from svit.lisp.errors import BudgetExhausted, LimitError, LispError
+from svit.lisp.interpreter import Interpreter
+
+PARAMS = ("a", "b", "c")
+LITERALS = (0, 1, 2, 3, -1, -2, 7, 100, 2**30 - 2, 2**30, 2**62, 2**64 - 2, -(2**64 - 2))
+INPUTS = st.one_of(
+    st.integers(-5, 40),
+    st.sampled_from([2**29, 2**30 - 2, 2**30 - 1, 2**30, -(2**30), 2**63, 2**64 - 3, -(2**64 - 3)]),
+    st.sampled_from([1.5, -0.0, True, False, "s"]),
+)
+
+
+@pytest.fixture(autouse=True)
+def fresh_compiles() -> Iterator[None]:
+    """Compiled programs are cached by source: each mode must compile its own."""
+    interpreter._compile_cache.clear()
+    yield
+    interpreter._compile_cache.clear()
+
+
+def outcome(source: str, args: tuple[Any, ...], limits: LispLimits, specialise: bool) -> tuple[Any, ...]:
+    """(value or error details, steps used), compiled with or without the specialised code."""
+    interpreter._compile_cache.clear()
+    saved = compiler.SPECIALISE
+    compiler.SPECIALISE = specialise
+    try:
+        budget = Budget(limits.max_steps, 60_000)
+        interp = Interpreter(limits, budget)
+        try:
+            # Compiled under a budget of its own: the specialised copies make more code,
+            # and compiling costs steps for its size (the run's steps are what is compared).
+            interp.run(source, compile_budget=Budget(10**9, 60_000))
+            value = interp.call("f", *args)
+            result: tuple[Any, ...] = ("value", type(value).__name__, value)
+        except LispError as error:
+            result = ("error", type(error).__name__, str(error), error.stack)
+        return result, budget.used
+    finally:
+        compiler.SPECIALISE = saved
+
+
+def same_both_ways(source: str, args: tuple[Any, ...], limits: LispLimits) -> tuple[Any, ...]:
+    reference = outcome(source, args, limits, specialise=False)
+    specialised = outcome(source, args, limits, specialise=True)
+    assert specialised == reference, source
+    return specialised
+
+
+# ---------------------------------------------------------------- random programs
+
+
+@st.composite
+def expressions(draw: st.DrawFn, names: tuple[str, ...], depth: int) -> str:
+    leaf = st.one_of(st.sampled_from(names), st.sampled_from(LITERALS).map(str))
+    if depth <= 0:
+        return draw(leaf)
+    kind = draw(st.sampled_from(["leaf", "leaf", "arith", "arith", "step", "if", "let", "call"]))
+    sub = expressions(names, depth - 1)
+    if kind == "arith":
+        return f"({draw(st.sampled_from('+-*'))} {draw(sub)} {draw(sub)})"
+    if kind == "step":
+        return f"({draw(st.sampled_from('+-'))} {draw(st.sampled_from(names))} {draw(st.sampled_from(['1', '2', '3']))})"
+    if kind == "if":
+        return f"(if {draw(conditions(names, depth - 1))} {draw(sub)} {draw(sub)})"
+    if kind == "let":
+        return f"(let ((x {draw(sub)})) {draw(expressions(names + ('x',), depth - 1))})"
+    if kind == "call":  # plain (non-tail) recursion
+        return f"(f {' '.join(draw(sub) for _ in PARAMS)})"
+    return draw(leaf)
+
+
+@st.composite
+def conditions(draw: st.DrawFn, names: tuple[str, ...], depth: int) -> str:
+    sub = expressions(names, max(depth - 1, 0))
+    kind = draw(st.sampled_from(["compare", "compare", "compare", "not", "and", "or"]))
+    if kind == "compare" or depth <= 0:
+        return f"({draw(st.sampled_from(['=', '<', '>', '<=', '>=']))} {draw(sub)} {draw(sub)})"
+    inner = conditions(names, depth - 1)
+    if kind == "not":
+        return f"(not {draw(inner)})"
+    return f"({kind} {draw(inner)} {draw(inner)})"
+
+
+@st.composite
+def tails(draw: st.DrawFn, names: tuple[str, ...], depth: int) -> str:
+    kind = draw(st.sampled_from(["if", "if", "cond", "let", "loop", "loop", "return"] if depth > 0 else ["loop", "return"]))
+    if kind == "if":
+        return f"(if {draw(conditions(names, 1))} {draw(tails(names, depth - 1))} {draw(tails(names, depth - 1))})"
+    if kind == "cond":
+        return (
+            f"(cond ({draw(conditions(names, 1))} {draw(tails(names, depth - 1))}) "
+            f"(else {draw(tails(names, depth - 1))}))"
+        )
+    if kind == "let":
+        return f"(let ((x {draw(expressions(names, 1))})) {draw(tails(names + ('x',), depth - 1))})"
+    if kind == "loop":
+        # Mostly `p ± k` (the fast path's own case), sometimes anything.
+        args = []
+        for param in PARAMS:
+            choice = draw(st.sampled_from(["same", "step", "step", "other", "any"]))
+            if choice == "same":
+                args.append(param)
+            elif choice == "step":
+                args.append(f"({draw(st.sampled_from('+-'))} {param} {draw(st.sampled_from(['1', '2', '5']))})")
+            elif choice == "other":
+                args.append(draw(st.sampled_from(names)))
+            else:
+                args.append(draw(expressions(names, 1)))
+        return f"(f {' '.join(args)})"
+    return draw(expressions(names, 2))
+
+
+PROGRAMS = tails(PARAMS, 3).map(lambda body: f"(define (f {' '.join(PARAMS)}) {body})")
+LIMITS = st.builds(
+    LispLimits,
+    max_steps=st.integers(1, 400),
+    max_call_stack=st.sampled_from([4, 32]),
+    max_integer_bits=st.sampled_from([64, 64, 40]),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(PROGRAMS, st.tuples(INPUTS, INPUTS, INPUTS), LIMITS)
+def test_random_programs_give_the_same_outcome_and_steps(source: str, args: tuple[Any, ...], limits: LispLimits) -> None:
+    same_both_ways(source, args, limits)
+
+
+# ---------------------------------------------------------------- the fast paths are taken
+
+
+def test_the_specialised_code_is_generated_for_the_benchmark_shapes() -> None:
+    interp = Interpreter(LispLimits())
+    interp.run("(define (loop n acc) (if (= n 0) acc (loop (- n 1) (+ acc 1))))"
+               "(define (fib n) (if (< n 2) n (+ (fib (- n 1)) (fib (- n 2)))))")
+    assert interp.compiled is not None
+    source = interp.compiled.python_source
+    assert "_f = _s" in source  # the loop's local fuel counter
+    assert "v1_n - 1, v2_acc + 1" in source  # rebinding with no check
+    assert f"-{compiler.TYPED_PARAM_BOUND} < " in source  # fib's typed body guard
+
+
+# ---------------------------------------------------------------- adversarial cases
+
+LOOP = "(define (f n acc) (if (= n 0) acc (f (- n 1) (+ acc 1))))"
+
+
+@pytest.mark.parametrize("max_steps", [1, 2, 3, 1023, 1024, 1025, 5_000])
+def test_a_fast_loop_stops_at_exactly_the_budget(max_steps: int) -> None:
+    result, used = same_both_ways(LOOP, (10**9, 0), LispLimits(max_steps=max_steps))
+    assert result[1] == "BudgetExhausted"
+    assert used == max_steps
+
+
+def test_a_fast_loop_that_finishes_charges_one_step_per_iteration() -> None:
+    result, used = same_both_ways(LOOP, (10_000, 5), LispLimits(max_steps=20_000))
+    assert result == ("value", "int", 10_005)
+    assert used == 10_001
+
+
+@pytest.mark.parametrize("start", [2**64 - 50, 2**64 - 1_000_001, 2**64 - 10**9])
+def test_an_accumulator_near_the_integer_bound_overflows_at_the_same_iteration(start: int) -> None:
+    # Too close to the bound for the fast path's guard: the generic loop runs it, and
+    # the overflow is reported where and when the generic loop reports it.
+    result, used = same_both_ways(LOOP, (10**6, start), LispLimits(max_steps=2_000_000))
+    if start + 10**6 >= 2**64:
+        assert result[:2] == ("error", "LimitError")
+        assert used == 2**64 - start
+    else:
+        assert result == ("value", "int", start + 10**6)
+
+
+def test_a_huge_budget_turns_the_fast_loop_off_instead_of_risking_overflow() -> None:
+    # With 2**63 steps a loop could step past 2**64: the guard refuses, the generic loop runs.
+    limits = LispLimits(max_steps=2**63)
+    budget = Budget(limits.max_steps, 60_000)
+    interp = Interpreter(limits, budget)
+    interp.run("(define (f n acc) (if (= n 0) acc (f (- n 1) (+ acc 2))))")
+    assert interp.call("f", 1000, 2**64 - 3000) == 2**64 - 1000
+    with pytest.raises(LimitError) as caught:
+        interp.call("f", 1000, 2**64 - 1000)
+    assert caught.value.limit == "integer bits"
+
+
+def test_a_deoptimising_loop_still_counts_each_iteration_once() -> None:
+    # Every other iteration leaves the fast path (a float); the steps are those of the generic loop.
+    source = "(define (f n acc) (if (= n 0) acc (if (> n 500) (f (- n 1) acc) (f (- n 1) (+ acc 0.5)))))"
+    result, used = same_both_ways(source, (1_000, 0), LispLimits(max_steps=5_000))
+    assert result == ("value", "float", 250.0)
+    assert used == 1_001
+
+
+def test_fuel_bounds_deep_non_tail_recursion_in_a_typed_body() -> None:
+    source = "(define (f n) (if (= n 0) 0 (+ 1 (f (- n 1)))))"
+    result, used = same_both_ways(source, (10**6,), LispLimits(max_steps=50, max_call_stack=4_096))
+    assert result[1] == "BudgetExhausted"
+    assert used == 50
+    result, _used = same_both_ways(source, (10**6,), LispLimits(max_steps=10**6, max_call_stack=64))
+    assert result[1] == "LimitError" and "call stack" in result[2]
+
+
+def test_fuel_bounds_big_integer_growth() -> None:
+    # Doubling in a typed body and in a loop: the overflow check stops both at 64 bits.
+    grow = "(define (f x) (if (> x 0) (f (* x 2)) x))"
+    result, used = same_both_ways(grow, (3,), LispLimits(max_steps=1_000))
+    # Calls with x = 3 * 2**k for k = 0..62; the last computes 3 * 2**63, past 64 bits.
+    assert result[:2] == ("error", "LimitError") and used == 63
+    exploding = "(define (f x k) (if (= k 0) x (f (* x x) (- k 1))))"
+    result, _used = same_both_ways(exploding, (3, 100), LispLimits(max_steps=1_000))
+    assert result[:2] == ("error", "LimitError")
+
+
+@pytest.mark.parametrize("factor", [15, 16, 17, 100])
+def test_a_typed_body_checks_overflow_its_bounds_do_not_exclude(factor: int) -> None:
+    # a < 2**30 - 1, so a * a < 2**60 needs no check, but a * a * factor may pass 2**64.
+    source = f"(define (f a) (* (* a a) {factor}))"
+    for a in (2**30 - 2, -(2**30 - 2), 2**29, 12345):
+        result, _used = same_both_ways(source, (a,), LispLimits(max_steps=100))
+        if (a * a * factor).bit_length() > 64:
+            assert result[:2] == ("error", "LimitError")
+        else:
+            assert result == ("value", "int", a * a * factor)
+
+
+def test_a_loop_over_non_integers_is_unchanged() -> None:
+    source = "(define (f n acc) (if (< n 1) acc (f (- n 1) (+ acc n))))"
+    for args in [(10, 0), (10.5, 0), (10, 0.25), (True, 0), ("x", 0), (10, "y")]:
+        same_both_ways(source, args, LispLimits(max_steps=1_000))
+
+
+def test_errors_inside_a_typed_body_keep_their_positions_and_stack() -> None:
+    source = "(define (f n)\n  (if (< n 1)\n      (+ n \"x\")\n      (+ 1 (f (- n 1)))))"
+    result, _used = same_both_ways(source, (3,), LispLimits(max_steps=1_000))
+    assert result[:2] == ("error", "EvalError")
+    stack = result[3]
+    assert len(stack) == 4 and stack[-1].line == 3
+
+
+def test_exhaustion_inside_a_loop_reports_the_same_stack() -> None:
+    source = "(define (g n) (f n 0))\n(define (f n acc)\n  (if (= n 0) acc (f (- n 1) (+ acc 1))))"
+    result, used = same_both_ways(source, (10**6, 0), LispLimits(max_steps=777))
+    assert result[1] == "BudgetExhausted" and used == 777
+    assert [frame.function for frame in result[3]] == ["f"]
+
+
+def test_a_budget_shared_with_a_host_function_stays_exact() -> None:
+    # The loop's local fuel counter is written back before the host function runs.
+    budget = Budget(10_000, 60_000)
+    interp = Interpreter(LispLimits(), budget)
+    calls: list[int] = []
+    interp.define_function("note", lambda n: calls.append(n) or n, 1, 1)
+    interp.run("(define (f n) (if (= n 0) (note n) (f (- n 1))))")
+    used_before = budget.used
+    assert interp.call("f", 100) == 0
+    assert calls == [0]
+    assert budget.used - used_before == 101 + 1  # 101 iterations, one host call
+    with pytest.raises(BudgetExhausted):
+        interp.call("f", 10**7)
+    assert budget.remaining == 0
