@@ -15,6 +15,10 @@ the checked forms into Python (it checks nothing itself). The generated module:
 * turns self tail calls into ``while`` loops;
 * inlines integer fast paths for arithmetic and comparisons, falling back to the
   system functions for everything else;
+* gives small functions a typed body, tried first when their integer parameters hold
+  small ints, in which the tests those bounds make unnecessary are left out, and self
+  tail loops an integer fast path (:mod:`lisp.fast_loop`); both charge the generic
+  code's steps at the same points;
 * builds closures through module-level factories, so a closure captures values,
   never a variable that a loop later changes.
 
