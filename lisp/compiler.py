@@ -663,10 +663,8 @@ class Compiler:
                 f"({result} if {-bound} < ({result} := {a1} {op} {b1}) < {bound} else {self.at(form, f'{slow}({a2}, {b2})')})",
                 int_bound=bound,
             )
-        if a.int_bound:
-            checks.append(f"_type({b1}) is _int")
-        elif b.int_bound:
-            checks.append(f"_type({a1}) is _int")
+        if a.int_bound or b.int_bound:
+            checks.append(self.other_is_int(a, b, a1, a2, b1, b2))
         else:
             checks.append(f"_type({a1}) is _type({b1}) is _int")
         checks.append(f"{-bound} < ({result} := {a2} {op} {b2}) < {bound}")
@@ -685,13 +683,21 @@ class Compiler:
         if a.int_bound and b.int_bound:
             return Expr(f"({fast.format(a=a.code, b=b.code)})", is_bool=is_bool)
         slow = self.at(form, slow)
-        if a.int_bound:
-            check = f"_type({b1}) is _int"
-        elif b.int_bound:
-            check = f"_type({a1}) is _int"
+        if a.int_bound or b.int_bound:
+            check = self.other_is_int(a, b, a1, a2, b1, b2)
         else:
             check = f"_type({a1}) is _type({b1}) is _int"
         return Expr(f"({fast.format(a=a2, b=b2)} if {check} else {slow.format(a=a2, b=b2)})", is_bool=is_bool)
+
+    @staticmethod
+    def other_is_int(a: Expr, b: Expr, a1: str, a2: str, b1: str, b2: str) -> str:
+        """The test of the one operand not known to be an int; both are evaluated first, in order."""
+        known = a if a.int_bound else b
+        if known.simple:
+            return f"_type({b1}) is _int" if known is a else f"_type({a1}) is _int"
+        # A computed known int: bind both operands before the test, which may fail.
+        first = [f"({x1}) is {x2}" for x, x1, x2 in ((a, a1, a2), (b, b1, b2)) if not x.simple]
+        return " and ".join(first + [f"_type({b2 if known is a else a2}) is _int"])
 
     @staticmethod
     def is_int_literal(e: Expr) -> bool:

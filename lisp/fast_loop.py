@@ -5,17 +5,18 @@ runs, in its generic form, a type check and a two-sided overflow check for every
 operation of every iteration, and charges its fuel through the module global ``_s``.
 This module generates a second, specialised loop tried first on every entry:
 
-* its **guard** checks once that every parameter it reads as an integer (the
-  *guarded* ones) is an ``int`` and, when some of them change by a constant
-  ``c`` per iteration (``(- n 1)``, ``(+ acc 1)``), that their magnitude is below
+* its **guard** checks once that every parameter it reads as an integer is an ``int``
+  and that the *induction* parameters, those stepped by a constant ``c`` per iteration
+  (``(- n 1)``, ``(+ acc 1)``), have a magnitude below
   ``2**max_integer_bits - K * max_steps`` (``K`` the largest ``|c|``). A loop runs at most
-  ``max_steps`` iterations before its fuel runs out, so no value it computes can leave
-  the integer range: the per-iteration overflow checks are proved unnecessary, not
-  dropped;
-* its body is a decision tree of comparisons between guarded parameters and integer
+  ``max_steps`` iterations before its fuel runs out, so no induction step can leave the
+  integer range: those overflow tests are proved unnecessary, not dropped;
+* its body is a decision tree of comparisons between integer parameters and integer
   literals (``if``, ``cond``, ``and``, ``or``, ``not``, ``=``, ``<``, ``>``, ``<=``, ``>=``),
   whose leaves either rebind the parameters (a self tail call whose arguments are
-  parameters, literals or ``parameter ± literal``) or return a local or a constant;
+  parameters, literals, ``parameter ± literal``, or one ``+ - *`` of two integer
+  parameters or literals, whose result is tested against the integer range) or return
+  a local or a constant;
 * it charges exactly the fuel the generic loop charges per iteration, from a local
   counter written back to ``_s`` before anything else can see it (a refill, a return);
 * any other leaf *deoptimises*: it gives the iteration's fuel back and leaves for the
@@ -49,17 +50,23 @@ class _Unsupported(Exception):
 class _FastLoop:
     """One attempt at the specialised loop of one function (see :func:`fast_loop`)."""
 
-    def __init__(self, compiler: Compiler, scope: Scope, ctx: FunctionContext, cost: int, guarded: set[str]) -> None:
+    def __init__(
+        self, compiler: Compiler, scope: Scope, ctx: FunctionContext, cost: int, ints: set[str], bases: set[str]
+    ) -> None:
         self.compiler = compiler
         self.scope = scope
         self.ctx = ctx
         self.cost = cost
         self.params = ctx.params
-        #: Python names of the parameters the guard checks; grown until it is closed.
-        self.guarded = guarded
-        self.needs: set[str] = set()
+        #: Python names of the parameters the guard checks to be ints, and of those among
+        #: them it also bounds (induction bases); both grown until no leaf needs more.
+        self.ints = ints
+        self.bases = bases
+        self.needs: set[str] = set()  # parameters this attempt read as ints
+        self.needs_bound: set[str] = set()  # parameters this attempt stepped by constants
         self.step = 0  # the largest |c| of a `parameter ± c` argument
         self.fast_leaves = 0
+        self.temps = 0
 
     # ------------------------------------------------------------------ names
     def system(self, name: str) -> bool:
@@ -93,7 +100,7 @@ class _FastLoop:
         return None
 
     def int_atom(self, form: Any) -> str:
-        """A guarded parameter or an integer literal, as Python."""
+        """An integer parameter or an integer literal, as Python."""
         py = self.param(form)
         if py is not None:
             self.needs.add(py)
@@ -174,47 +181,64 @@ class _FastLoop:
             and len(form) - 1 == len(self.params)
         ):
             raise _Unsupported
-        targets, values = [], []
+        targets, values, checked = [], [], []
         for target, arg in zip(self.params, form[1:]):
-            value = self.argument(arg, target in self.guarded)
+            value = self.argument(arg, target, checked)
             if value != target:
                 targets.append(target)
                 values.append(value)
         self.fast_leaves += 1
-        if not targets:
-            return [f"{indent}continue"]
-        return [f"{indent}{', '.join(targets)} = {', '.join(values)}", f"{indent}continue"]
+        lines = []
+        for temp, code in checked:
+            # Out of range: the generic loop runs the iteration and reports the overflow.
+            lines += [f"{indent}{temp} = {code}", f"{indent}if not {-self.compiler.int_bound} < {temp} < {self.compiler.int_bound}:"]
+            lines += self.deoptimise(indent + "    ")
+        if targets:
+            lines.append(f"{indent}{', '.join(targets)} = {', '.join(values)}")
+        return lines + [f"{indent}continue"]
 
-    def argument(self, arg: Any, guarded: bool) -> str:
+    def argument(self, arg: Any, target: str, checked: list[tuple[str, str]]) -> str:
+        """The new value of ``target``: it must keep a bound if ``target`` is an induction
+        base, and be an int if the loop reads ``target`` as one."""
+        bounded, typed = target in self.bases, target in self.ints
         py = self.param(arg)
         if py is not None:
-            if guarded:
-                self.needs.add(py)  # a guarded parameter receives only guarded values
+            if bounded:
+                self.needs_bound.add(py)  # a bounded parameter receives only bounded values
+            elif typed:
+                self.needs.add(py)
             return py
-        if type(arg) is tuple and len(arg) == 3 and type(arg[0]) is Name and arg[0].name in ("+", "-") and self.system(arg[0].name):
+        literal = self.int_literal(arg)
+        if literal is not None and not bounded:
+            return repr(literal)
+        if type(arg) is tuple and len(arg) == 3 and type(arg[0]) is Name and arg[0].name in ("+", "-", "*") and self.system(arg[0].name):
             op, left, right = arg
-            base, literal = self.param(left), self.int_literal(right)
+            base, step = self.param(left), self.int_literal(right)
             if base is None and op.name == "+":
-                base, literal = self.param(right), self.int_literal(left)
-            if base is not None and literal is not None:
-                self.needs.add(base)
-                self.step = max(self.step, abs(literal))
-                return f"{base} {op.name} {literal}" if literal >= 0 else f"{base} {op.name} ({literal})"
-            raise _Unsupported
-        if guarded or type(arg) is tuple:
-            raise _Unsupported  # a guarded parameter must stay a bounded integer
+                base, step = self.param(right), self.int_literal(left)
+            if base is not None and step is not None and op.name != "*":
+                self.needs_bound.add(base)
+                self.step = max(self.step, abs(step))
+                return f"{base} {op.name} {step}" if step >= 0 else f"{base} {op.name} ({step})"
+            if bounded:
+                raise _Unsupported  # an induction base must keep its bound
+            self.temps += 1
+            temp = f"_n{self.temps}"
+            checked.append((temp, f"{self.int_atom(left)} {op.name} {self.int_atom(right)}"))
+            return temp
+        if bounded or typed or type(arg) is tuple:
+            raise _Unsupported  # an integer parameter must stay an integer
         return self.returned(arg)
 
     # ------------------------------------------------------------------ the loop
     def guard(self) -> str:
-        checks = [f"_type({py}) is _int" for py in self.params if py in self.guarded]
-        if self.step:
-            bound = f"(_hb := {self.compiler.int_bound} - {self.step} * _fuel_cap)"
-            first = True
-            for py in self.params:
-                if py in self.guarded:
-                    checks.append(f"{bound if first else '_hb'} > {py} > -_hb")
-                    first = False
+        checks = [f"_type({py}) is _int" for py in self.params if py in self.ints]
+        first = True
+        for py in self.params:
+            if py in self.bases:
+                bound = f"(_hb := {self.compiler.int_bound} - {self.step} * _fuel_cap)"
+                checks.append(f"{bound if first else '_hb'} > {py} > -_hb")
+                first = False
         return " and ".join(checks)
 
 
@@ -224,16 +248,18 @@ def fast_loop(compiler: Compiler, body: Any, scope: Scope, ctx: FunctionContext,
     ``cost`` is the fuel of one iteration; ``indent`` that of the generic loop's body.
     The lines fall through to the generic iteration when a leaf deoptimises.
     """
-    guarded: set[str] = set()
-    for _ in range(4):
-        attempt = _FastLoop(compiler, scope, ctx, cost, set(guarded))
+    ints: set[str] = set()
+    bases: set[str] = set()
+    for _ in range(6):
+        attempt = _FastLoop(compiler, scope, ctx, cost, set(ints), set(bases))
         tree = attempt.tail(body, indent + "        ")
-        if attempt.needs <= guarded:
+        if attempt.needs <= ints and attempt.needs_bound <= bases:
             break
-        guarded |= attempt.needs
+        bases |= attempt.needs_bound
+        ints |= attempt.needs | bases
     else:
         return []
-    if not attempt.fast_leaves or not guarded:
+    if not attempt.fast_leaves or not ints:
         return []
     return [
         f"{indent}if {attempt.guard()}:",

@@ -150,6 +150,32 @@ def test_random_programs_give_the_same_outcome_and_steps(source: str, args: tupl
     same_both_ways(source, args, limits)
 
 
+BODIES = expressions(PARAMS, 4).map(lambda body: f"(define (f {' '.join(PARAMS)}) {body})")
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(BODIES, st.tuples(INPUTS, INPUTS, INPUTS), LIMITS)
+def test_random_typed_bodies_give_the_same_outcome_and_steps(source: str, args: tuple[Any, ...], limits: LispLimits) -> None:
+    # No tail loop here: plain recursion, nested arithmetic and lets in typed bodies.
+    same_both_ways(source, args, limits)
+
+
+@pytest.mark.parametrize("args", [(0, 0, 0), (5, 1, 2), (2**30 - 2, 0, 0), (1.5, 0, 0), (True, 0, 0)])
+def test_a_computed_int_operand_is_evaluated_before_the_other_is_tested(args: tuple[Any, ...]) -> None:
+    # (+ a a) is a known int in the typed body; the let beside it is not.
+    same_both_ways("(define (f a b c) (+ (+ a a) (let ((x b)) (- x c))))", args, LispLimits(max_steps=10))
+    same_both_ways("(define (f a b c) (< (let ((x b)) x) (* a 3)))", args, LispLimits(max_steps=10))
+
+
+def test_a_loop_summing_a_parameter_keeps_its_overflow_test() -> None:
+    source = "(define (f n acc) (if (= n 0) acc (f (- n 1) (+ acc n))))"
+    result, used = same_both_ways(source, (10_000, 0), LispLimits(max_steps=20_000))
+    assert result == ("value", "int", 50_005_000) and used == 10_001
+    result, used = same_both_ways(source, (10, 2**64 - 30), LispLimits(max_steps=20_000))
+    # 2**64 - 30 + 10 + 9 + 8 stays below 2**64; adding 7 in the fourth iteration does not.
+    assert result[:2] == ("error", "LimitError") and used == 4
+
+
 # ---------------------------------------------------------------- the fast paths are taken
 
 
