@@ -181,7 +181,9 @@ class _FastLoop:
             and len(form) - 1 == len(self.params)
         ):
             raise _Unsupported
-        targets, values, checked = [], [], []
+        targets: list[str] = []
+        values: list[str] = []
+        checked: list[tuple[str, str]] = []
         for target, arg in zip(self.params, form[1:]):
             value = self.argument(arg, target, checked)
             if value != target:
