@@ -115,8 +115,8 @@ class Expr:
     code: str
     is_bool: bool = False  # statically known to produce a Python bool
     simple: bool = False  # a local or a constant: safe to mention twice
-    #: When known to be an ``int``: a bound its magnitude is below (0: not known).
-    int_bound: int = 0
+    #: When known to be an ``int``: the interval (inclusive) it lies in.
+    ints: tuple[int, int] | None = None
 
 
 @dataclass
@@ -221,7 +221,7 @@ class Compiler:
         #: Extension names the program defines at top level: they name its globals.
         self.shadowed = resolution.shadowed
         #: Inside a typed body: locals known to hold an ``int``, with a bound on their magnitude.
-        self.known_ints: dict[str, int] = {}
+        self.known_ints: dict[str, tuple[int, int]] = {}
         #: Whether functions get typed bodies and fast loops (off while a form too big with
         #: them is generated again, and for a reference compile: see :data:`SPECIALISE`).
         self.typing = SPECIALISE
@@ -507,7 +507,7 @@ class Compiler:
         if not params:
             return []
         saved = (self.own_forms, self.frame_sizes[frame], self.known_ints)
-        self.known_ints = dict.fromkeys(params, TYPED_PARAM_BOUND)
+        self.known_ints = dict.fromkeys(params, (1 - TYPED_PARAM_BOUND, TYPED_PARAM_BOUND - 1))
         self.function_names.append(pyname)
         try:
             typed = self.tail(body, scope, FunctionContext(None, ctx.params, False), "        ")
@@ -568,14 +568,14 @@ class Compiler:
         if t is bool:
             return Expr(self.constant(form), is_bool=True, simple=True)
         if t is int:
-            return Expr(self.constant(form), simple=True, int_bound=abs(form) + 1)
+            return Expr(self.constant(form), simple=True, ints=(form, form))
         return Expr(self.constant(form), simple=True)
 
     def reference(self, form: Name, scope: Scope) -> Expr:
         name = form.name
         local = scope.lookup(name)
         if local is not None:
-            return Expr(local, simple=True, int_bound=self.known_ints.get(local, 0))
+            return Expr(local, simple=True, ints=self.known_ints.get(local))
         if name in self.consts:
             return Expr(self.constant(self.consts[name]), simple=True)
         if name in SYSTEM_FUNCTIONS and name not in self.shadowed:
@@ -654,16 +654,23 @@ class Compiler:
         # Evaluate both operands (in order) before testing either type.
         if self.is_int_literal(a) and self.is_int_literal(b):
             return Expr(self.at(form, f"{slow}({a.code}, {b.code})"))
-        if a.int_bound and b.int_bound:
-            # Both known ints: no type test, and no overflow test when the bounds exclude one.
-            most = a.int_bound * b.int_bound if op == "*" else a.int_bound + b.int_bound
-            if most <= bound:
-                return Expr(f"({a.code} {op} {b.code})", int_bound=most)
+        if a.ints and b.ints:
+            # Both known ints: no type test, and no overflow test when the intervals exclude one.
+            (alo, ahi), (blo, bhi) = a.ints, b.ints
+            if op == "+":
+                lo, hi = alo + blo, ahi + bhi
+            elif op == "-":
+                lo, hi = alo - bhi, ahi - blo
+            else:
+                corners = (alo * blo, alo * bhi, ahi * blo, ahi * bhi)
+                lo, hi = min(corners), max(corners)
+            if -bound < lo and hi < bound:
+                return Expr(f"({a.code} {op} {b.code})", ints=(lo, hi))
             return Expr(
                 f"({result} if {-bound} < ({result} := {a1} {op} {b1}) < {bound} else {self.at(form, f'{slow}({a2}, {b2})')})",
-                int_bound=bound,
+                ints=(1 - bound, bound - 1),
             )
-        if a.int_bound or b.int_bound:
+        if a.ints or b.ints:
             checks.append(self.other_is_int(a, b, a1, a2, b1, b2))
         else:
             checks.append(f"_type({a1}) is _type({b1}) is _int")
@@ -680,10 +687,10 @@ class Compiler:
         b1, b2 = self.bind_twice(b)
         if self.is_int_literal(a) and self.is_int_literal(b):
             return Expr(self.at(form, slow).format(a=a.code, b=b.code), is_bool=is_bool)
-        if a.int_bound and b.int_bound:
+        if a.ints and b.ints:
             return Expr(f"({fast.format(a=a.code, b=b.code)})", is_bool=is_bool)
         slow = self.at(form, slow)
-        if a.int_bound or b.int_bound:
+        if a.ints or b.ints:
             check = self.other_is_int(a, b, a1, a2, b1, b2)
         else:
             check = f"_type({a1}) is _type({b1}) is _int"
@@ -692,7 +699,7 @@ class Compiler:
     @staticmethod
     def other_is_int(a: Expr, b: Expr, a1: str, a2: str, b1: str, b2: str) -> str:
         """The test of the one operand not known to be an int; both are evaluated first, in order."""
-        known = a if a.int_bound else b
+        known = a if a.ints else b
         if known.simple:
             return f"_type({b1}) is _int" if known is a else f"_type({a1}) is _int"
         # A computed known int: bind both operands before the test, which may fail.
@@ -757,9 +764,55 @@ class Compiler:
 
     def form_if(self, form: Form, scope: Scope, ctx: Any) -> Expr:
         cond = self.condition(form, 1, scope)
+        if_true, if_false = self.refinements(form[1], scope)
+        saved = self.refine(if_true)
         then = self.expr(form[2], scope, None)
+        self.known_ints = saved
+        saved = self.refine(if_false)
         other = self.expr(form[3], scope, None) if len(form) == 4 else Expr("None", simple=True)
+        self.known_ints = saved
         return Expr(f"({then.code} if {cond} else {other.code})", is_bool=then.is_bool and other.is_bool)
+
+    def refinements(self, test: Any, scope: Scope) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[int, int]]]:
+        """What a condition tells of known ints where it holds and where it does not.
+
+        In a typed body, ``(< n 2)`` leaves ``n`` at most 1 in its then branch and at least
+        2 in its else branch; the intervals prove more arithmetic free of overflow.
+        """
+        if not self.known_ints or type(test) is not tuple or len(test) == 0 or type(test[0]) is not Name:
+            return {}, {}
+        head = test[0].name
+        if scope.lookup(head) is not None or head not in SYSTEM_FUNCTIONS or head in self.consts or head in self.shadowed:
+            return {}, {}
+        if head == "not" and len(test) == 2:
+            if_true, if_false = self.refinements(test[1], scope)
+            return if_false, if_true
+        if head not in ("<", ">", "<=", ">=", "=") or len(test) != 3:
+            return {}, {}
+        left, right = test[1], test[2]
+        if type(left) is int:
+            left, right, head = right, left, {"<": ">", ">": "<", "<=": ">=", ">=": "<=", "=": "="}[head]
+        py = scope.lookup(left.name) if type(left) is Name else None
+        if py is None or py not in self.known_ints or type(right) is not int:
+            return {}, {}
+        lo, hi = self.known_ints[py]
+        k = right
+        if head == "<":
+            return {py: (lo, min(hi, k - 1))}, {py: (max(lo, k), hi)}
+        if head == "<=":
+            return {py: (lo, min(hi, k))}, {py: (max(lo, k + 1), hi)}
+        if head == ">":
+            return {py: (max(lo, k + 1), hi)}, {py: (lo, min(hi, k))}
+        if head == ">=":
+            return {py: (max(lo, k), hi)}, {py: (lo, min(hi, k - 1))}
+        return ({py: (k, k)} if lo <= k <= hi else {}), {}
+
+    def refine(self, updates: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+        """Narrow known ints for a branch; returns what to restore after it."""
+        saved = self.known_ints
+        if updates:
+            self.known_ints = {**saved, **updates}
+        return saved
 
     def form_cond(self, form: Form, scope: Scope, ctx: Any) -> Expr:
         code = "None"
@@ -820,8 +873,8 @@ class Compiler:
             if self.frames:
                 self.frame_sizes[self.frames[-1]] += 1
             py = self.fresh_local(lname)
-            if self.known_ints and value.int_bound:
-                self.known_ints[py] = value.int_bound
+            if self.known_ints and value.ints:
+                self.known_ints[py] = value.ints
             inner = Scope(inner, {lname: py})
             out.append((py, value))
         return inner, out
@@ -874,21 +927,34 @@ class Compiler:
             head = form[0].name
             if head == "if":
                 lines = [f"{indent}if {self.condition(form, 1, scope)}:"]
+                if_true, if_false = self.refinements(form[1], scope)
+                saved = self.refine(if_true)
                 lines += self.tail(form[2], scope, ctx, indent + "    ")
+                self.known_ints = saved
+                saved = self.refine(if_false)
                 if len(form) == 4:
                     lines += self.tail(form[3], scope, ctx, indent)
                 else:
                     lines.append(f"{indent}return None")
+                self.known_ints = saved
                 return lines
             if head == "cond":
                 lines = []
-                for clause in form[1:]:
-                    pred, body = clause
-                    if pred is ELSE:
-                        return lines + self.tail(body, scope, ctx, indent)
-                    lines.append(f"{indent}if {self.condition(clause, 0, scope)}:")
-                    lines += self.tail(body, scope, ctx, indent + "    ")
-                return lines + [f"{indent}return None"]
+                outer = self.known_ints
+                try:
+                    for clause in form[1:]:
+                        pred, body = clause
+                        if pred is ELSE:
+                            return lines + self.tail(body, scope, ctx, indent)
+                        lines.append(f"{indent}if {self.condition(clause, 0, scope)}:")
+                        if_true, if_false = self.refinements(pred, scope)
+                        before = self.refine(if_true)
+                        lines += self.tail(body, scope, ctx, indent + "    ")
+                        self.known_ints = before
+                        self.refine(if_false)  # later clauses run where this test failed
+                    return lines + [f"{indent}return None"]
+                finally:
+                    self.known_ints = outer
             if head == "case":
                 key = self.fresh("k")
                 lines = [f"{indent}{key} = {self.expr(form[1], scope, None).code}"]

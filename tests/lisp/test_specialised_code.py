@@ -272,6 +272,35 @@ def test_a_typed_body_checks_overflow_its_bounds_do_not_exclude(factor: int) -> 
             assert result == ("value", "int", a * a * factor)
 
 
+LOWER = ["(> n {-K})", "(>= n {1 - K})", "(< {-K} n)", "(not (<= n {-K}))", "(not (< n {1 - K}))", "(<= {1 - K} n)"]
+UPPER = ["(< n {K})", "(<= n {K - 1})", "(> {K} n)", "(not (>= n {K}))", "(not (> n {K - 1}))", "(>= {K - 1} n)"]
+
+
+@pytest.mark.parametrize("K", [2**20 - 1, 2**20, 2**20 + 1])
+@pytest.mark.parametrize("test", LOWER + UPPER)
+def test_conditions_narrow_intervals_by_exactly_what_they_prove(K: int, test: str) -> None:
+    # Under 40 bits, n * n overflows from |n| = 2**20. Within |n| < K the typed body leaves
+    # the overflow test out when K <= 2**20 and must keep it when K = 2**20 + 1: an interval
+    # narrowed by one too many, or the wrong way, would let 2**20 * 2**20 through.
+    test = test.replace("{-K}", str(-K)).replace("{1 - K}", str(1 - K)).replace("{K}", str(K)).replace("{K - 1}", str(K - 1))
+    upper = test in [u.replace("{K}", str(K)).replace("{K - 1}", str(K - 1)) for u in UPPER]
+    anchor = "(>= n 0)" if upper else "(<= n 0)"  # the other side, tight
+    limits = LispLimits(max_steps=100, max_integer_bits=40)
+    for n in (K - 1, K, K + 1, 1 - K, -K, -K - 1, 0):
+        inside = (0 <= n <= K - 1) if upper else (1 - K <= n <= 0)
+        square = ("error", "LimitError") if (n * n).bit_length() > 40 else ("value", "int", n * n)
+        on_anchor = n >= 0 if upper else n <= 0
+        for source, want in (
+            (f"(define (f n) (if {anchor} (if {test} (* n n) 0) 0))", square if inside else ("value", "int", 0)),
+            (f"(define (f n) (cond ((not {anchor}) 0) ((not {test}) 0) (else (* n n))))", square if inside else ("value", "int", 0)),
+            (f"(define (f n) (if {test} (if {anchor} (* n n) 0) 0))", square if inside else ("value", "int", 0)),
+            # Where the test fails: an interval narrowed the wrong way would prove too much.
+            (f"(define (f n) (if {anchor} (if {test} 0 (* n n)) 0))", square if on_anchor and not inside else ("value", "int", 0)),
+        ):
+            result, _used = same_both_ways(source, (n,), limits)
+            assert result[: len(want)] == want, (source, n)
+
+
 def test_a_loop_over_non_integers_is_unchanged() -> None:
     source = "(define (f n acc) (if (< n 1) acc (f (- n 1) (+ acc n))))"
     for args in [(10, 0), (10.5, 0), (10, 0.25), (True, 0), ("x", 0), (10, "y")]:
