@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .budget import Budget, CompileMeter
@@ -117,6 +117,16 @@ class Expr:
     simple: bool = False  # a local or a constant: safe to mention twice
     #: When known to be an ``int``: the interval (inclusive) it lies in.
     ints: tuple[int, int] | None = None
+
+
+@dataclass
+class TypedBody:
+    """A function's typed body (guard first), and its typed entry if it has one."""
+
+    lines: list[str]
+    entry: str | None = None  # the module global holding the typed entry
+    identity: str | None = None  # the module global holding the function it belongs to
+    entry_lines: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -222,6 +232,13 @@ class Compiler:
         self.shadowed = resolution.shadowed
         #: Inside a typed body: locals known to hold an ``int``, with a bound on their magnitude.
         self.known_ints: dict[str, tuple[int, int]] = {}
+        #: While a typed body that may call its own typed entry is generated: the Lisp name
+        #: of the function, the Python name of that entry and the typed parameter positions.
+        self.self_typed: tuple[str, str, tuple[int, ...]] | None = None
+        self.self_typed_calls = 0
+        #: Whether every value the typed body being generated returns is a known int.
+        self.returns_ints = True
+        self.function_params: tuple[str, ...] = ()
         #: Whether functions get typed bodies and fast loops (off while a form too big with
         #: them is generated again, and for a reference compile: see :data:`SPECIALISE`).
         self.typing = SPECIALISE
@@ -397,7 +414,7 @@ class Compiler:
                 fn = self.closure(form, params, value, Scope(None), gname, self_global=name)
                 lines.append(f"{gname} = {fn.code}")
             else:
-                lines += self.function_def(gname, params, value, Scope(None), self_global=name)
+                lines += self.function_def(gname, params, value, Scope(None), self_global=name, typed_entry=True)
             lines.append(f"_last = {self.constant(target[0])}")
             return lines
         gname = global_name(target.name)
@@ -410,9 +427,13 @@ class Compiler:
 
     # ------------------------------------------------------------------ functions
     def function_def(
-        self, pyname: str, params: Params, body: Any, outer: Scope, *, self_global: str | None, indent: str = ""
+        self, pyname: str, params: Params, body: Any, outer: Scope, *, self_global: str | None, indent: str = "",
+        typed_entry: bool = False,
     ) -> list[str]:
-        """A ``def`` for a Lisp function whose free locals are all in ``outer``'s captures."""
+        """A ``def`` for a Lisp function whose free locals are all in ``outer``'s captures.
+
+        ``typed_entry``: a top-level define, which may get a typed entry for its own calls.
+        """
         required, optional, keys, rest = params.required, params.optional, params.keys, params.rest
         frame = len(self.frame_sizes)
         self.frame_sizes[frame] = len(required) + len(optional) + len(keys) + (rest is not None)
@@ -420,7 +441,8 @@ class Compiler:
         # A function's fuel counts its own forms; a nested function counts its own.
         outer_forms, self.own_forms = self.own_forms, 0
         try:
-            return self._function_def(pyname, body, outer, self_global, required, optional, keys, rest, indent, frame)
+            return self._function_def(
+                pyname, body, outer, self_global, required, optional, keys, rest, indent, frame, typed_entry)
         finally:
             self.frames.pop()
             self.own_forms = outer_forms
@@ -428,7 +450,7 @@ class Compiler:
     def _function_def(
         self, pyname: str, body: Any, outer: Scope, self_global: str | None,
         required: tuple[str, ...], optional: tuple[tuple[str, Any], ...], keys: tuple[tuple[str, Any], ...], rest: str | None,
-        indent: str, frame: int,
+        indent: str, frame: int, typed_entry: bool = False,
     ) -> list[str]:
         scope = Scope(outer, {}, boundary=True)
         sig = ["_d"]
@@ -487,11 +509,19 @@ class Compiler:
             lines += [f"{indent}    {f}" for f in fuel]
             lines += guard
             lines += [f"{indent}    {p}" for p in prologue]
-            lines += [f"{indent}{t}" for t in self.typed_body(pyname, body, scope, ctx, frame)]
+            typed = self.typed_body(pyname, body, scope, ctx, frame, self_global if typed_entry else None)
+            lines += [f"{indent}{t}" for t in typed.lines]
             lines += [f"{indent}{t[4:]}" for t in tail]
+            if typed.entry is not None:
+                # The typed entry first, under the same name (Lisp stacks show the function).
+                entry = [f"def {pyname}({', '.join(sig)}):", "    global _s"]
+                entry += [f"    {f}" for f in fuel] + [guard[0][len(indent):], "    if True:"] + typed.entry_lines
+                lines = entry + [f"{typed.entry} = {pyname}"] + lines + [f"{typed.identity} = {pyname}"]
         return lines
 
-    def typed_body(self, pyname: str, body: Any, scope: Scope, ctx: FunctionContext, frame: int) -> list[str]:
+    def typed_body(
+        self, pyname: str, body: Any, scope: Scope, ctx: FunctionContext, frame: int, self_global: str | None
+    ) -> TypedBody:
         """The body once more, for when its integer parameters hold small ints (tried first).
 
         A guard checks that every required parameter the body uses directly as an operand
@@ -502,21 +532,42 @@ class Compiler:
         charged before either): this one only skips tests it has proved would pass.
         """
         if not self.typing or self.own_forms > TYPED_BODY_MAX_FORMS:
-            return []
+            return TypedBody([])
         params = _typed_params(body, scope, ctx.params)
         if not params:
-            return []
+            return TypedBody([])
+        checks = [f"_type({py}) is _int" for py in params]
+        checks += [f"{-TYPED_PARAM_BOUND} < {py} < {TYPED_PARAM_BOUND}" for py in params]
+        if self_global is not None and _calls_only_itself(body, scope, self_global, len(ctx.params)):
+            entry = self.fresh("typed")
+            positions = tuple(i for i, py in enumerate(ctx.params) if py in params)
+            self.self_typed, self.self_typed_calls, self.returns_ints = (self_global, entry, positions), 0, True
+            self.function_params = ctx.params
+            try:
+                typed = self.typed_tail(pyname, body, scope, ctx, frame, params)
+            finally:
+                self.self_typed = None
+            if self.returns_ints and self.self_typed_calls:
+                # Every value it returns is an int, so calls of the typed entry return ints
+                # (by induction on the depth of the calls). The entry itself runs no guest
+                # code but its own, so the global still names this function inside it.
+                identity = self.fresh("self")
+                checks.append(f"{pyname} is {identity}")
+                return TypedBody([f"    if {' and '.join(checks)}:"] + typed, entry, identity, typed)
+        typed = self.typed_tail(pyname, body, scope, ctx, frame, params)
+        return TypedBody([f"    if {' and '.join(checks)}:"] + typed)
+
+    def typed_tail(
+        self, pyname: str, body: Any, scope: Scope, ctx: FunctionContext, frame: int, params: list[str]
+    ) -> list[str]:
         saved = (self.own_forms, self.frame_sizes[frame], self.known_ints)
         self.known_ints = dict.fromkeys(params, (1 - TYPED_PARAM_BOUND, TYPED_PARAM_BOUND - 1))
         self.function_names.append(pyname)
         try:
-            typed = self.tail(body, scope, FunctionContext(None, ctx.params, False), "        ")
+            return self.tail(body, scope, FunctionContext(None, ctx.params, False), "        ")
         finally:
             self.function_names.pop()
             self.own_forms, self.frame_sizes[frame], self.known_ints = saved
-        checks = [f"_type({py}) is _int" for py in params]
-        checks += [f"{-TYPED_PARAM_BOUND} < {py} < {TYPED_PARAM_BOUND}" for py in params]
-        return [f"    if {' and '.join(checks)}:"] + typed
 
     def closure(
         self, form: Form, params: Params, body: Any, scope: Scope, inner: str, self_global: str | None = None
@@ -602,6 +653,21 @@ class Compiler:
         return None
 
     def call(self, form: Form, scope: Scope, ctx: FunctionContext | None) -> Expr:
+        typed = self.self_typed
+        if typed is not None and type(form[0]) is Name and form[0].name == typed[0] and scope.lookup(typed[0]) is None:
+            args = self.args(form[1:], scope, ctx)
+            limit = TYPED_PARAM_BOUND - 1
+            if len(args) == len(self.function_params) and all(
+                (e := args[i].ints) is not None and -limit <= e[0] and e[1] <= limit for i in typed[2]
+            ):
+                # The typed entry: its parameters are proved small ints, it returns an int.
+                self.self_typed_calls += 1
+                step = f"\x01D{self.frames[-1]}\x01"
+                code = f"{typed[1]}({', '.join([f'_d + {step}'] + [a.code for a in args])})"
+                return Expr(self.at(form, code), ints=(1 - self.int_bound, self.int_bound - 1))
+            callee = self.expr(form[0], scope, None)
+            step = f"\x01D{self.frames[-1]}\x01"
+            return Expr(self.at(form, f"{callee.code}({', '.join([f'_d + {step}'] + [a.code for a in args])})"))
         callee = self.expr(form[0], scope, None)
         args = self.args(form[1:], scope, ctx)
         over = self.check_value_stack(len(args))
@@ -936,6 +1002,7 @@ class Compiler:
                     lines += self.tail(form[3], scope, ctx, indent)
                 else:
                     lines.append(f"{indent}return None")
+                    self.returns_ints = False
                 self.known_ints = saved
                 return lines
             if head == "cond":
@@ -952,6 +1019,7 @@ class Compiler:
                         lines += self.tail(body, scope, ctx, indent + "    ")
                         self.known_ints = before
                         self.refine(if_false)  # later clauses run where this test failed
+                    self.returns_ints = False
                     return lines + [f"{indent}return None"]
                 finally:
                     self.known_ints = outer
@@ -963,6 +1031,7 @@ class Compiler:
                         return lines + self.tail(body, scope, ctx, indent)
                     lines.append(f"{indent}if {self.case_test(key, literals)}:")
                     lines += self.tail(body, scope, ctx, indent + "    ")
+                self.returns_ints = False
                 return lines + [f"{indent}return None"]
             if head == "do":
                 lines = [f"{indent}{self.expr(f, scope, None).code}" for f in form[1:-1]]
@@ -979,6 +1048,7 @@ class Compiler:
                         lines.append(f"{indent}if not {test}: return False")
                     else:
                         lines.append(f"{indent}if {test}: return True")
+                    self.returns_ints = False
                 return lines + self.tail(form[-1], scope, ctx, indent)
             if (
                 (head == "call-self" and ctx.loopable or ctx.self_global is not None and head == ctx.self_global)
@@ -991,7 +1061,10 @@ class Compiler:
                 targets = ", ".join(ctx.params)
                 values = ", ".join(a.code for a in args)
                 return [f"{indent}{targets} = {values}", f"{indent}continue"]
-        return [f"{indent}return {self.expr(form, scope, None).code}"]
+        returned = self.expr(form, scope, None)
+        if returned.ints is None:
+            self.returns_ints = False
+        return [f"{indent}return {returned.code}"]
 
 
 def _typed_params(body: Any, scope: Scope, params: tuple[str, ...]) -> list[str]:
@@ -1017,6 +1090,45 @@ def _typed_params(body: Any, scope: Scope, params: tuple[str, ...]) -> list[str]
                             found.add(py)
         stack.extend(item)
     return [py for py in params if py in found]
+
+
+#: Forms a typed entry's body may hold besides calls of itself and inline operations.
+_PURE_FORMS = frozenset({"if", "cond", "let", "and", "or", "do", "quote"})
+
+
+def _calls_only_itself(body: Any, scope: Scope, self_global: str, arity: int) -> bool:
+    """Whether ``body`` calls nothing but itself (with ``arity`` arguments) and inline operations.
+
+    Such a body runs no other guest code, so nothing can rebind its global while it runs.
+    """
+    stack = [body]
+    while stack:
+        item = stack.pop()
+        if type(item) is not tuple:
+            continue
+        head = item[0] if item else None
+        if type(head) is not Name or scope.lookup(head.name) is not None:
+            return False
+        name = head.name
+        if name == "quote":
+            continue
+        if name == "let":
+            if any(binding[0].name == self_global for binding in item[1] or ()):
+                return False  # a local of the same name would be called instead
+            stack.extend(binding[1] for binding in item[1] or ())
+            stack.extend(item[2:])
+            continue
+        if name in _PURE_FORMS:
+            stack.extend(item[1:])
+            continue
+        if name == self_global and len(item) - 1 == arity:
+            stack.extend(item[1:])
+            continue
+        inline = (len(item) == 3 and (name in _ARITH or name in _COMPARE or name == "=")) or (len(item) == 2 and name == "not")
+        if not inline or name not in SYSTEM_FUNCTIONS:
+            return False
+        stack.extend(item[1:])
+    return True
 
 
 def check_program_limits(program: Program, max_syntax_depth: int, max_integer_bits: int) -> None:

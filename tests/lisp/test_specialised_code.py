@@ -336,3 +336,72 @@ def test_a_budget_shared_with_a_host_function_stays_exact() -> None:
     with pytest.raises(BudgetExhausted):
         interp.call("f", 10**7)
     assert budget.remaining == 0
+
+
+# ---------------------------------------------------------------- typed entries
+
+FIB = "(define (fib n) (if (< n 2) n (+ (fib (- n 1)) (fib (- n 2)))))"
+
+
+def test_a_function_calling_only_itself_gets_a_typed_entry() -> None:
+    interp = Interpreter(LispLimits())
+    interp.run(FIB)
+    assert interp.compiled is not None
+    source = interp.compiled.python_source
+    assert source.count("def g_fib(") == 2 and "_typed" in source and "g_fib is _self" in source
+    assert interp.call("fib", 20) == 6765
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 15, 2**30 - 2, -3, 1.5, True, "x"])
+def test_a_typed_entry_gives_the_same_outcome_and_steps(n: Any) -> None:
+    same_both_ways(FIB.replace("fib", "f"), (n,), LispLimits(max_steps=5_000, max_call_stack=64))
+
+
+def test_a_typed_entry_overflows_where_the_generic_code_does() -> None:
+    source = "(define (f n) (if (< n 1) 1 (* 3 (f (- n 1)))))"
+    result, used = same_both_ways(source, (60,), LispLimits(max_steps=5_000, max_call_stack=128))
+    assert result[:2] == ("error", "LimitError")  # 3**41 passes 64 bits
+    assert [frame.function for frame in result[3]].count("f") == len(result[3]) > 1
+    assert used == 61
+
+
+def test_a_redefined_function_is_called_late_bound_not_through_its_typed_entry() -> None:
+    interp = Interpreter(LispLimits())
+    interp.run(FIB)
+    assert interp.call("fib", 10) == 55
+    interp.run("(define (fib n) (* n 100))")
+    assert interp.call("fib", 10) == 1000
+    # The old function, kept as a value, calls whatever `fib` names now.
+    interp.run(FIB.replace("(define (fib n)", "(define (old n)").replace("(fib (-", "(fib (-"))
+    assert interp.call("old", 10) == 900 + 800
+
+
+def test_a_function_that_calls_other_guest_code_gets_no_typed_entry() -> None:
+    interp = Interpreter(LispLimits())
+    interp.run("(define (g n) n) (define (f n) (if (< n 2) (g n) (+ (f (- n 1)) (f (- n 2)))))")
+    assert interp.compiled is not None
+    assert "_typed" not in interp.compiled.python_source
+
+
+@pytest.mark.parametrize("offset", [-129, -128, -64, -1, 0, 1, 64, 127, 128, 129])
+def test_typed_entries_take_no_guest_memory(offset: int) -> None:
+    # The typed entry is a second function object: the guest is not charged for it, so
+    # the memory limit is reached at exactly the same size either way.
+    source = FIB.replace("fib", "f") + " (define (g k) (range k)) (define xs (g 2000))"
+    base = LispLimits(max_guest_memory=16_257 + offset)  # 16_257: the least that runs it
+    outcomes = []
+    for specialise in (False, True):
+        interpreter._compile_cache.clear()
+        saved = compiler.SPECIALISE
+        compiler.SPECIALISE = specialise
+        try:
+            interp = Interpreter(base, Budget(base.max_steps, 60_000))
+            try:
+                interp.run(source, compile_budget=Budget(10**9, 60_000))
+                outcomes.append("ran")
+            except LispError as error:
+                outcomes.append(str(error))
+        finally:
+            compiler.SPECIALISE = saved
+    assert outcomes[0] == outcomes[1]
+    assert (outcomes[0] == "ran") == (offset >= 0)
