@@ -552,7 +552,8 @@ class Compiler:
                 # (by induction on the depth of the calls). The entry itself runs no guest
                 # code but its own, so the global still names this function inside it.
                 identity = self.fresh("self")
-                checks.append(f"{pyname} is {identity}")
+                # Looked up without failing: a host may have removed the name meanwhile.
+                checks.append(f"_self_get({pyname!r}) is {identity}")
                 return TypedBody([f"    if {' and '.join(checks)}:"] + typed, entry, identity, typed)
         typed = self.typed_tail(pyname, body, scope, ctx, frame, params)
         return TypedBody([f"    if {' and '.join(checks)}:"] + typed)

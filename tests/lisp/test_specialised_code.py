@@ -348,7 +348,7 @@ def test_a_function_calling_only_itself_gets_a_typed_entry() -> None:
     interp.run(FIB)
     assert interp.compiled is not None
     source = interp.compiled.python_source
-    assert source.count("def g_fib(") == 2 and "_typed" in source and "g_fib is _self" in source
+    assert source.count("def g_fib(") == 2 and "_typed" in source and "_self_get('g_fib') is _self" in source
     assert interp.call("fib", 20) == 6765
 
 
@@ -374,6 +374,27 @@ def test_a_redefined_function_is_called_late_bound_not_through_its_typed_entry()
     # The old function, kept as a value, calls whatever `fib` names now.
     interp.run(FIB.replace("(define (fib n)", "(define (old n)").replace("(fib (-", "(fib (-"))
     assert interp.call("old", 10) == 900 + 800
+
+
+@pytest.mark.parametrize("specialise", [False, True])
+def test_a_function_whose_name_the_host_replaced_fails_where_it_calls_it(specialise: bool) -> None:
+    # The host installs a function of the same name: until a run names it, the global is
+    # unbound. The old function, kept as a value, fails only where it calls `fib`.
+    saved = compiler.SPECIALISE
+    compiler.SPECIALISE = specialise
+    try:
+        interp = Interpreter(LispLimits())
+        interp.run(FIB + " (define keep fib)")
+        interp.define_function("fib", lambda n: n, 1, 1)
+        old = interp.globals["g_keep"]
+        with interp._guard(interp.compiled):
+            assert old(1, 1) == 1  # no call of fib on this path
+        with pytest.raises(LispError) as caught:
+            with interp._guard(interp.compiled):
+                old(1, 5)
+        assert "unbound name `fib`" in str(caught.value)
+    finally:
+        compiler.SPECIALISE = saved
 
 
 def test_a_function_that_calls_other_guest_code_gets_no_typed_entry() -> None:
