@@ -15,6 +15,10 @@ the checked forms into Python (it checks nothing itself). The generated module:
 * turns self tail calls into ``while`` loops;
 * inlines integer fast paths for arithmetic and comparisons, falling back to the
   system functions for everything else;
+* gives small functions a typed body, tried first when their integer parameters hold
+  small ints, in which the tests those bounds make unnecessary are left out, and self
+  tail loops an integer fast path (:mod:`lisp.fast_loop`); both charge the generic
+  code's steps at the same points;
 * builds closures through module-level factories, so a closure captures values,
   never a variable that a loop later changes.
 
@@ -25,12 +29,13 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .budget import Budget, CompileMeter
 from .errors import LimitError, Span
 from .expand import Expansion
+from .fast_loop import fast_loop
 from .functions import SYSTEM_FUNCTIONS
 from .names import global_name, mangle
 from .reader import QUASIQUOTE, QUOTE, UNQUOTE, UNQUOTE_SPLICING, Program, as_data
@@ -43,6 +48,9 @@ __all__ = [
     "CODE_MEMORY_PER_CHAR",
     "FORMS_PER_STEP",
     "MIN_CODE_CHARS",
+    "SPECIALISE",
+    "TYPED_BODY_MAX_FORMS",
+    "TYPED_PARAM_BOUND",
     "Compiled",
     "Compiler",
     "Expr",
@@ -82,6 +90,15 @@ CODE_CHARS_PER_STEP = 8
 #: Each character of generated code counts as this many units of guest memory while
 #: CPython compiles it (its syntax tree takes about a hundred bytes per character).
 CODE_MEMORY_PER_CHAR = 64
+#: A typed body (see :meth:`Compiler.typed_body`) is generated for functions of at most
+#: this many forms, for the parameters below this magnitude: the largest compact CPython
+#: int, whose comparisons CPython runs on its fast path.
+TYPED_BODY_MAX_FORMS = 48
+#: Generate the specialised copies (typed bodies, fast loops) besides the generic code.
+#: They change no value, error or step count; turned off, the generic code alone runs
+#: (the reference the tests compare them with).
+SPECIALISE = True
+TYPED_PARAM_BOUND = (1 << 30) - 1
 #: Code that may always be compiled in one piece, whatever the guest memory limit.
 MIN_CODE_CHARS = 32 * 1024
 
@@ -98,6 +115,18 @@ class Expr:
     code: str
     is_bool: bool = False  # statically known to produce a Python bool
     simple: bool = False  # a local or a constant: safe to mention twice
+    #: When known to be an ``int``: the interval (inclusive) it lies in.
+    ints: tuple[int, int] | None = None
+
+
+@dataclass
+class TypedBody:
+    """A function's typed body (guard first), and its typed entry if it has one."""
+
+    lines: list[str]
+    entry: str | None = None  # the module global holding the typed entry
+    identity: str | None = None  # the module global holding the function it belongs to
+    entry_lines: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -201,6 +230,18 @@ class Compiler:
         self.function_names: list[str] = []
         #: Extension names the program defines at top level: they name its globals.
         self.shadowed = resolution.shadowed
+        #: Inside a typed body: locals known to hold an ``int``, with a bound on their magnitude.
+        self.known_ints: dict[str, tuple[int, int]] = {}
+        #: While a typed body that may call its own typed entry is generated: the Lisp name
+        #: of the function, the Python name of that entry and the typed parameter positions.
+        self.self_typed: tuple[str, str, tuple[int, ...]] | None = None
+        self.self_typed_calls = 0
+        #: Whether every value the typed body being generated returns is a known int.
+        self.returns_ints = True
+        self.function_params: tuple[str, ...] = ()
+        #: Whether functions get typed bodies and fast loops (off while a form too big with
+        #: them is generated again, and for a reference compile: see :data:`SPECIALISE`).
+        self.typing = SPECIALISE
         #: Value-stack accounting: the functions being compiled (innermost last) and each
         #: one's frame size (parameters plus let bindings), filled in as bodies compile.
         self.frames: list[int] = []
@@ -266,18 +307,14 @@ class Compiler:
         spans: list[Span | None] = []
         size = 0
         for form in self.program.forms:
-            saved = self.note_span(form)
-            first_factory = len(self.factories)
-            self.own_forms = 0
-            body = self.top_level(form)
-            cost = self.own_forms // FORMS_PER_STEP
-            if cost:
-                body = [f"_s -= {cost}", "if _s < 0: _tick()"] + body
-            form_lines = self.factories[first_factory:] + body
-            form_spans = self.factory_spans[first_factory:] + [self.enclosing] * len(body)
-            del self.factories[first_factory:], self.factory_spans[first_factory:]
-            self.enclosing = saved
-            form_size = sum(len(line) + 1 for line in form_lines)
+            form_lines, form_spans, form_size = self.form_code(form)
+            if form_size > self.max_code_chars and self.typing:
+                # Typed bodies are only a faster copy: a form too big with them goes without.
+                self.typing = False
+                try:
+                    form_lines, form_spans, form_size = self.form_code(form)
+                finally:
+                    self.typing = SPECIALISE
             if form_size > self.max_code_chars:
                 raise LimitError("guest memory")
             if size + form_size > self.max_code_chars and lines:
@@ -297,6 +334,27 @@ class Compiler:
             chunks.append("\n" * first_line + self.place_stack_checks(text))
             first_line += text.count("\n")
         return chunks, table
+
+    def form_code(self, form: Any) -> tuple[list[str], list[Span | None], int]:
+        """The lines of one top-level form (its closure factories first), their positions and size."""
+        saved = self.note_span(form)
+        first_factory = len(self.factories)
+        first_frame = len(self.frame_sizes)
+        self.own_forms = 0
+        body = self.top_level(form)
+        cost = self.own_forms // FORMS_PER_STEP
+        if cost:
+            body = [f"_s -= {cost}", "if _s < 0: _tick()"] + body
+        form_lines = self.factories[first_factory:] + body
+        form_spans = self.factory_spans[first_factory:] + [self.enclosing] * len(body)
+        del self.factories[first_factory:], self.factory_spans[first_factory:]
+        self.enclosing = saved
+        form_size = sum(len(line) + 1 for line in form_lines)
+        if form_size > self.max_code_chars and self.typing:
+            # Generated again without typed bodies: forget this attempt's frames.
+            for frame in range(first_frame, len(self.frame_sizes)):
+                del self.frame_sizes[frame]
+        return form_lines, form_spans, form_size
 
     def place_stack_checks(self, source: str) -> str:
         """Fill in each function's entry check and call-site depth step.
@@ -356,7 +414,7 @@ class Compiler:
                 fn = self.closure(form, params, value, Scope(None), gname, self_global=name)
                 lines.append(f"{gname} = {fn.code}")
             else:
-                lines += self.function_def(gname, params, value, Scope(None), self_global=name)
+                lines += self.function_def(gname, params, value, Scope(None), self_global=name, typed_entry=True)
             lines.append(f"_last = {self.constant(target[0])}")
             return lines
         gname = global_name(target.name)
@@ -369,9 +427,13 @@ class Compiler:
 
     # ------------------------------------------------------------------ functions
     def function_def(
-        self, pyname: str, params: Params, body: Any, outer: Scope, *, self_global: str | None, indent: str = ""
+        self, pyname: str, params: Params, body: Any, outer: Scope, *, self_global: str | None, indent: str = "",
+        typed_entry: bool = False,
     ) -> list[str]:
-        """A ``def`` for a Lisp function whose free locals are all in ``outer``'s captures."""
+        """A ``def`` for a Lisp function whose free locals are all in ``outer``'s captures.
+
+        ``typed_entry``: a top-level define, which may get a typed entry for its own calls.
+        """
         required, optional, keys, rest = params.required, params.optional, params.keys, params.rest
         frame = len(self.frame_sizes)
         self.frame_sizes[frame] = len(required) + len(optional) + len(keys) + (rest is not None)
@@ -379,7 +441,8 @@ class Compiler:
         # A function's fuel counts its own forms; a nested function counts its own.
         outer_forms, self.own_forms = self.own_forms, 0
         try:
-            return self._function_def(pyname, body, outer, self_global, required, optional, keys, rest, indent, frame)
+            return self._function_def(
+                pyname, body, outer, self_global, required, optional, keys, rest, indent, frame, typed_entry)
         finally:
             self.frames.pop()
             self.own_forms = outer_forms
@@ -387,7 +450,7 @@ class Compiler:
     def _function_def(
         self, pyname: str, body: Any, outer: Scope, self_global: str | None,
         required: tuple[str, ...], optional: tuple[tuple[str, Any], ...], keys: tuple[tuple[str, Any], ...], rest: str | None,
-        indent: str, frame: int,
+        indent: str, frame: int, typed_entry: bool = False,
     ) -> list[str]:
         scope = Scope(outer, {}, boundary=True)
         sig = ["_d"]
@@ -438,14 +501,74 @@ class Compiler:
             lines += guard
             lines += [f"{indent}    {p}" for p in prologue]
             lines.append(f"{indent}    while True:")
+            if self.typing:
+                lines += [f"{indent}{line}" for line in fast_loop(self, body, scope, ctx, cost, "        ")]
             lines += [f"{indent}        {f}" for f in fuel]
             lines += [f"{indent}{t}" for t in tail]
         else:
             lines += [f"{indent}    {f}" for f in fuel]
             lines += guard
             lines += [f"{indent}    {p}" for p in prologue]
+            typed = self.typed_body(pyname, body, scope, ctx, frame, self_global if typed_entry else None)
+            lines += [f"{indent}{t}" for t in typed.lines]
             lines += [f"{indent}{t[4:]}" for t in tail]
+            if typed.entry is not None:
+                # The typed entry first, under the same name (Lisp stacks show the function).
+                entry = [f"def {pyname}({', '.join(sig)}):", "    global _s"]
+                entry += [f"    {f}" for f in fuel] + [guard[0][len(indent):], "    if True:"] + typed.entry_lines
+                lines = entry + [f"{typed.entry} = {pyname}"] + lines + [f"{typed.identity} = {pyname}"]
         return lines
+
+    def typed_body(
+        self, pyname: str, body: Any, scope: Scope, ctx: FunctionContext, frame: int, self_global: str | None
+    ) -> TypedBody:
+        """The body once more, for when its integer parameters hold small ints (tried first).
+
+        A guard checks that every required parameter the body uses directly as an operand
+        of ``+ - * = < > <= >=`` is an ``int`` of magnitude below :data:`TYPED_PARAM_BOUND`;
+        under it those operations need no type test, and ``+ - *`` no overflow test while
+        the bounds of their operands exclude one. Otherwise the generic body runs. Both
+        bodies compute the same values and errors and charge the same steps (the fuel is
+        charged before either): this one only skips tests it has proved would pass.
+        """
+        if not self.typing or self.own_forms > TYPED_BODY_MAX_FORMS:
+            return TypedBody([])
+        params = _typed_params(body, scope, ctx.params)
+        if not params:
+            return TypedBody([])
+        checks = [f"_type({py}) is _int" for py in params]
+        checks += [f"{-TYPED_PARAM_BOUND} < {py} < {TYPED_PARAM_BOUND}" for py in params]
+        if self_global is not None and _calls_only_itself(body, scope, self_global, len(ctx.params)):
+            entry = self.fresh("typed")
+            positions = tuple(i for i, py in enumerate(ctx.params) if py in params)
+            self.self_typed, self.self_typed_calls, self.returns_ints = (self_global, entry, positions), 0, True
+            self.function_params = ctx.params
+            try:
+                typed = self.typed_tail(pyname, body, scope, ctx, frame, params)
+            finally:
+                self.self_typed = None
+            if self.returns_ints and self.self_typed_calls:
+                # Every value it returns is an int, so calls of the typed entry return ints
+                # (by induction on the depth of the calls). The entry itself runs no guest
+                # code but its own, so the global still names this function inside it.
+                identity = self.fresh("self")
+                # Looked up without failing: a host may have removed the name meanwhile.
+                checks.append(f"_self_get({pyname!r}) is {identity}")
+                return TypedBody([f"    if {' and '.join(checks)}:"] + typed, entry, identity, typed)
+        typed = self.typed_tail(pyname, body, scope, ctx, frame, params)
+        return TypedBody([f"    if {' and '.join(checks)}:"] + typed)
+
+    def typed_tail(
+        self, pyname: str, body: Any, scope: Scope, ctx: FunctionContext, frame: int, params: list[str]
+    ) -> list[str]:
+        saved = (self.own_forms, self.frame_sizes[frame], self.known_ints)
+        self.known_ints = dict.fromkeys(params, (1 - TYPED_PARAM_BOUND, TYPED_PARAM_BOUND - 1))
+        self.function_names.append(pyname)
+        try:
+            return self.tail(body, scope, FunctionContext(None, ctx.params, False), "        ")
+        finally:
+            self.function_names.pop()
+            self.own_forms, self.frame_sizes[frame], self.known_ints = saved
 
     def closure(
         self, form: Form, params: Params, body: Any, scope: Scope, inner: str, self_global: str | None = None
@@ -496,13 +619,15 @@ class Compiler:
             return e
         if t is bool:
             return Expr(self.constant(form), is_bool=True, simple=True)
+        if t is int:
+            return Expr(self.constant(form), simple=True, ints=(form, form))
         return Expr(self.constant(form), simple=True)
 
     def reference(self, form: Name, scope: Scope) -> Expr:
         name = form.name
         local = scope.lookup(name)
         if local is not None:
-            return Expr(local, simple=True)
+            return Expr(local, simple=True, ints=self.known_ints.get(local))
         if name in self.consts:
             return Expr(self.constant(self.consts[name]), simple=True)
         if name in SYSTEM_FUNCTIONS and name not in self.shadowed:
@@ -529,6 +654,21 @@ class Compiler:
         return None
 
     def call(self, form: Form, scope: Scope, ctx: FunctionContext | None) -> Expr:
+        typed = self.self_typed
+        if typed is not None and type(form[0]) is Name and form[0].name == typed[0] and scope.lookup(typed[0]) is None:
+            args = self.args(form[1:], scope, ctx)
+            limit = TYPED_PARAM_BOUND - 1
+            if len(args) == len(self.function_params) and all(
+                (e := args[i].ints) is not None and -limit <= e[0] and e[1] <= limit for i in typed[2]
+            ):
+                # The typed entry: its parameters are proved small ints, it returns an int.
+                self.self_typed_calls += 1
+                step = f"\x01D{self.frames[-1]}\x01"
+                code = f"{typed[1]}({', '.join([f'_d + {step}'] + [a.code for a in args])})"
+                return Expr(self.at(form, code), ints=(1 - self.int_bound, self.int_bound - 1))
+            callee = self.expr(form[0], scope, None)
+            step = f"\x01D{self.frames[-1]}\x01"
+            return Expr(self.at(form, f"{callee.code}({', '.join([f'_d + {step}'] + [a.code for a in args])})"))
         callee = self.expr(form[0], scope, None)
         args = self.args(form[1:], scope, ctx)
         over = self.check_value_stack(len(args))
@@ -581,10 +721,24 @@ class Compiler:
         # Evaluate both operands (in order) before testing either type.
         if self.is_int_literal(a) and self.is_int_literal(b):
             return Expr(self.at(form, f"{slow}({a.code}, {b.code})"))
-        if self.is_int_literal(a):
-            checks.append(f"_type({b1}) is _int")
-        elif self.is_int_literal(b):
-            checks.append(f"_type({a1}) is _int")
+        if a.ints and b.ints:
+            # Both known ints: no type test, and no overflow test when the intervals exclude one.
+            (alo, ahi), (blo, bhi) = a.ints, b.ints
+            if op == "+":
+                lo, hi = alo + blo, ahi + bhi
+            elif op == "-":
+                lo, hi = alo - bhi, ahi - blo
+            else:
+                corners = (alo * blo, alo * bhi, ahi * blo, ahi * bhi)
+                lo, hi = min(corners), max(corners)
+            if -bound < lo and hi < bound:
+                return Expr(f"({a.code} {op} {b.code})", ints=(lo, hi))
+            return Expr(
+                f"({result} if {-bound} < ({result} := {a1} {op} {b1}) < {bound} else {self.at(form, f'{slow}({a2}, {b2})')})",
+                ints=(1 - bound, bound - 1),
+            )
+        if a.ints or b.ints:
+            checks.append(self.other_is_int(a, b, a1, a2, b1, b2))
         else:
             checks.append(f"_type({a1}) is _type({b1}) is _int")
         checks.append(f"{-bound} < ({result} := {a2} {op} {b2}) < {bound}")
@@ -598,16 +752,26 @@ class Compiler:
         a, b = args
         a1, a2 = self.bind_twice(a)
         b1, b2 = self.bind_twice(b)
-        slow = self.at(form, slow)
         if self.is_int_literal(a) and self.is_int_literal(b):
-            return Expr(slow.format(a=a.code, b=b.code), is_bool=is_bool)
-        if self.is_int_literal(a):
-            check = f"_type({b1}) is _int"
-        elif self.is_int_literal(b):
-            check = f"_type({a1}) is _int"
+            return Expr(self.at(form, slow).format(a=a.code, b=b.code), is_bool=is_bool)
+        if a.ints and b.ints:
+            return Expr(f"({fast.format(a=a.code, b=b.code)})", is_bool=is_bool)
+        slow = self.at(form, slow)
+        if a.ints or b.ints:
+            check = self.other_is_int(a, b, a1, a2, b1, b2)
         else:
             check = f"_type({a1}) is _type({b1}) is _int"
         return Expr(f"({fast.format(a=a2, b=b2)} if {check} else {slow.format(a=a2, b=b2)})", is_bool=is_bool)
+
+    @staticmethod
+    def other_is_int(a: Expr, b: Expr, a1: str, a2: str, b1: str, b2: str) -> str:
+        """The test of the one operand not known to be an int; both are evaluated first, in order."""
+        known = a if a.ints else b
+        if known.simple:
+            return f"_type({b1}) is _int" if known is a else f"_type({a1}) is _int"
+        # A computed known int: bind both operands before the test, which may fail.
+        first = [f"({x1}) is {x2}" for x, x1, x2 in ((a, a1, a2), (b, b1, b2)) if not x.simple]
+        return " and ".join(first + [f"_type({b2 if known is a else a2}) is _int"])
 
     @staticmethod
     def is_int_literal(e: Expr) -> bool:
@@ -667,9 +831,55 @@ class Compiler:
 
     def form_if(self, form: Form, scope: Scope, ctx: Any) -> Expr:
         cond = self.condition(form, 1, scope)
+        if_true, if_false = self.refinements(form[1], scope)
+        saved = self.refine(if_true)
         then = self.expr(form[2], scope, None)
+        self.known_ints = saved
+        saved = self.refine(if_false)
         other = self.expr(form[3], scope, None) if len(form) == 4 else Expr("None", simple=True)
+        self.known_ints = saved
         return Expr(f"({then.code} if {cond} else {other.code})", is_bool=then.is_bool and other.is_bool)
+
+    def refinements(self, test: Any, scope: Scope) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[int, int]]]:
+        """What a condition tells of known ints where it holds and where it does not.
+
+        In a typed body, ``(< n 2)`` leaves ``n`` at most 1 in its then branch and at least
+        2 in its else branch; the intervals prove more arithmetic free of overflow.
+        """
+        if not self.known_ints or type(test) is not tuple or len(test) == 0 or type(test[0]) is not Name:
+            return {}, {}
+        head = test[0].name
+        if scope.lookup(head) is not None or head not in SYSTEM_FUNCTIONS or head in self.consts or head in self.shadowed:
+            return {}, {}
+        if head == "not" and len(test) == 2:
+            if_true, if_false = self.refinements(test[1], scope)
+            return if_false, if_true
+        if head not in ("<", ">", "<=", ">=", "=") or len(test) != 3:
+            return {}, {}
+        left, right = test[1], test[2]
+        if type(left) is int:
+            left, right, head = right, left, {"<": ">", ">": "<", "<=": ">=", ">=": "<=", "=": "="}[head]
+        py = scope.lookup(left.name) if type(left) is Name else None
+        if py is None or py not in self.known_ints or type(right) is not int:
+            return {}, {}
+        lo, hi = self.known_ints[py]
+        k = right
+        if head == "<":
+            return {py: (lo, min(hi, k - 1))}, {py: (max(lo, k), hi)}
+        if head == "<=":
+            return {py: (lo, min(hi, k))}, {py: (max(lo, k + 1), hi)}
+        if head == ">":
+            return {py: (max(lo, k + 1), hi)}, {py: (lo, min(hi, k))}
+        if head == ">=":
+            return {py: (max(lo, k), hi)}, {py: (lo, min(hi, k - 1))}
+        return ({py: (k, k)} if lo <= k <= hi else {}), {}
+
+    def refine(self, updates: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+        """Narrow known ints for a branch; returns what to restore after it."""
+        saved = self.known_ints
+        if updates:
+            self.known_ints = {**saved, **updates}
+        return saved
 
     def form_cond(self, form: Form, scope: Scope, ctx: Any) -> Expr:
         code = "None"
@@ -730,6 +940,8 @@ class Compiler:
             if self.frames:
                 self.frame_sizes[self.frames[-1]] += 1
             py = self.fresh_local(lname)
+            if self.known_ints and value.ints:
+                self.known_ints[py] = value.ints
             inner = Scope(inner, {lname: py})
             out.append((py, value))
         return inner, out
@@ -782,21 +994,36 @@ class Compiler:
             head = form[0].name
             if head == "if":
                 lines = [f"{indent}if {self.condition(form, 1, scope)}:"]
+                if_true, if_false = self.refinements(form[1], scope)
+                saved = self.refine(if_true)
                 lines += self.tail(form[2], scope, ctx, indent + "    ")
+                self.known_ints = saved
+                saved = self.refine(if_false)
                 if len(form) == 4:
                     lines += self.tail(form[3], scope, ctx, indent)
                 else:
                     lines.append(f"{indent}return None")
+                    self.returns_ints = False
+                self.known_ints = saved
                 return lines
             if head == "cond":
                 lines = []
-                for clause in form[1:]:
-                    pred, body = clause
-                    if pred is ELSE:
-                        return lines + self.tail(body, scope, ctx, indent)
-                    lines.append(f"{indent}if {self.condition(clause, 0, scope)}:")
-                    lines += self.tail(body, scope, ctx, indent + "    ")
-                return lines + [f"{indent}return None"]
+                outer = self.known_ints
+                try:
+                    for clause in form[1:]:
+                        pred, body = clause
+                        if pred is ELSE:
+                            return lines + self.tail(body, scope, ctx, indent)
+                        lines.append(f"{indent}if {self.condition(clause, 0, scope)}:")
+                        if_true, if_false = self.refinements(pred, scope)
+                        before = self.refine(if_true)
+                        lines += self.tail(body, scope, ctx, indent + "    ")
+                        self.known_ints = before
+                        self.refine(if_false)  # later clauses run where this test failed
+                    self.returns_ints = False
+                    return lines + [f"{indent}return None"]
+                finally:
+                    self.known_ints = outer
             if head == "case":
                 key = self.fresh("k")
                 lines = [f"{indent}{key} = {self.expr(form[1], scope, None).code}"]
@@ -805,6 +1032,7 @@ class Compiler:
                         return lines + self.tail(body, scope, ctx, indent)
                     lines.append(f"{indent}if {self.case_test(key, literals)}:")
                     lines += self.tail(body, scope, ctx, indent + "    ")
+                self.returns_ints = False
                 return lines + [f"{indent}return None"]
             if head == "do":
                 lines = [f"{indent}{self.expr(f, scope, None).code}" for f in form[1:-1]]
@@ -821,6 +1049,7 @@ class Compiler:
                         lines.append(f"{indent}if not {test}: return False")
                     else:
                         lines.append(f"{indent}if {test}: return True")
+                    self.returns_ints = False
                 return lines + self.tail(form[-1], scope, ctx, indent)
             if (
                 (head == "call-self" and ctx.loopable or ctx.self_global is not None and head == ctx.self_global)
@@ -833,7 +1062,74 @@ class Compiler:
                 targets = ", ".join(ctx.params)
                 values = ", ".join(a.code for a in args)
                 return [f"{indent}{targets} = {values}", f"{indent}continue"]
-        return [f"{indent}return {self.expr(form, scope, None).code}"]
+        returned = self.expr(form, scope, None)
+        if returned.ints is None:
+            self.returns_ints = False
+        return [f"{indent}return {returned.code}"]
+
+
+def _typed_params(body: Any, scope: Scope, params: tuple[str, ...]) -> list[str]:
+    """Required parameters used directly as operands of inline arithmetic or comparisons.
+
+    None when the body makes a function (its factory would be generated twice).
+    """
+    found: set[str] = set()
+    stack = [body]
+    while stack:
+        item = stack.pop()
+        if type(item) is not tuple or not item:
+            continue
+        head = item[0]
+        if type(head) is Name:
+            if head.name in ("lambda", "define"):
+                return []
+            if len(item) == 3 and (head.name in _ARITH or head.name in _COMPARE or head.name == "="):
+                for arg in item[1:]:
+                    if type(arg) is Name:
+                        py = scope.names.get(arg.name)
+                        if py in params:
+                            found.add(py)
+        stack.extend(item)
+    return [py for py in params if py in found]
+
+
+#: Forms a typed entry's body may hold besides calls of itself and inline operations.
+_PURE_FORMS = frozenset({"if", "cond", "let", "and", "or", "do", "quote"})
+
+
+def _calls_only_itself(body: Any, scope: Scope, self_global: str, arity: int) -> bool:
+    """Whether ``body`` calls nothing but itself (with ``arity`` arguments) and inline operations.
+
+    Such a body runs no other guest code, so nothing can rebind its global while it runs.
+    """
+    stack = [body]
+    while stack:
+        item = stack.pop()
+        if type(item) is not tuple:
+            continue
+        head = item[0] if item else None
+        if type(head) is not Name or scope.lookup(head.name) is not None:
+            return False
+        name = head.name
+        if name == "quote":
+            continue
+        if name == "let":
+            if any(binding[0].name == self_global for binding in item[1] or ()):
+                return False  # a local of the same name would be called instead
+            stack.extend(binding[1] for binding in item[1] or ())
+            stack.extend(item[2:])
+            continue
+        if name in _PURE_FORMS:
+            stack.extend(item[1:])
+            continue
+        if name == self_global and len(item) - 1 == arity:
+            stack.extend(item[1:])
+            continue
+        inline = (len(item) == 3 and (name in _ARITH or name in _COMPARE or name == "=")) or (len(item) == 2 and name == "not")
+        if not inline or name not in SYSTEM_FUNCTIONS:
+            return False
+        stack.extend(item[1:])
+    return True
 
 
 def check_program_limits(program: Program, max_syntax_depth: int, max_integer_bits: int) -> None:

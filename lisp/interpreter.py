@@ -286,6 +286,10 @@ class Interpreter:
         self.globals: dict[str, Any] = dict(_BASE)
         self.globals["_s"] = 0
         self.globals["_d"] = 0
+        #: The most iterations a loop can run under this budget (see lisp.fast_loop).
+        self.globals["_fuel_cap"] = self.budget.max_steps
+        #: How a typed body checks that its global still names its function (lisp.compiler).
+        self.globals["_self_get"] = self.globals.get
         self.globals["_tick"] = self._tick
         self.globals["_define_check"] = self._define_check
         self.globals["_define_global"] = self._define_global

@@ -188,8 +188,9 @@ class Meter:
         roots: list[Any] = []
         for space, _count in self.spaces.values() if with_globals else ():
             # Guest globals and top-level let bindings (module code keeps them as globals);
-            # the rest are system functions and host values, which count nothing.
-            roots.extend(space.globals.values())
+            # the rest are system functions and host values, which count nothing, and the
+            # compiler's own references to guest functions (typed entries), not counted.
+            roots.extend(value for name, value in space.globals.items() if not name.startswith(_COMPILER_OWN))
         for frame in frames:
             if frame.f_code.co_flags & _OPTIMIZED:
                 local = frame.f_locals
@@ -213,6 +214,8 @@ class Meter:
         return free
 
 
+#: Module globals the compiler adds besides the guest's (see lisp.compiler.TypedBody).
+_COMPILER_OWN = ("_typed", "_self")
 _OPTIMIZED = 0x0001  # CO_OPTIMIZED: a function frame (a module frame's locals are its globals)
 
 
