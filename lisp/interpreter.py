@@ -267,6 +267,20 @@ class HostFunctionTable:
         self.names = frozenset(self.arities)
 
 
+class _Installed:
+    """A sealed namespace: what :meth:`Interpreter.renew` restores."""
+
+    __slots__ = ("globals", "defined", "pending", "names", "names_seen")
+
+    def __init__(self, globals_: dict[str, Any], defined: frozenset[str],
+                 pending: dict[str, tuple[str, Any, int, int | None]], names: HostNames, names_seen: int) -> None:
+        self.globals = globals_
+        self.defined = defined
+        self.pending = pending
+        self.names = names
+        self.names_seen = names_seen
+
+
 class Interpreter:
     """One guest namespace: install host names, run a source, call its functions."""
 
@@ -300,6 +314,8 @@ class Interpreter:
         self._names_seen = 0
         #: The frozen arities of the one table that is all the host functions, if so.
         self._table_items: frozenset[tuple[str, tuple[int, int | None]]] | None = None
+        #: The namespace as sealed (:meth:`seal`), what :meth:`renew` brings back.
+        self._installed: _Installed | None = None
 
     # ------------------------------------------------------------------ host installation
     def define_function(self, name: str, fn: Callable[..., Any], min_args: int = 0, max_args: int | None = None) -> None:
@@ -340,52 +356,44 @@ class Interpreter:
 
     def _materialize(self, gname: str) -> None:
         name, fn, min_args, max_args = self.pending.pop(gname)
-        if type(fn) is str:
-            fn = getattr(self.owner, fn)
+        # A method name is looked up on the owner at each call, and the budget is this
+        # namespace's at each call, so a wrapper stays right across :meth:`renew`.
+        method = fn if type(fn) is str else None
+        probe = getattr(self.owner, fn) if method is not None else fn
         g = self.globals
-        budget = self.budget
         # A host function may carry its own wrong-count text (``arity_text``) and may ask
         # for the caller's call depth (``takes_depth``) to call guest functions it is given.
-        arity_text = getattr(fn, "arity_text", None) or f"{name} expects {_expected(min_args, max_args)}"
+        arity_text = getattr(probe, "arity_text", None) or f"{name} expects {_expected(min_args, max_args)}"
+        takes_depth = bool(getattr(probe, "takes_depth", False))
 
-        if getattr(fn, "takes_depth", False):
+        def host(_d: int, *args: Any) -> Any:
+            n = len(args)
+            if n < min_args or (max_args is not None and n > max_args):
+                raise EvalError(arity_text)
+            # Return the unused slice so nested runs draw from the same budget exactly.
+            budget = self.budget
+            unused = g["_s"]
+            if unused > 0:
+                budget.give_back(unused)
+            g["_s"] = 0
+            budget.charge(1)
+            target = fn if method is None else getattr(self.owner, method)
+            try:
+                if takes_depth:
+                    return target(_d, *args)
+                return target(*args)
+            except Exception as error:
+                if self._host_fault(error):
+                    raise HostFunctionError(name) from error
+                raise
 
-            def host(_d: int, *args: Any) -> Any:
-                n = len(args)
-                if n < min_args or (max_args is not None and n > max_args):
-                    raise EvalError(arity_text)
-                unused = g["_s"]
-                if unused > 0:
-                    budget.give_back(unused)
-                g["_s"] = 0
-                budget.charge(1)
-                try:
-                    return fn(_d, *args)
-                except Exception as error:
-                    if self._host_fault(error):
-                        raise HostFunctionError(name) from error
-                    raise
-
-        else:
-
-            def host(_d: int, *args: Any) -> Any:
-                n = len(args)
-                if n < min_args or (max_args is not None and n > max_args):
-                    raise EvalError(arity_text)
-                # Return the unused slice so nested runs draw from the same budget exactly.
-                unused = g["_s"]
-                if unused > 0:
-                    budget.give_back(unused)
-                g["_s"] = 0
-                budget.charge(1)
-                try:
-                    return fn(*args)
-                except Exception as error:
-                    if self._host_fault(error):
-                        raise HostFunctionError(name) from error
-                    raise
-
-        g[gname] = mark_function(host, name)
+        wrapper = mark_function(host, name)
+        g[gname] = wrapper
+        installed = self._installed
+        if installed is not None and gname in installed.pending:
+            # Made once for every later run of a renewed namespace.
+            del installed.pending[gname]
+            installed.globals[gname] = wrapper
 
     def _host_fault(self, error: Exception) -> bool:
         """Whether ``error``, escaping a host function, is a failure of the host's own code.
@@ -415,6 +423,49 @@ class Interpreter:
             self._table_items = None
         self.host_values.add(name)
         self._host_names = None
+
+    def seal(self) -> None:
+        """Remember this namespace as the host installed it, for :meth:`renew`.
+
+        Call it once every host function and value is in place and before anything runs.
+        """
+        self._installed = _Installed(dict(self.globals), frozenset(self.defined), dict(self.pending),
+                                     self.installed_names(), self._names_seen)
+
+    def renew(self, budget: Budget, owner: Any, values: Mapping[str, Any]) -> None:
+        """Make this namespace what it was when sealed, for a new run: nothing an earlier run
+        defined or changed remains, the host's functions belong to ``owner``, everything
+        draws on ``budget``, and each host value in ``values`` (installed before sealing)
+        takes its new value. Cheaper than building and installing a fresh interpreter.
+        """
+        installed = self._installed
+        if installed is None:
+            raise InternalError("renew needs a sealed namespace")
+        g = self.globals
+        g.clear()
+        g.update(installed.globals)
+        for name, value in values.items():
+            if name not in self.host_values:
+                raise InternalError(f"renew can only replace a host value: {name}")
+            g[global_name(name)] = value
+        self.defined = set(installed.defined)
+        self.pending = dict(installed.pending)
+        self._host_names = installed.names
+        self._names_seen = installed.names_seen
+        self.owner = owner
+        self.compiled = None
+        if budget is not self.budget:
+            self.budget = budget
+            self.context = Context(self.limits, budget)
+        else:
+            self.context.sizes.clear()
+
+    def vacate(self) -> None:
+        """Drop what the last run left (its globals, its owner) until the next :meth:`renew`,
+        so a namespace kept for reuse holds nothing of the run before."""
+        self.globals.clear()
+        self.owner = None
+        self.compiled = None
 
     def installed_names(self) -> HostNames:
         """The names a script compiled here may use besides its own and the system's.

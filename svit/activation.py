@@ -11,6 +11,7 @@ it in one assignment, or nothing.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
@@ -135,6 +136,53 @@ def script_compiler(limits: Any, budget: Budget | None = None) -> Callable[[str,
     return compile_script
 
 
+class NamespacePool:
+    """Guest namespaces kept between activations, so an activation renews one instead of
+    building an interpreter and installing the guest functions again.
+
+    A namespace holds nothing of a script (each run compiles its source, through the
+    compile cache, from the working ``/lib``), so no edit, rollback, fork or restore can
+    make one stale. One taken is renewed to exactly the state :meth:`WorkingState.install`
+    makes (:meth:`Interpreter.renew`) and owned by one activation until given back;
+    a given-back one is emptied (:meth:`Interpreter.vacate`). At most ``size`` are kept,
+    shared by every process of the host.
+    """
+
+    def __init__(self, size: int = 32) -> None:
+        self.size = size
+        self._free: dict[tuple[str, LispLimits], list[Interpreter]] = {}
+        self._kept = 0
+        self._lock = threading.Lock()
+
+    def take(self, state: WorkingState, filename: str, input_value: Any) -> Interpreter:
+        key = (filename, state.lisp_limits)
+        interp: Interpreter | None = None
+        with self._lock:
+            free = self._free.get(key)
+            if free:
+                interp = free.pop()
+                self._kept -= 1
+        if interp is None:
+            interp = Interpreter(state.lisp_limits, state.budget, filename=filename, passthrough=(SvitError,))
+            state.install(interp, None)
+            interp.seal()
+        interp.renew(state.budget, state, {"input": input_value})
+        return interp
+
+    def give_back(self, interp: Interpreter) -> None:
+        interp.vacate()
+        key = (interp.filename, interp.limits)
+        with self._lock:
+            if self._kept >= self.size:
+                return
+            self._free.setdefault(key, []).append(interp)
+            self._kept += 1
+
+
+#: The namespaces every activation draws from.
+NAMESPACES = NamespacePool()
+
+
 def held(node: Node) -> SvitValue:
     """A persistent value entering Lisp, charged against guest memory like any string or list."""
     value = SvitValue(node)
@@ -221,9 +269,8 @@ class WorkingState(GuestHelpers):
         return found
 
     def run(self, name: str, source: str, input_node: Node) -> Node:
-        """Run ``main(input)`` of one script in a fresh interpreter; returns the output node."""
-        interp = Interpreter(self.lisp_limits, self.budget, filename=script_filename(name), passthrough=(SvitError,))
-        self.install(interp, input_node)
+        """Run ``main(input)`` of one script in a fresh namespace; returns the output node."""
+        interp = NAMESPACES.take(self, script_filename(name), to_lisp(input_node))
         try:
             # Compiling draws on the activation's own budget, like everything it runs.
             interp.run(source, compile_budget=self.budget)
@@ -241,9 +288,11 @@ class WorkingState(GuestHelpers):
             raise compile_error_to_svit(exc) from None
         except ScriptFailed as exc:
             raise located(exc, name) from None
+        finally:
+            NAMESPACES.give_back(interp)
 
     # ------------------------------------------------------------------ guest functions
-    def install(self, interp: Interpreter, input_node: Node) -> None:
+    def install(self, interp: Interpreter, input_node: Node | None) -> None:
         # compile_check installs the same names (a test keeps the two equal).
         interp.define_value("input", to_lisp(input_node))
         interp.define_value("*svit-version*", SVIT_VERSION)
@@ -571,6 +620,8 @@ def library_record(value: Any) -> Script:
 __all__ = [
     "Activation",
     "INLINE_NAME",
+    "NAMESPACES",
+    "NamespacePool",
     "PORT_INPUT_LIMIT",
     "SVIT_VERSION",
     "WorkingState",

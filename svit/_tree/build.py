@@ -109,8 +109,7 @@ def _small_map(mapping: dict[Any, Any], strict: bool) -> Node | None:
             return None
         keys = ordered
         values = list(map(mapping.__getitem__, keys))
-        mapping = dict(zip(keys, values))
-    return make_container(MAP, scalar_leaf(MAP, tuple(keys), tuple(values), key_text + text, None, mapping))
+    return make_container(MAP, scalar_leaf(MAP, tuple(keys), tuple(values), key_text + text, None))
 
 
 def _map(mapping: dict[Any, Any], scripts_allowed: bool, depth: int, strict: bool) -> Node:
