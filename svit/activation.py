@@ -70,13 +70,23 @@ _LISP_LIMITS: dict[Any, LispLimits] = {}
 GUEST_TABLE = HostFunctionTable(GUEST_FUNCTIONS)
 
 
+#: The last limits asked for and their share: most calls ask for the same limits object again,
+#: and a frozen dataclass of many fields is slow to hash.
+_LAST_LISP_LIMITS: tuple[Any, LispLimits] | None = None
+
+
 def lisp_limits(limits: Any) -> LispLimits:
     """The language's share of a process's limits (memoized: limits are frozen values)."""
+    global _LAST_LISP_LIMITS
+    last = _LAST_LISP_LIMITS
+    if last is not None and last[0] is limits:
+        return last[1]
     found = _LISP_LIMITS.get(limits)
     if found is None:
         if len(_LISP_LIMITS) > 256:
             _LISP_LIMITS.clear()
         found = _LISP_LIMITS[limits] = _lisp_limits(limits)
+    _LAST_LISP_LIMITS = (limits, found)
     return found
 
 
@@ -150,20 +160,22 @@ class NamespacePool:
 
     def __init__(self, size: int = 32) -> None:
         self.size = size
-        self._free: dict[tuple[str, LispLimits], list[Interpreter]] = {}
+        self._free: dict[str, list[Interpreter]] = {}
         self._kept = 0
         self._lock = threading.Lock()
 
     def take(self, state: WorkingState, filename: str, input_value: Any) -> Interpreter:
-        key = (filename, state.lisp_limits)
+        limits = state.lisp_limits
         interp: Interpreter | None = None
         with self._lock:
-            free = self._free.get(key)
+            free = self._free.get(filename)
             if free:
                 interp = free.pop()
                 self._kept -= 1
+        if interp is not None and interp.limits is not limits and interp.limits != limits:
+            interp = None  # made under other limits: the compile cache keys on them
         if interp is None:
-            interp = Interpreter(state.lisp_limits, state.budget, filename=filename, passthrough=(SvitError,))
+            interp = Interpreter(limits, state.budget, filename=filename, passthrough=(SvitError,))
             state.install(interp, None)
             interp.seal()
         interp.renew(state.budget, state, {"input": input_value})
@@ -171,11 +183,10 @@ class NamespacePool:
 
     def give_back(self, interp: Interpreter) -> None:
         interp.vacate()
-        key = (interp.filename, interp.limits)
         with self._lock:
             if self._kept >= self.size:
                 return
-            self._free.setdefault(key, []).append(interp)
+            self._free.setdefault(interp.filename, []).append(interp)
             self._kept += 1
 
 
@@ -270,13 +281,13 @@ class WorkingState(GuestHelpers):
 
     def run(self, name: str, source: str, input_node: Node) -> Node:
         """Run ``main(input)`` of one script in a fresh namespace; returns the output node."""
-        interp = NAMESPACES.take(self, script_filename(name), to_lisp(input_node))
+        input_value = to_lisp(input_node)
+        interp = NAMESPACES.take(self, script_filename(name), input_value)
         try:
             # Compiling draws on the activation's own budget, like everything it runs.
-            interp.run(source, compile_budget=self.budget)
-            if not interp.has("main"):
+            found, result = interp.run_and_call(source, "main", input_value, compile_budget=self.budget)
+            if not found:
                 raise ScriptFailed(f"{script_filename(name)}: script must define main(input)")
-            result = interp.call("main", to_lisp(input_node))
             # Converting the output is paid from this activation's budget, like any conversion.
             return to_node(result, self.limits, self.budget)
         except HostFunctionError as exc:
@@ -412,8 +423,9 @@ class WorkingState(GuestHelpers):
         text = _text(path, "write path")
         segments = parse(text)
         if segments and segments[0] == "memory":
-            change = Set(format_path(segments), to_node(value, self.limits))
-            memory = change.apply_below(self.memory, 1)
+            # A parsed path that is not the root is its own canonical text.
+            change = Set(text, to_node(value, self.limits))
+            memory = tree.set_at(self.memory, segments[1:], change.value)  # change.apply_below(memory, 1)
             tree.validate_value(memory, self.limits, scripts_allowed=False)
             self.memory = memory
             self._record(change)

@@ -115,13 +115,13 @@ def to_lisp(node: Node | None) -> Any:
     """A committed node as a Lisp value (absent reads as a foreign null)."""
     if node is None:
         return NULL_VALUE
-    kind = node.kind
-    if kind in ("bool", "integer", "number", "string"):
-        return node.to_value()
-    if kind == "null":
+    code = node.code
+    if code == tree.BOOL or code == tree.INTEGER or code == tree.NUMBER or code == tree.STRING:
+        return node.value
+    if code == tree.NULL:
         return NULL_VALUE
-    if kind == "script":
-        script = node.to_value()
+    if code == tree.SCRIPT:
+        script = node.value
         return SvitValue(tree.from_value({"documentation": script.documentation, "source": script.source}, scripts_allowed=False))
     return SvitValue(node)
 
@@ -144,8 +144,14 @@ def to_node(value: Any, limits: Limits, budget: Budget | None = None) -> Node:
 
 
 def _convert(value: Any, limits: Limits, budget: Budget | None) -> Node:
-    if type(value) is SvitValue:
-        return value.node
+    t = type(value)
+    if t is SvitValue:
+        node: Node = value.node
+        return node
+    if t is int and I64_MIN <= value <= I64_MAX and limits.max_value_entries >= 1 and limits.max_value_depth >= 0:
+        # One entry, no text: what Measure charges for it, without a Measure.
+        (budget if budget is not None else current().budget).charge(1)
+        return tree.leaf_node(value)
     plain = Measure(limits, budget).plain(value)
     return tree.from_value(plain, scripts_allowed=False)
 

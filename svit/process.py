@@ -703,6 +703,13 @@ class Process:
             # steer what is committed) are not involved.
             with self._lock:
                 return self._run_activation(name, inline_source, input, dry_run=True)
+        if not self.hooks:
+            # Nobody to consult or tell: the activation alone.
+            with self._lock:
+                try:
+                    return self._run_activation(name, inline_source, input, consume=consume, receipt=receipt)
+                except LispError as exc:  # defensive, as below
+                    raise ScriptFailed(exc.message, stack=exc.stack, kind=exc.kind) from None
         with self._lock:
             version_before = self.version
             request = ActivationRequest(name, input)
