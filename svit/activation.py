@@ -34,7 +34,7 @@ from .errors import (
     ScriptNotFound,
     SvitError,
 )
-from .guest import NULL_VALUE, Measure, SvitValue, charge_copy, plain_to_lisp, to_lisp, to_node, to_plain
+from .guest import NULL_VALUE, Measure, SvitValue, charge_copy, item_to_lisp, plain_to_lisp, to_lisp, to_node, to_plain
 from .mutation import Mutation, Remove, Set
 from .namespace import compile_error_to_svit, section, stat_record
 from .paths import format_path, lib_name, parse, validate_address
@@ -321,7 +321,7 @@ class WorkingState(GuestHelpers):
             if segments:
                 raise InvalidPath(f"cannot walk through a scalar: {path}")
             return value
-        return to_lisp(tree.get(node, segments))
+        return item_to_lisp(tree.find(node, segments))
 
     def fn_value_map(self, *args: Any) -> Any:
         if len(args) % 2:
@@ -379,6 +379,8 @@ class WorkingState(GuestHelpers):
 
     def fn_read(self, path: Any) -> Any:
         segments = parse(_text(path, "read path"))
+        if segments and segments[0] == "memory":
+            return item_to_lisp(tree.find(self.memory, segments[1:]))  # no node made for a scalar
         if len(segments) >= 2 and segments[0] == "mounts":
             return plain_to_lisp(self.process.mount_read(segments))
         return to_lisp(self.view_get(segments))

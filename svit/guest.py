@@ -29,6 +29,7 @@ __all__ = [
     "Measure",
     "SvitValue",
     "charge_copy",
+    "item_to_lisp",
     "plain_to_lisp",
     "to_lisp",
     "to_node",
@@ -84,13 +85,13 @@ class SvitValue(Foreign):
             return None
         # Children are shared, not copied: the cost is the list that holds them.
         current().allocate(_ITEM_UNITS * self.node.size)
-        return [_item_to_lisp(item) for item in tree.children(self.node)]
+        return [item_to_lisp(item) for item in tree.children(self.node)]
 
     def mapping_items(self) -> list[tuple[str, Any]] | None:
         if self.node.code != tree.MAP:
             return None
         current().allocate(_ITEM_UNITS * 2 * self.node.size)
-        return [(key, _item_to_lisp(item)) for key, item in tree.entries(self.node)]
+        return [(key, item_to_lisp(item)) for key, item in tree.entries(self.node)]
 
 
 NULL = tree.from_value(None, scripts_allowed=False)
@@ -100,11 +101,11 @@ NULL_VALUE = SvitValue(NULL)
 _ITEM_UNITS = 8
 
 
-def _item_to_lisp(item: Any) -> Any:
-    """A container's stored child (a node, or a scalar kept inline) as a Lisp value."""
+def item_to_lisp(item: Any) -> Any:
+    """A stored item (a node, or a scalar kept inline; ``ABSENT`` reads as null) as a Lisp value."""
     if type(item) is Node:
         return to_lisp(item)
-    if item is None:
+    if item is None or item is tree.ABSENT:
         return NULL_VALUE
     if type(item) is Script:
         return to_lisp(tree.leaf_node(item))

@@ -170,17 +170,23 @@ def validate_root(
         keys, items = tuple(key for key, _ in pairs), tuple(item for _, item in pairs)
     if keys != ROOT_KEYS:
         raise error("process root does not match the conventional namespace")
-    before = previous.value if previous is not None and previous.code == tree.MAP else None
+    old_root = previous.value if previous is not None and previous.code == tree.MAP else None
     if previous is None:
         differ = dict(zip(keys, items))
-    elif before is not None and before.level == 0 and before.keys == ROOT_KEYS:
+    elif old_root is not None and old_root.level == 0 and old_root.keys == ROOT_KEYS:
         # Only the sections that are not the previous root's own (or equal to them) are checked.
-        differ = {key: item for key, item, old in zip(keys, items, before.items)
+        differ = {key: item for key, item, old in zip(keys, items, old_root.items)
                   if item is not old and not (type(old) is Node and type(item) is Node and old.digest == item.digest)}
     else:
         old_sections = dict(tree.entries(previous))
         differ = {key: item for key, item in zip(keys, items)
                   if not _same(old_sections.get(key), item)}
+
+    if len(differ) <= 1 and "memory" in differ:
+        # The common commit (an activation's or a host write's): memory alone changed.
+        memory = differ["memory"]
+        tree.validate_value(memory if type(memory) is Node else tree.leaf_node(memory), limits, scripts_allowed=False)
+        return
 
     def changed(key: str) -> Node | None:
         item = differ.get(key, _UNCHANGED)

@@ -7,7 +7,6 @@ failure anywhere before that leaves version, root and snapshot bytes untouched.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import threading
@@ -378,14 +377,21 @@ class Process:
         if dry_run:
             return transition
         sink = self._sink
-        guard = sink.effects_guard() if sink is not None and effects is not None else contextlib.nullcontext()
-        with guard:
+        if sink is None or effects is None:
+            # No external effects to order against other commits: no guard to hold.
             if effects is not None:
                 effects()
             if before_record is not None:
                 before_record(transition)
             if sink is not None:
                 sink.commit(transition)
+            self._state = (version + 1, candidate)
+            return transition
+        with sink.effects_guard():
+            effects()
+            if before_record is not None:
+                before_record(transition)
+            sink.commit(transition)
             self._state = (version + 1, candidate)
         return transition
 

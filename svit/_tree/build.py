@@ -25,7 +25,8 @@ def build(value: Any, scripts_allowed: bool, strict: bool) -> Node:
     """The node for ``value``; with ``strict``, map keys must already be in canonical order."""
     t = type(value)
     if t is dict:
-        return _map(value, scripts_allowed, 0, strict)
+        small = _small_map(value, strict) if len(value) <= LEAF_MIN else None
+        return small if small is not None else _map(value, scripts_allowed, 0, strict)
     if t is list:
         return _array(value, scripts_allowed, 0, strict)
     return leaf(value, scripts_allowed)
