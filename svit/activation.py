@@ -273,10 +273,9 @@ class WorkingState(GuestHelpers):
 
     # ------------------------------------------------------------------ scripts
     def find_script(self, name: str) -> Script:
-        node = tree.get(self.staged_lib(), (name,))
-        if node is None or node.kind != "script":
+        found = tree.find(self.staged_lib(), (name,))
+        if type(found) is not Script:
             raise ScriptNotFound(name)
-        found: Script = node.to_value()
         return found
 
     def run(self, name: str, source: str, input_node: Node) -> Node:

@@ -371,8 +371,8 @@ class Process:
             candidate = applied[1]
         else:
             candidate = apply_each(root, mutations)
-        validate_root(candidate, self.address, self.limits, script_compiler(self.limits), previous=root, error=InvalidValue)
-        transition = Transition(self.address, version, version + 1, root, candidate, tuple(mutations), source, annex,
+        validate_root(candidate, self._address, self._limits, script_compiler(self._limits), previous=root, error=InvalidValue)
+        transition = Transition(self._address, version, version + 1, root, candidate, tuple(mutations), source, annex,
                                 receipt)
         if dry_run:
             return transition
@@ -760,7 +760,7 @@ class Process:
         receipt: CommitReceipt | None = None,
     ) -> Activation:
         input_node = tree.from_value(input, scripts_allowed=False)
-        tree.validate_value(input_node, self.limits, scripts_allowed=False)
+        tree.validate_value(input_node, self._limits, scripts_allowed=False)
         ws = WorkingState(self, dry_run=dry_run)
         if inline_source is None:
             if name != INLINE_NAME:
@@ -769,15 +769,15 @@ class Process:
         else:
             source = inline_source
         output = ws.run(name, source, input_node)
-        # Validate everything the activation produced before anything is applied.
-        tree.validate_value(ws.memory, self.limits, scripts_allowed=False)
+        # Validate everything the activation produced before anything is applied (the
+        # working memory was checked at each write, and the commit checks it again).
         for staged_name, script in ws.staged:
             if script is not None:
-                tree.validate_value(tree.from_value(script, scripts_allowed=True), self.limits, scripts_allowed=True)
+                tree.validate_value(tree.from_value(script, scripts_allowed=True), self._limits, scripts_allowed=True)
                 try:
                     # Checked under what is left of the activation's budget: writing
                     # scripts cannot multiply the work an activation may do.
-                    compile_check(staged_name, script.source, self.limits, ws.budget)
+                    compile_check(staged_name, script.source, self._limits, ws.budget)
                 except ScriptFailed as exc:
                     raise located(exc, name) from None
         version, root = self._state
@@ -785,7 +785,7 @@ class Process:
             raise ResourceLimitExceeded("process version")
         next_version = version + 1
         intents = [
-            {"body": message["body"], "message_id": f"{self.address}:{next_version}:{index}", "to": message["to"]}
+            {"body": message["body"], "message_id": f"{self._address}:{next_version}:{index}", "to": message["to"]}
             for index, message in enumerate(ws.messages)
         ]
         mutations: list[Mutation] = list(ws.mutations)

@@ -399,29 +399,30 @@ def _item_aggregates(item: Any) -> tuple[int, int, int, int]:
     return 1, 0, 0, -1
 
 
-def _after_replacing(current: int, old: int, new: int) -> int | None:
-    """A maximum after one contributor changes from ``old`` to ``new``; None when only a
-    rescan can tell (the old value was the maximum and the new one is lower)."""
-    if new >= current:
-        return new
-    if old < current:
-        return current
-    return None
-
-
 def _copy(chunk: Chunk, index: int, chunk_items: tuple[Any, ...], old: Any, new: Any,
           old_aggregates: tuple[int, int, int, int], new_aggregates: tuple[int, int, int, int]) -> Chunk:
     """``chunk`` with the item at ``index`` replaced: the aggregates are updated, not
     recounted, and a child chunk or container replaced by another is remembered, so
     the copy's bytes can be the old ones with one reference rewritten."""
-    height = _after_replacing(chunk.height, old_aggregates[2], new_aggregates[2])
-    if height is None:
-        height = max(_item_aggregates(x)[2] for x in chunk_items) if chunk.level == 0 else max(
-            child.height for child in chunk_items)
-    max_script = _after_replacing(chunk.max_script, old_aggregates[3], new_aggregates[3])
-    if max_script is None:
-        max_script = max(_item_aggregates(x)[3] for x in chunk_items) if chunk.level == 0 else max(
-            child.max_script for child in chunk_items)
+    # A maximum after one contributor changes from old to new: the new one when it is at
+    # least the old maximum, the old maximum when the old contributor was below it, else
+    # only a rescan can tell. Written out: this runs for every chunk of every edited path.
+    current = chunk.height
+    height = new_aggregates[2]
+    if height < current:
+        if old_aggregates[2] < current:
+            height = current
+        else:
+            height = max(_item_aggregates(x)[2] for x in chunk_items) if chunk.level == 0 else max(
+                child.height for child in chunk_items)
+    current = chunk.max_script
+    max_script = new_aggregates[3]
+    if max_script < current:
+        if old_aggregates[3] < current:
+            max_script = current
+        else:
+            max_script = max(_item_aggregates(x)[3] for x in chunk_items) if chunk.level == 0 else max(
+                child.max_script for child in chunk_items)
     if chunk.level:
         nested = True
     else:
