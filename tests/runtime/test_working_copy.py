@@ -143,7 +143,7 @@ def test_edits_through_the_working_copy_commit_to_the_host_writes_hash(
         ops: list[tuple[str, str, int]], hash_between: bool) -> None:
     done, model = valid_edits(ops)
     by_script = process(script_for(done))
-    by_script.root.hash
+    assert by_script.root.hash  # the committed tree is hashed, as after any commit
     by_script.exec("/lib/run")
 
     by_host = process(script_for(done))
@@ -154,7 +154,7 @@ def test_edits_through_the_working_copy_commit_to_the_host_writes_hash(
         else:
             by_host.remove(text)
         if hash_between:
-            by_host.root.hash  # each intermediate tree hashed: later edits patch encoded chunks
+            assert by_host.root.hash  # each intermediate tree hashed: later edits patch encoded chunks
 
     assert by_script.read("/memory") == model
     assert by_script.root_hash == by_host.root_hash
@@ -168,14 +168,14 @@ def test_chunk_bytes_made_late_or_patched_equal_a_fresh_encoding(
         ops: list[tuple[str, str, int]], hash_after: list[bool]) -> None:
     done, model = valid_edits(ops)
     node = tree.from_value(initial_memory(), scripts_allowed=False)
-    node.hash
+    assert node.hash
     for (op, path, value), asked in zip(done, hash_after):
         if op == "write":
             node = tree.set_at(node, tuple(path), tree.from_value(value, scripts_allowed=False))
         else:
             node = tree.remove_at(node, tuple(path))
         if asked:
-            node.hash
+            assert node.hash
     fresh = tree.from_value(model, scripts_allowed=False)
     assert node.hash == fresh.hash
     assert node.value.data == fresh.value.data
@@ -186,6 +186,6 @@ def test_a_container_held_twice_in_one_leaf_is_encoded_in_full() -> None:
     # Both entries hold equal maps (one digest twice): rewriting "the" reference in
     # place would be ambiguous, so the edited leaf is encoded from its entries.
     base = tree.from_value({"a": {"v": 1}, "b": {"v": 1}}, scripts_allowed=False)
-    base.hash
+    assert base.hash
     edited = tree.set_at(base, ("b", "v"), tree.leaf_node(2))
     assert edited.hash == tree.from_value({"a": {"v": 1}, "b": {"v": 2}}, scripts_allowed=False).hash
