@@ -379,12 +379,9 @@ class Interpreter:
             if n < min_args or (max_args is not None and n > max_args):
                 raise EvalError(arity_text)
             # Return the unused slice so nested runs draw from the same budget exactly.
-            budget = self.budget
             unused = g["_s"]
-            if unused > 0:
-                budget.give_back(unused)
             g["_s"] = 0
-            budget.charge(1)
+            self.budget.host_call(unused)
             target = fn if method is None else getattr(self.owner, method)
             try:
                 if takes_depth:
