@@ -267,6 +267,20 @@ class HostFunctionTable:
         self.names = frozenset(self.arities)
 
 
+class _Installed:
+    """A sealed namespace: what :meth:`Interpreter.renew` restores."""
+
+    __slots__ = ("globals", "defined", "pending", "names", "names_seen")
+
+    def __init__(self, globals_: dict[str, Any], defined: frozenset[str],
+                 pending: dict[str, tuple[str, Any, int, int | None]], names: HostNames, names_seen: int) -> None:
+        self.globals = globals_
+        self.defined = defined
+        self.pending = pending
+        self.names = names
+        self.names_seen = names_seen
+
+
 class Interpreter:
     """One guest namespace: install host names, run a source, call its functions."""
 
@@ -304,6 +318,14 @@ class Interpreter:
         self._names_seen = 0
         #: The frozen arities of the one table that is all the host functions, if so.
         self._table_items: frozenset[tuple[str, tuple[int, int | None]]] | None = None
+        #: The namespace as sealed (:meth:`seal`), what :meth:`renew` brings back.
+        self._installed: _Installed | None = None
+        #: What runs changed since the namespace was sealed or renewed: names they defined
+        #: and pending host functions their definitions replaced.
+        self._defined_since: list[str] = []
+        self._pending_taken: list[str] = []
+        #: ``(source, names, compiled, steps)`` of the last compile served from the cache.
+        self._last_compile: tuple[str, HostNames, Compiled, int] | None = None
 
     # ------------------------------------------------------------------ host installation
     def define_function(self, name: str, fn: Callable[..., Any], min_args: int = 0, max_args: int | None = None) -> None:
@@ -313,6 +335,7 @@ class Interpreter:
         a program that names it runs (most scripts use a few of the host's functions).
         """
         gname = global_name(name)
+        self._installed = None  # installing after sealing unseals: seal again to renew
         self.defined.add(gname)
         self.globals.pop(gname, None)
         self.pending[gname] = (name, fn, min_args, max_args)
@@ -328,6 +351,7 @@ class Interpreter:
         A :class:`HostFunctionTable` installs the same entries without preparing them again.
         """
         table = entries if isinstance(entries, HostFunctionTable) else HostFunctionTable(entries)
+        self._installed = None
         g = self.globals
         if not g.keys().isdisjoint(table.entries):
             for gname in table.entries:
@@ -344,52 +368,41 @@ class Interpreter:
 
     def _materialize(self, gname: str) -> None:
         name, fn, min_args, max_args = self.pending.pop(gname)
-        if type(fn) is str:
-            fn = getattr(self.owner, fn)
+        # A method name is looked up on the owner at each call, and the budget is this
+        # namespace's at each call, so a wrapper stays right across :meth:`renew`.
+        method = fn if type(fn) is str else None
+        probe = getattr(self.owner, fn) if method is not None else fn
         g = self.globals
-        budget = self.budget
         # A host function may carry its own wrong-count text (``arity_text``) and may ask
         # for the caller's call depth (``takes_depth``) to call guest functions it is given.
-        arity_text = getattr(fn, "arity_text", None) or f"{name} expects {_expected(min_args, max_args)}"
+        arity_text = getattr(probe, "arity_text", None) or f"{name} expects {_expected(min_args, max_args)}"
+        takes_depth = bool(getattr(probe, "takes_depth", False))
 
-        if getattr(fn, "takes_depth", False):
+        def host(_d: int, *args: Any) -> Any:
+            n = len(args)
+            if n < min_args or (max_args is not None and n > max_args):
+                raise EvalError(arity_text)
+            # Return the unused slice so nested runs draw from the same budget exactly.
+            unused = g["_s"]
+            g["_s"] = 0
+            self.budget.host_call(unused)
+            target = fn if method is None else getattr(self.owner, method)
+            try:
+                if takes_depth:
+                    return target(_d, *args)
+                return target(*args)
+            except Exception as error:
+                if self._host_fault(error):
+                    raise HostFunctionError(name) from error
+                raise
 
-            def host(_d: int, *args: Any) -> Any:
-                n = len(args)
-                if n < min_args or (max_args is not None and n > max_args):
-                    raise EvalError(arity_text)
-                unused = g["_s"]
-                if unused > 0:
-                    budget.give_back(unused)
-                g["_s"] = 0
-                budget.charge(1)
-                try:
-                    return fn(_d, *args)
-                except Exception as error:
-                    if self._host_fault(error):
-                        raise HostFunctionError(name) from error
-                    raise
-
-        else:
-
-            def host(_d: int, *args: Any) -> Any:
-                n = len(args)
-                if n < min_args or (max_args is not None and n > max_args):
-                    raise EvalError(arity_text)
-                # Return the unused slice so nested runs draw from the same budget exactly.
-                unused = g["_s"]
-                if unused > 0:
-                    budget.give_back(unused)
-                g["_s"] = 0
-                budget.charge(1)
-                try:
-                    return fn(*args)
-                except Exception as error:
-                    if self._host_fault(error):
-                        raise HostFunctionError(name) from error
-                    raise
-
-        g[gname] = mark_function(host, name)
+        wrapper = mark_function(host, name)
+        g[gname] = wrapper
+        installed = self._installed
+        if installed is not None and gname in installed.pending:
+            # Made once for every later run of a renewed namespace.
+            del installed.pending[gname]
+            installed.globals[gname] = wrapper
 
     def _host_fault(self, error: Exception) -> bool:
         """Whether ``error``, escaping a host function, is a failure of the host's own code.
@@ -412,6 +425,7 @@ class Interpreter:
 
     def define_value(self, name: str, value: Any) -> None:
         gname = global_name(name)
+        self._installed = None
         self.pending.pop(gname, None)
         self.defined.add(gname)
         self.globals[gname] = value
@@ -419,6 +433,58 @@ class Interpreter:
             self._table_items = None
         self.host_values.add(name)
         self._host_names = None
+
+    def seal(self) -> None:
+        """Remember this namespace as the host installed it, for :meth:`renew`.
+
+        Call it once every host function and value is in place and before anything runs.
+        """
+        self._installed = _Installed(dict(self.globals), frozenset(self.defined), dict(self.pending),
+                                     self.installed_names(), self._names_seen)
+        self._defined_since.clear()
+        self._pending_taken.clear()
+
+    def renew(self, budget: Budget, owner: Any, values: Mapping[str, Any]) -> None:
+        """Make this namespace what it was when sealed, for a new run: nothing an earlier run
+        defined or changed remains, the host's functions belong to ``owner``, everything
+        draws on ``budget``, and each host value in ``values`` (installed before sealing)
+        takes its new value. Cheaper than building and installing a fresh interpreter.
+        """
+        installed = self._installed
+        if installed is None:
+            raise InternalError("renew needs a sealed namespace")
+        g = self.globals
+        g.clear()
+        g.update(installed.globals)
+        for name, value in values.items():
+            if name not in self.host_values:
+                raise InternalError(f"renew can only replace a host value: {name}")
+            g[global_name(name)] = value
+        # Undo what runs changed (they only add defined names and take pending ones;
+        # a wrapper made leaves the sealed state too, see _materialize).
+        if self._defined_since:
+            self.defined.difference_update(self._defined_since)
+            self._defined_since.clear()
+        if self._pending_taken:
+            for gname in self._pending_taken:
+                entry = installed.pending.get(gname)
+                if entry is not None:
+                    self.pending[gname] = entry
+            self._pending_taken.clear()
+        self._host_names = installed.names
+        self._names_seen = installed.names_seen
+        self.owner = owner
+        self.compiled = None
+        if budget is not self.budget:
+            self.budget = budget
+        self.context.rebind(budget)
+
+    def vacate(self) -> None:
+        """Drop what the last run left (its globals, its owner) until the next :meth:`renew`,
+        so a namespace kept for reuse holds nothing of the run before."""
+        self.globals.clear()
+        self.owner = None
+        self.compiled = None
 
     def installed_names(self) -> HostNames:
         """The names a script compiled here may use besides its own and the system's.
@@ -455,10 +521,12 @@ class Interpreter:
             if len(self.defined) >= self.limits.max_namespace_entries:
                 raise LimitError("guest namespace")
             self.defined.add(gname)
+            self._defined_since.append(gname)
 
     def _define_global(self, gname: str, value: Any, name: Name) -> Name:
         self._define_check(gname)
-        self.pending.pop(gname, None)
+        if self.pending.pop(gname, None) is not None:
+            self._pending_taken.append(gname)
         self.globals[gname] = value
         return name
 
@@ -479,12 +547,20 @@ class Interpreter:
             # (both depend on the key alone): charge its steps and reuse it, with no
             # run context to enter. One whose steps do not fit (or a compile inside a
             # run holding a slice of steps) takes the guarded path below, unchanged.
-            known = self._compile_key(source, self.installed_names())
+            names = self.installed_names()
+            last = self._last_compile
+            if last is not None and last[0] is source and last[1] is names and last[3] <= budget.remaining:
+                # The very text compiled last here (a renewed namespace running its script
+                # again): the same key, so the same program, without hashing the text.
+                budget.take(last[3])
+                return last[2]
+            known = self._compile_key(source, names)
             with _compile_lock:
                 hit = _compile_cache.get(known)
                 if hit is not None and hit[1] <= budget.remaining:
                     _compile_cache.move_to_end(known)
                     budget.take(hit[1])  # no time passes: the clock is not consulted
+                    self._last_compile = (source, names, hit[0], hit[1])
                     return hit[0]
         with self._guard(None):
             program = source if isinstance(source, Program) else read(source)
@@ -633,8 +709,15 @@ class Interpreter:
 
     def _execute(self, compiled: Compiled) -> Any:
         g = self.globals
-        if self.pending:
-            for gname in compiled.referenced.intersection(self.pending):
+        pending = self.pending
+        if pending:
+            # Walk the shorter side: a script names a few of the many pending functions.
+            referenced = compiled.referenced
+            if len(referenced) < len(pending):
+                used = [name for name in referenced if name in pending]
+            else:
+                used = [name for name in pending if name in referenced]
+            for gname in used:
                 self._materialize(gname)
         g[compiled.constants_name] = compiled.constants
         g["_last"] = None
@@ -652,6 +735,25 @@ class Interpreter:
             if fn is None:
                 raise EvalError(f"unbound name `{name}`")
             return fn(1, *args)
+
+    def run_and_call(self, source: str | Program, name: str, *args: Any,
+                     compile_budget: Budget | None = None) -> tuple[bool, Any]:
+        """:meth:`run` ``source``, then :meth:`call` ``name`` with ``args``, entering the run
+        context once for both; ``(False, None)`` when the run defined no ``name``.
+
+        The steps charged are those of the two calls made one after the other.
+        """
+        compiled = self.compile(source, compile_budget)
+        self.compiled = compiled
+        gname = global_name(name)
+        with self._guard(compiled):
+            self._execute(compiled)
+            if gname in self.pending:
+                self._materialize(gname)
+            fn = self.globals.get(gname)
+            if fn is None:
+                return False, None
+            return True, fn(1, *args)
 
     def steps_used(self) -> int:
         return self.budget.used

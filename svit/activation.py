@@ -11,6 +11,7 @@ it in one assignment, or nothing.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
@@ -33,7 +34,7 @@ from .errors import (
     ScriptNotFound,
     SvitError,
 )
-from .guest import NULL_VALUE, Measure, SvitValue, charge_copy, plain_to_lisp, to_lisp, to_node, to_plain
+from .guest import NULL_VALUE, Measure, SvitValue, charge_copy, item_to_lisp, plain_to_lisp, to_lisp, to_node, to_plain
 from .mutation import Mutation, Remove, Set
 from .namespace import compile_error_to_svit, section, stat_record
 from .paths import format_path, lib_name, parse, validate_address
@@ -69,13 +70,23 @@ _LISP_LIMITS: dict[Any, LispLimits] = {}
 GUEST_TABLE = HostFunctionTable(GUEST_FUNCTIONS)
 
 
+#: The last limits asked for and their share: most calls ask for the same limits object again,
+#: and a frozen dataclass of many fields is slow to hash.
+_LAST_LISP_LIMITS: tuple[Any, LispLimits] | None = None
+
+
 def lisp_limits(limits: Any) -> LispLimits:
     """The language's share of a process's limits (memoized: limits are frozen values)."""
+    global _LAST_LISP_LIMITS
+    last = _LAST_LISP_LIMITS
+    if last is not None and last[0] is limits:
+        return last[1]
     found = _LISP_LIMITS.get(limits)
     if found is None:
         if len(_LISP_LIMITS) > 256:
             _LISP_LIMITS.clear()
         found = _LISP_LIMITS[limits] = _lisp_limits(limits)
+    _LAST_LISP_LIMITS = (limits, found)
     return found
 
 
@@ -133,6 +144,54 @@ def script_compiler(limits: Any, budget: Budget | None = None) -> Callable[[str,
         compile_check(name, script.source, limits, shared[0])
 
     return compile_script
+
+
+class NamespacePool:
+    """Guest namespaces kept between activations, so an activation renews one instead of
+    building an interpreter and installing the guest functions again.
+
+    A namespace holds nothing of a script (each run compiles its source, through the
+    compile cache, from the working ``/lib``), so no edit, rollback, fork or restore can
+    make one stale. One taken is renewed to exactly the state :meth:`WorkingState.install`
+    makes (:meth:`Interpreter.renew`) and owned by one activation until given back;
+    a given-back one is emptied (:meth:`Interpreter.vacate`). At most ``size`` are kept,
+    shared by every process of the host.
+    """
+
+    def __init__(self, size: int = 32) -> None:
+        self.size = size
+        self._free: dict[str, list[Interpreter]] = {}
+        self._kept = 0
+        self._lock = threading.Lock()
+
+    def take(self, state: WorkingState, filename: str, input_value: Any) -> Interpreter:
+        limits = state.lisp_limits
+        interp: Interpreter | None = None
+        with self._lock:
+            free = self._free.get(filename)
+            if free:
+                interp = free.pop()
+                self._kept -= 1
+        if interp is not None and interp.limits is not limits and interp.limits != limits:
+            interp = None  # made under other limits: the compile cache keys on them
+        if interp is None:
+            interp = Interpreter(limits, state.budget, filename=filename, passthrough=(SvitError,))
+            state.install(interp, None)
+            interp.seal()
+        interp.renew(state.budget, state, {"input": input_value})
+        return interp
+
+    def give_back(self, interp: Interpreter) -> None:
+        interp.vacate()
+        with self._lock:
+            if self._kept >= self.size:
+                return
+            self._free.setdefault(interp.filename, []).append(interp)
+            self._kept += 1
+
+
+#: The namespaces every activation draws from.
+NAMESPACES = NamespacePool()
 
 
 def held(node: Node) -> SvitValue:
@@ -214,22 +273,20 @@ class WorkingState(GuestHelpers):
 
     # ------------------------------------------------------------------ scripts
     def find_script(self, name: str) -> Script:
-        node = tree.get(self.staged_lib(), (name,))
-        if node is None or node.kind != "script":
+        found = tree.find(self.staged_lib(), (name,))
+        if type(found) is not Script:
             raise ScriptNotFound(name)
-        found: Script = node.to_value()
         return found
 
     def run(self, name: str, source: str, input_node: Node) -> Node:
-        """Run ``main(input)`` of one script in a fresh interpreter; returns the output node."""
-        interp = Interpreter(self.lisp_limits, self.budget, filename=script_filename(name), passthrough=(SvitError,))
-        self.install(interp, input_node)
+        """Run ``main(input)`` of one script in a fresh namespace; returns the output node."""
+        input_value = to_lisp(input_node)
+        interp = NAMESPACES.take(self, script_filename(name), input_value)
         try:
             # Compiling draws on the activation's own budget, like everything it runs.
-            interp.run(source, compile_budget=self.budget)
-            if not interp.has("main"):
+            found, result = interp.run_and_call(source, "main", input_value, compile_budget=self.budget)
+            if not found:
                 raise ScriptFailed(f"{script_filename(name)}: script must define main(input)")
-            result = interp.call("main", to_lisp(input_node))
             # Converting the output is paid from this activation's budget, like any conversion.
             return to_node(result, self.limits, self.budget)
         except HostFunctionError as exc:
@@ -241,16 +298,18 @@ class WorkingState(GuestHelpers):
             raise compile_error_to_svit(exc) from None
         except ScriptFailed as exc:
             raise located(exc, name) from None
+        finally:
+            NAMESPACES.give_back(interp)
 
     # ------------------------------------------------------------------ guest functions
-    def install(self, interp: Interpreter, input_node: Node) -> None:
+    def install(self, interp: Interpreter, input_node: Node | None) -> None:
         # compile_check installs the same names (a test keeps the two equal).
         interp.define_value("input", to_lisp(input_node))
         interp.define_value("*svit-version*", SVIT_VERSION)
         interp.define_functions(GUEST_TABLE, owner=self)
 
     def fn_value_get(self, value: Any, path: Any) -> Any:
-        segments = parse(_text(path, "value-get path"))
+        segments = parse(path if type(path) is str else _text(path, "value-get path"))
         if type(value) is SvitValue:
             # Validated on entry: an over-size port response is reduced with jq, not walked here.
             node: Node | None = value.node
@@ -261,7 +320,7 @@ class WorkingState(GuestHelpers):
             if segments:
                 raise InvalidPath(f"cannot walk through a scalar: {path}")
             return value
-        return to_lisp(tree.get(node, segments))
+        return item_to_lisp(tree.find(node, segments))
 
     def fn_value_map(self, *args: Any) -> Any:
         if len(args) % 2:
@@ -318,7 +377,9 @@ class WorkingState(GuestHelpers):
         return tree.get(self.base, segments)
 
     def fn_read(self, path: Any) -> Any:
-        segments = parse(_text(path, "read path"))
+        segments = parse(path if type(path) is str else _text(path, "read path"))
+        if segments and segments[0] == "memory":
+            return item_to_lisp(tree.find(self.memory, segments[1:]))  # no node made for a scalar
         if len(segments) >= 2 and segments[0] == "mounts":
             return plain_to_lisp(self.process.mount_read(segments))
         return to_lisp(self.view_get(segments))
@@ -360,11 +421,12 @@ class WorkingState(GuestHelpers):
         self._lib_view = None
 
     def fn_write(self, path: Any, value: Any) -> Any:
-        text = _text(path, "write path")
+        text = path if type(path) is str else _text(path, "write path")
         segments = parse(text)
         if segments and segments[0] == "memory":
-            change = Set(format_path(segments), to_node(value, self.limits))
-            memory = change.apply_below(self.memory, 1)
+            # A parsed path that is not the root is its own canonical text.
+            change = Set(text, to_node(value, self.limits))
+            memory = tree.set_at(self.memory, segments[1:], change.value)  # change.apply_below(memory, 1)
             tree.validate_value(memory, self.limits, scripts_allowed=False)
             self.memory = memory
             self._record(change)
@@ -571,6 +633,8 @@ def library_record(value: Any) -> Script:
 __all__ = [
     "Activation",
     "INLINE_NAME",
+    "NAMESPACES",
+    "NamespacePool",
     "PORT_INPUT_LIMIT",
     "SVIT_VERSION",
     "WorkingState",

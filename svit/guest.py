@@ -29,6 +29,7 @@ __all__ = [
     "Measure",
     "SvitValue",
     "charge_copy",
+    "item_to_lisp",
     "plain_to_lisp",
     "to_lisp",
     "to_node",
@@ -84,13 +85,13 @@ class SvitValue(Foreign):
             return None
         # Children are shared, not copied: the cost is the list that holds them.
         current().allocate(_ITEM_UNITS * self.node.size)
-        return [_item_to_lisp(item) for item in tree.children(self.node)]
+        return [item_to_lisp(item) for item in tree.children(self.node)]
 
     def mapping_items(self) -> list[tuple[str, Any]] | None:
         if self.node.code != tree.MAP:
             return None
         current().allocate(_ITEM_UNITS * 2 * self.node.size)
-        return [(key, _item_to_lisp(item)) for key, item in tree.entries(self.node)]
+        return [(key, item_to_lisp(item)) for key, item in tree.entries(self.node)]
 
 
 NULL = tree.from_value(None, scripts_allowed=False)
@@ -100,11 +101,11 @@ NULL_VALUE = SvitValue(NULL)
 _ITEM_UNITS = 8
 
 
-def _item_to_lisp(item: Any) -> Any:
-    """A container's stored child (a node, or a scalar kept inline) as a Lisp value."""
+def item_to_lisp(item: Any) -> Any:
+    """A stored item (a node, or a scalar kept inline; ``ABSENT`` reads as null) as a Lisp value."""
     if type(item) is Node:
         return to_lisp(item)
-    if item is None:
+    if item is None or item is tree.ABSENT:
         return NULL_VALUE
     if type(item) is Script:
         return to_lisp(tree.leaf_node(item))
@@ -115,13 +116,13 @@ def to_lisp(node: Node | None) -> Any:
     """A committed node as a Lisp value (absent reads as a foreign null)."""
     if node is None:
         return NULL_VALUE
-    kind = node.kind
-    if kind in ("bool", "integer", "number", "string"):
-        return node.to_value()
-    if kind == "null":
+    code = node.code
+    if code == tree.BOOL or code == tree.INTEGER or code == tree.NUMBER or code == tree.STRING:
+        return node.value
+    if code == tree.NULL:
         return NULL_VALUE
-    if kind == "script":
-        script = node.to_value()
+    if code == tree.SCRIPT:
+        script = node.value
         return SvitValue(tree.from_value({"documentation": script.documentation, "source": script.source}, scripts_allowed=False))
     return SvitValue(node)
 
@@ -138,6 +139,11 @@ def to_node(value: Any, limits: Limits, budget: Budget | None = None) -> Node:
 
     The conversion is charged to ``budget``, by default the budget of the run in progress.
     """
+    if type(value) is int and I64_MIN <= value <= I64_MAX and limits.max_value_entries >= 1 \
+            and limits.max_value_depth >= 0:
+        # One entry, no text, no depth: what Measure charges, within every value limit.
+        (budget if budget is not None else current().budget).charge(1)
+        return tree.leaf_node(value)
     node = _convert(value, limits, budget)
     tree.validate_value(node, limits, scripts_allowed=False)
     return node
@@ -145,7 +151,8 @@ def to_node(value: Any, limits: Limits, budget: Budget | None = None) -> Node:
 
 def _convert(value: Any, limits: Limits, budget: Budget | None) -> Node:
     if type(value) is SvitValue:
-        return value.node
+        node: Node = value.node
+        return node
     plain = Measure(limits, budget).plain(value)
     return tree.from_value(plain, scripts_allowed=False)
 

@@ -126,10 +126,24 @@ def stat_record(path: str, segments: tuple[str, ...], node: Node) -> dict[str, A
     }
 
 
+_ROOT_INDEX = {key: index for index, key in enumerate(ROOT_KEYS)}
+
+
 def section(root: Node, key: str) -> Node:
+    chunk = root.value
+    if root.code == tree.MAP and chunk.level == 0 and chunk.keys == ROOT_KEYS:
+        item = chunk.items[_ROOT_INDEX[key]]  # the nine sections sit in one leaf, in this order
+        return item if type(item) is Node else tree.leaf_node(item)
     found = tree.get(root, (key,))
     assert found is not None
     return found
+
+
+_UNCHANGED: Any = object()
+
+
+def _same(old: Any, item: Any) -> bool:
+    return old is item or (type(old) is Node and type(item) is Node and old.digest == item.digest)
 
 
 def validate_root(
@@ -147,18 +161,39 @@ def validate_root(
     if root.text > limits.max_tree_text_bytes:
         raise ResourceLimitExceeded("process tree text bytes")
     # 2. Exact key set.
-    # Map keys are kept in canonical order, so the set decides the sequence too.
-    current = dict(tree.entries(root)) if root.code == tree.MAP else {}
-    if current.keys() != ROOT_KEY_SET:
+    # Map keys are kept in canonical order, so the sequence decides the set too.
+    chunk = root.value if root.code == tree.MAP else None
+    if chunk is not None and chunk.level == 0:
+        keys, items = chunk.keys, chunk.items  # the root's nine entries sit in one leaf
+    else:
+        pairs = list(tree.entries(root)) if chunk is not None else []
+        keys, items = tuple(key for key, _ in pairs), tuple(item for _, item in pairs)
+    if keys != ROOT_KEYS:
         raise error("process root does not match the conventional namespace")
-    previous_sections = dict(tree.entries(previous)) if previous is not None else None
+    old_root = previous.value if previous is not None and previous.code == tree.MAP else None
+    if previous is None:
+        differ = dict(zip(keys, items))
+    elif old_root is not None and old_root.level == 0 and old_root.keys == ROOT_KEYS:
+        # Only the sections that are not the previous root's own (or equal to them) are checked.
+        differ = {key: item for key, item, old in zip(keys, items, old_root.items)
+                  if item is not old and not (type(old) is Node and type(item) is Node and old.digest == item.digest)}
+    else:
+        old_sections = dict(tree.entries(previous))
+        differ = {key: item for key, item in zip(keys, items)
+                  if not _same(old_sections.get(key), item)}
+
+    if not differ:
+        return  # every section is the previous root's own
+    if len(differ) <= 1 and "memory" in differ:
+        # The common commit (an activation's or a host write's): memory alone changed.
+        memory = differ["memory"]
+        tree.validate_value(memory if type(memory) is Node else tree.leaf_node(memory), limits, scripts_allowed=False)
+        return
 
     def changed(key: str) -> Node | None:
-        item = current[key]
-        if previous_sections is not None:
-            old = previous_sections.get(key)
-            if old is item or (type(old) is Node and type(item) is Node and old.digest == item.digest):
-                return None
+        item = differ.get(key, _UNCHANGED)
+        if item is _UNCHANGED:
+            return None
         return item if type(item) is Node else tree.leaf_node(item)
 
     # 3. Reserved nodes.

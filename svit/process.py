@@ -7,7 +7,6 @@ failure anywhere before that leaves version, root and snapshot bytes untouched.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import threading
@@ -379,20 +378,27 @@ class Process:
             candidate = applied[1]
         else:
             candidate = apply_each(root, mutations)
-        validate_root(candidate, self.address, self.limits, script_compiler(self.limits), previous=root, error=InvalidValue)
-        transition = Transition(self.address, version, version + 1, root, candidate, tuple(mutations), source, annex,
+        validate_root(candidate, self._address, self._limits, script_compiler(self._limits), previous=root, error=InvalidValue)
+        transition = Transition(self._address, version, version + 1, root, candidate, tuple(mutations), source, annex,
                                 receipt, script, output)
         if dry_run:
             return transition
         sink = self._sink
-        guard = sink.effects_guard() if sink is not None and effects is not None else contextlib.nullcontext()
-        with guard:
+        if sink is None or effects is None:
+            # No external effects to order against other commits: no guard to hold.
             if effects is not None:
                 effects()
             if before_record is not None:
                 before_record(transition)
             if sink is not None:
                 sink.commit(transition)
+            self._state = (version + 1, candidate)
+            return transition
+        with sink.effects_guard():
+            effects()
+            if before_record is not None:
+                before_record(transition)
+            sink.commit(transition)
             self._state = (version + 1, candidate)
         return transition
 
@@ -716,6 +722,13 @@ class Process:
             # steer what is committed) are not involved.
             with self._lock:
                 return self._run_activation(name, inline_source, input, dry_run=True)
+        if not self.hooks:
+            # Nobody to consult or tell: the activation alone.
+            with self._lock:
+                try:
+                    return self._run_activation(name, inline_source, input, consume=consume, receipt=receipt)
+                except LispError as exc:  # defensive, as below
+                    raise ScriptFailed(exc.message, stack=exc.stack, kind=exc.kind) from None
         with self._lock:
             version_before = self.version
             request = ActivationRequest(name, input)
@@ -732,6 +745,8 @@ class Process:
                 if isinstance(outcome, ActivationRequest):
                     request = outcome
             try:
+                if inline_source is None and request.script != INLINE_NAME:
+                    validate_script_name(request.script)
                 activation = self._run_activation(request.script, inline_source, request.input, consume=consume,
                                                   receipt=receipt)
             except SvitError as exc:
@@ -760,24 +775,24 @@ class Process:
         receipt: CommitReceipt | None = None,
     ) -> Activation:
         input_node = tree.from_value(input, scripts_allowed=False)
-        tree.validate_value(input_node, self.limits, scripts_allowed=False)
+        tree.validate_value(input_node, self._limits, scripts_allowed=False)
         ws = WorkingState(self, dry_run=dry_run)
         if inline_source is None:
-            if name != INLINE_NAME:
-                validate_script_name(name)
+            # The name is valid: exec and exec_inbox_item took it from a /lib path, and a
+            # hook's rewrite is checked where it is made.
             source = ws.find_script(name).source
         else:
             source = inline_source
         output = ws.run(name, source, input_node)
-        # Validate everything the activation produced before anything is applied.
-        tree.validate_value(ws.memory, self.limits, scripts_allowed=False)
+        # Validate everything the activation produced before anything is applied (the
+        # working memory was checked at each write, and the commit checks it again).
         for staged_name, script in ws.staged:
             if script is not None:
-                tree.validate_value(tree.from_value(script, scripts_allowed=True), self.limits, scripts_allowed=True)
+                tree.validate_value(tree.from_value(script, scripts_allowed=True), self._limits, scripts_allowed=True)
                 try:
                     # Checked under what is left of the activation's budget: writing
                     # scripts cannot multiply the work an activation may do.
-                    compile_check(staged_name, script.source, self.limits, ws.budget)
+                    compile_check(staged_name, script.source, self._limits, ws.budget)
                 except ScriptFailed as exc:
                     raise located(exc, name) from None
         version, root = self._state
@@ -785,9 +800,9 @@ class Process:
             raise ResourceLimitExceeded("process version")
         next_version = version + 1
         intents = [
-            {"body": message["body"], "message_id": f"{self.address}:{next_version}:{index}", "to": message["to"]}
+            {"body": message["body"], "message_id": f"{self._address}:{next_version}:{index}", "to": message["to"]}
             for index, message in enumerate(ws.messages)
-        ]
+        ] if ws.messages else []
         mutations: list[Mutation] = list(ws.mutations)
         changed = set(ws.changed)
         candidate = ws.working_root()
@@ -800,7 +815,7 @@ class Process:
             candidate = append.apply(candidate)
             mutations.append(append)
             changed.add("/system/outbox")
-        messages = [{"message_id": i["message_id"], "to": i["to"], "body": i["body"]} for i in intents]
+        messages = [{"message_id": i["message_id"], "to": i["to"], "body": i["body"]} for i in intents] if intents else []
         mount_writes = ws.mount_writes
 
         def apply_mount_writes() -> None:
@@ -814,14 +829,9 @@ class Process:
 
         def complete(transition: Transition) -> None:
             # Everything the caller is told is known here, mount-write paths included.
-            activation = Activation(
-                output=output.to_value(),
-                logs=ws.logs,
-                messages=messages,
-                version=transition.version_after,
-                root_hash=transition.root_after.hash,
-                changed=sorted(changed),
-            )
+            # (output, logs, messages, version, root_hash, changed)
+            activation = Activation(output.to_value(), ws.logs, messages, transition.version_after,
+                                    transition.root_after.hash, sorted(changed))
             result.append(activation)
             if receipt is not None:
                 receipt.complete(activation)

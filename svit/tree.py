@@ -26,9 +26,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from ._tree.build import build, empty_array, empty_map
-from ._tree.chunks import array_items, map_items
+from ._tree.chunks import ABSENT, array_items, map_items
 from ._tree.codec import ChunkError, decode_chunk, load_container, new_chunks, node_cbor, verify_chunk
-from ._tree.edits import append_items, get, node_hash, remove_at, set_at
+from ._tree.edits import append_items, find, get, node_hash, remove_at, set_at
 from ._tree.node import (
     ARRAY,
     BOOL,
@@ -49,6 +49,7 @@ from ._tree.node import (
 )
 
 __all__ = [
+    "ABSENT",
     "ARRAY",
     "BOOL",
     "CBOR_SCRIPT_TAG",
@@ -67,6 +68,7 @@ __all__ = [
     "empty_array",
     "empty_map",
     "entries",
+    "find",
     "from_decoded",
     "from_value",
     "get",

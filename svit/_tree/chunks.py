@@ -37,11 +37,19 @@ from itertools import accumulate
 from typing import Any
 from zlib import crc32
 
-import cbor2
-
-from .. import cbor
 from ..values import Script
-from .node import ARRAY, CHUNK_REF_TAG, MAP, Chunk, Node, leaves, script_default, script_sizes
+from .node import (
+    ARRAY,
+    ARRAY_INNER_PREFIX,
+    ARRAY_LEAF_PREFIX,
+    MAP,
+    MAP_INNER_PREFIX,
+    MAP_LEAF_PREFIX,
+    Chunk,
+    Node,
+    leaves,
+    script_sizes,
+)
 
 __all__ = [
     "ABSENT",
@@ -80,10 +88,6 @@ LEAF_SOFT = 48
 INNER_MIN, INNER_CAP = 4, 64
 ARRAY_LEAF, ARRAY_INNER = 32, 16
 
-#: The first bytes of each kind of chunk: a CBOR array of 2 and its one-letter tag.
-MAP_LEAF_PREFIX, ARRAY_LEAF_PREFIX = b"\x82\x61m", b"\x82\x61a"
-MAP_INNER_PREFIX, ARRAY_INNER_PREFIX = b"\x82\x61M", b"\x82\x61A"
-
 #: What a lookup returns for a missing key or index (``None`` is a value).
 ABSENT: Any = object()
 
@@ -108,25 +112,6 @@ def _rank_of(code: int) -> int:
 
 # ---------------------------------------------------------------------------
 # Making chunks
-
-
-#: A child container inside a chunk: ``tag(CHUNK_REF_TAG, bytes(32))`` up to the digest.
-_REF_HEAD = cbor.head(6, CHUNK_REF_TAG) + cbor.head(2, 32)
-
-
-def _write_item(encoder: Any, item: Any) -> None:
-    """``cbor2`` hook for a leaf's items: a child container is written as its reference."""
-    if type(item) is Node:
-        encoder.write(_REF_HEAD + item.digest)
-    else:
-        script_default(encoder, item)
-
-
-def _leaf_cbor(code: int, keys: tuple[str, ...] | None, chunk_items: tuple[Any, ...]) -> bytes:
-    """A leaf chunk's canonical CBOR (``["m", {key: item}]`` or ``["a", [item]]``)."""
-    if code == MAP:
-        return MAP_LEAF_PREFIX + cbor2.dumps(dict(zip(keys or (), chunk_items)), default=_write_item)
-    return ARRAY_LEAF_PREFIX + cbor2.dumps(list(chunk_items), default=_write_item)
 
 
 def make_leaf(code: int, keys: tuple[str, ...] | None, chunk_items: tuple[Any, ...],
@@ -159,28 +144,23 @@ def make_leaf(code: int, keys: tuple[str, ...] | None, chunk_items: tuple[Any, .
                 text += script_text
                 if source > max_script:
                     max_script = source
-    data = _leaf_cbor(code, keys, chunk_items)
     if code == MAP:
         if rank is None:
             rank = key_rank(keys[-1]) if keys else 0
     else:
         rank = 0
-    return Chunk(code, 0, keys, chunk_items, None, n, count, text, height, max_script, rank, nested, data)
+    return Chunk(code, 0, keys, chunk_items, None, n, count, text, height, max_script, rank, nested)
 
 
 def scalar_leaf(code: int, keys: tuple[str, ...] | None, chunk_items: tuple[Any, ...], text: int,
-                rank: int | None, mapping: dict[str, Any] | None = None) -> Chunk:
-    """A leaf of scalars other than scripts whose text bytes the builder already counted
-    (``mapping``: the entries as a dict in key order, when the caller has one)."""
+                rank: int | None) -> Chunk:
+    """A leaf of scalars other than scripts whose text bytes the builder already counted."""
     if code == MAP:
-        data = MAP_LEAF_PREFIX + cbor2.dumps(mapping if mapping is not None else dict(zip(keys or (), chunk_items)))
         if rank is None:
             rank = key_rank(keys[-1]) if keys else 0
-    else:
-        data = ARRAY_LEAF_PREFIX + cbor2.dumps(list(chunk_items))
     size = len(chunk_items)
     return Chunk(code, 0, keys, chunk_items, None, size, size, text, 0 if size else -1, -1,
-                 rank if rank is not None else 0, False, data)
+                 rank if rank is not None else 0, False)
 
 
 def _last_key(chunk: Chunk) -> str:
@@ -195,12 +175,7 @@ def make_inner(code: int, level: int, children: tuple[Chunk, ...]) -> Chunk:
     return Chunk(code, level, None, children, bounds, sum(child.size for child in children),
                  sum(child.count for child in children), sum(child.text for child in children),
                  max(child.height for child in children), max(child.max_script for child in children),
-                 children[-1].rank, True, _inner_cbor(code, children))
-
-
-def _inner_cbor(code: int, children: tuple[Chunk, ...]) -> bytes:
-    digests = b"".join([child.digest for child in children])
-    return (MAP_INNER_PREFIX if code == MAP else ARRAY_INNER_PREFIX) + cbor.head(2, len(digests)) + digests
+                 children[-1].rank, True)
 
 
 def empty_root(code: int) -> Chunk:
@@ -424,47 +399,57 @@ def _item_aggregates(item: Any) -> tuple[int, int, int, int]:
     return 1, 0, 0, -1
 
 
-def _after_replacing(current: int, old: int, new: int) -> int | None:
-    """A maximum after one contributor changes from ``old`` to ``new``; None when only a
-    rescan can tell (the old value was the maximum and the new one is lower)."""
-    if new >= current:
-        return new
-    if old < current:
-        return current
-    return None
-
-
-def _copy(chunk: Chunk, chunk_items: tuple[Any, ...], old: Any, new: Any,
+def _copy(chunk: Chunk, index: int, chunk_items: tuple[Any, ...], old: Any, new: Any,
           old_aggregates: tuple[int, int, int, int], new_aggregates: tuple[int, int, int, int]) -> Chunk:
-    """``chunk`` with one item replaced: the aggregates are updated, not recounted."""
-    height = _after_replacing(chunk.height, old_aggregates[2], new_aggregates[2])
-    if height is None:
-        height = max(_item_aggregates(x)[2] for x in chunk_items) if chunk.level == 0 else max(
-            child.height for child in chunk_items)
-    max_script = _after_replacing(chunk.max_script, old_aggregates[3], new_aggregates[3])
-    if max_script is None:
-        max_script = max(_item_aggregates(x)[3] for x in chunk_items) if chunk.level == 0 else max(
-            child.max_script for child in chunk_items)
+    """``chunk`` with the item at ``index`` replaced: the aggregates are updated, not
+    recounted, and a child chunk or container replaced by another is remembered, so
+    the copy's bytes can be the old ones with one reference rewritten."""
+    # A maximum after one contributor changes from old to new: the new one when it is at
+    # least the old maximum, the old maximum when the old contributor was below it, else
+    # only a rescan can tell. Written out: this runs for every chunk of every edited path.
+    current = chunk.height
+    height = new_aggregates[2]
+    if height < current:
+        if old_aggregates[2] < current:
+            height = current
+        else:
+            height = max(_item_aggregates(x)[2] for x in chunk_items) if chunk.level == 0 else max(
+                child.height for child in chunk_items)
+    current = chunk.max_script
+    max_script = new_aggregates[3]
+    if max_script < current:
+        if old_aggregates[3] < current:
+            max_script = current
+        else:
+            max_script = max(_item_aggregates(x)[3] for x in chunk_items) if chunk.level == 0 else max(
+                child.max_script for child in chunk_items)
     if chunk.level:
         nested = True
-        data = _inner_cbor(chunk.code, chunk_items)
     else:
         nested = chunk.nested if (type(old) is Node) == (type(new) is Node) else Node in set(map(type, chunk_items))
-        data = _leaf_cbor(chunk.code, chunk.keys, chunk_items)
-    return Chunk(chunk.code, chunk.level, chunk.keys, chunk_items, chunk.bounds, chunk.size,
+    copy = Chunk(chunk.code, chunk.level, chunk.keys, chunk_items, chunk.bounds, chunk.size,
                  chunk.count - old_aggregates[0] + new_aggregates[0], chunk.text - old_aggregates[1] + new_aggregates[1],
-                 height, max_script, chunk.rank, nested, data)
+                 height, max_script, chunk.rank, nested)
+    if chunk.level or (type(old) is Node and type(new) is Node):
+        derived = chunk.derived
+        if chunk.encoded or derived is None:
+            copy.derived = (chunk, index, old, new)
+        elif derived[1] == index:
+            # The same place replaced again before anything was encoded: derive from the
+            # encoded base, so a chain of edits keeps one base alive, not every step.
+            copy.derived = (derived[0], index, derived[2], new)
+    return copy
 
 
 def _replace(code: int, path: list[Chunk], route: Route, leaf: Chunk, position: int, item: Any) -> Chunk:
     """A new root with one leaf entry's item replaced: no boundary moves, and each chunk on
     the way up changes in one place."""
     old = leaf.items[position]
-    chunk = _copy(leaf, leaf.items[:position] + (item,) + leaf.items[position + 1:], old, item,
+    chunk = _copy(leaf, position, leaf.items[:position] + (item,) + leaf.items[position + 1:], old, item,
                   _item_aggregates(old), _item_aggregates(item))
     for parent, i in zip(reversed(path), reversed(route)):
         before = parent.items[i]
-        chunk = _copy(parent, parent.items[:i] + (chunk,) + parent.items[i + 1:], before, chunk,
+        chunk = _copy(parent, i, parent.items[:i] + (chunk,) + parent.items[i + 1:], before, chunk,
                       (before.count, before.text, before.height, before.max_script),
                       (chunk.count, chunk.text, chunk.height, chunk.max_script))
     return chunk

@@ -22,7 +22,7 @@ from .chunks import (
 )
 from .node import ARRAY, MAP, Node, leaf, make_container
 
-__all__ = ["append_items", "get", "node_hash", "remove_at", "set_at", "stored_item"]
+__all__ = ["append_items", "find", "get", "node_hash", "remove_at", "set_at", "stored_item"]
 
 Segments = tuple[str, ...]
 
@@ -63,6 +63,17 @@ def get(node: Node, segments: Segments) -> Node | None:
         if current is ABSENT:
             return None
     return current if type(current) is Node else leaf(current, True)
+
+
+def find(node: Node, segments: Segments) -> Any:
+    """What is stored at ``segments`` below ``node``: a container node, a raw scalar (no
+    node is made for it), ``node`` itself for no segments, or ``ABSENT``."""
+    current: Any = node
+    for i, segment in enumerate(segments):
+        current = _step(current, segment, segments, i)
+        if current is ABSENT:
+            return ABSENT
+    return current
 
 
 def node_hash(node: Node, segments: Segments) -> str | None:
@@ -127,6 +138,9 @@ def set_at(root: Node, segments: Segments, node: Node) -> Node:
     segments = tuple(segments)
     if not segments:
         return node
+    if len(segments) == 1 and root.code == MAP:
+        # One key of a map (a section of the root, a top-level memory entry): no walk.
+        return make_container(MAP, map_set(root.value, segments[0], stored_item(node)))
     stack = _walk_to_parent(root, segments)
     parent, segment = stack[-1]
     updated = _with_child(parent, segment, node, segments, len(segments) - 1)

@@ -28,6 +28,7 @@ from typing import Any
 import blake3
 import cbor2
 
+from .. import cbor
 from ..errors import InvalidPath, InvalidValue, ResourceLimitExceeded
 from ..limits import Limits
 from ..values import I64_MAX, I64_MIN, Script
@@ -46,7 +47,14 @@ __all__ = [
     "SCRIPT",
     "SCRIPT_TAG",
     "STRING",
+    "ARRAY_INNER_PREFIX",
+    "ARRAY_LEAF_PREFIX",
+    "MAP_INNER_PREFIX",
+    "MAP_LEAF_PREFIX",
     "Chunk",
+    "chunk_cbor",
+    "inner_chunk_cbor",
+    "leaf_chunk_cbor",
     "Node",
     "chunk_keys",
     "encode_text",
@@ -135,10 +143,14 @@ class Node:
 
     @property
     def digest(self) -> bytes:
-        """32-byte BLAKE3 structural hash (a scalar's is computed on first use)."""
+        """32-byte BLAKE3 structural hash, computed on first use (a container's is its root chunk's)."""
         digest = self._digest
         if digest is None:
-            digest = self._digest = hash_bytes(leaf_cbor(self.value))
+            code = self.code
+            if code == MAP or code == ARRAY:
+                digest = self._digest = self.value.digest
+            else:
+                digest = self._digest = hash_bytes(leaf_cbor(self.value))
         return digest
 
     @property
@@ -187,7 +199,7 @@ class Node:
         if self.code != other.code:
             return False
         if self.code == MAP or self.code == ARRAY:
-            return bool(self._digest == other._digest)
+            return bool(self.digest == other.digest)
         return bool(self.value == other.value)
 
     def __ne__(self, other: object) -> bool:
@@ -209,13 +221,18 @@ class Chunk:
     or the running entry count at the end of each child (arrays). The aggregates cover
     the entries below; ``height`` is the tallest entry's height, -1 when empty. ``rank``
     is what the chunk's last key says about boundaries above it (maps; 0 for arrays),
-    ``nested`` whether a leaf holds any container, and ``data`` the canonical CBOR the
-    digest covers (kept: it is what the store writes, and a snapshot of an unchanged
-    leaf copies it instead of encoding the leaf again).
+    ``nested`` whether a leaf holds any container.
+
+    ``data`` (the canonical CBOR the digest covers: what the store writes, and what a
+    snapshot of an unchanged leaf copies) and ``digest`` are made when first asked for
+    and then kept: a working copy edited many times between two commits encodes and
+    hashes each chunk of the committed result once, at the commit, and none of the
+    intermediate ones. Every item was validated when the chunk was made, so encoding
+    later cannot fail.
     """
 
     __slots__ = ("code", "level", "keys", "items", "bounds", "size", "count", "text", "height", "max_script",
-                 "rank", "nested", "digest", "data")
+                 "rank", "nested", "_digest", "_data", "derived")
 
     code: int
     level: int
@@ -229,12 +246,10 @@ class Chunk:
     max_script: int
     rank: int
     nested: bool
-    digest: bytes
-    data: bytes
 
     def __init__(self, code: int, level: int, keys: tuple[str, ...] | None, items: tuple[Any, ...],
                  bounds: tuple[Any, ...] | None, size: int, count: int, text: int, height: int, max_script: int,
-                 rank: int, nested: bool, data: bytes) -> None:
+                 rank: int, nested: bool, data: bytes | None = None) -> None:
         self.code = code
         self.level = level
         self.keys = keys
@@ -247,11 +262,106 @@ class Chunk:
         self.max_script = max_script
         self.rank = rank
         self.nested = nested
-        self.data = data
-        self.digest = hash_bytes(data)
+        self._data = data
+        self._digest: bytes | None = None
+        #: ``(base, index, old, new)`` when this chunk is ``base`` with the child at
+        #: ``index`` replaced (``old`` by ``new``), kept until the bytes are made, so they
+        #: can be ``base``'s with one reference rewritten instead of encoded again.
+        self.derived: tuple[Chunk, int, Any, Any] | None = None
+
+    @property
+    def data(self) -> bytes:
+        """The chunk's canonical CBOR (encoded on first use)."""
+        data = self._data
+        if data is None:
+            data = self._data = chunk_cbor(self)
+        return data
+
+    @property
+    def digest(self) -> bytes:
+        """BLAKE3 of :attr:`data` (computed on first use)."""
+        digest = self._digest
+        if digest is None:
+            data = self._data
+            if data is None:
+                data = self._data = chunk_cbor(self)
+            digest = self._digest = _H(data).digest()
+        return digest
+
+    @property
+    def hashed(self) -> bool:
+        """Whether the digest has been computed (what a test of an edit's cost looks at)."""
+        return self._digest is not None
+
+    @property
+    def encoded(self) -> bool:
+        """Whether the bytes have been made."""
+        return self._data is not None
 
     def __repr__(self) -> str:
         return f"Chunk({KIND_NAMES[self.code]}, level={self.level}, items={len(self.items)}, size={self.size})"
+
+
+#: The first bytes of each kind of chunk: a CBOR array of 2 and its one-letter tag.
+MAP_LEAF_PREFIX, ARRAY_LEAF_PREFIX = b"\x82\x61m", b"\x82\x61a"
+MAP_INNER_PREFIX, ARRAY_INNER_PREFIX = b"\x82\x61M", b"\x82\x61A"
+
+#: A child container inside a chunk: ``tag(CHUNK_REF_TAG, bytes(32))`` up to the digest.
+_REF_HEAD = cbor.head(6, CHUNK_REF_TAG) + cbor.head(2, 32)
+
+
+def _write_item(encoder: Any, item: Any) -> None:
+    """``cbor2`` hook for a leaf's items: a child container is written as its reference."""
+    if type(item) is Node:
+        encoder.write(_REF_HEAD + item.digest)
+    else:
+        script_default(encoder, item)
+
+
+def leaf_chunk_cbor(code: int, keys: tuple[str, ...] | None, chunk_items: tuple[Any, ...]) -> bytes:
+    """A leaf chunk's canonical CBOR (``["m", {key: item}]`` or ``["a", [item]]``)."""
+    if code == MAP:
+        return MAP_LEAF_PREFIX + cbor2.dumps(dict(zip(keys or (), chunk_items)), default=_write_item)
+    return ARRAY_LEAF_PREFIX + cbor2.dumps(list(chunk_items), default=_write_item)
+
+
+def inner_chunk_cbor(code: int, children: tuple[Chunk, ...]) -> bytes:
+    """An inner chunk's canonical CBOR (``["M", digests]`` or ``["A", digests]``)."""
+    digests = b"".join([child.digest for child in children])
+    return (MAP_INNER_PREFIX if code == MAP else ARRAY_INNER_PREFIX) + cbor.head(2, len(digests)) + digests
+
+
+def chunk_cbor(chunk: Chunk) -> bytes:
+    """A chunk's canonical CBOR: its base's bytes with one child reference rewritten when
+    it was derived from an encoded chunk that way, else encoded in full."""
+    derived = chunk.derived
+    if derived is not None:
+        chunk.derived = None
+        patched = _patched(*derived)
+        if patched is not None:
+            return patched
+    if chunk.level:
+        return inner_chunk_cbor(chunk.code, chunk.items)
+    return leaf_chunk_cbor(chunk.code, chunk.keys, chunk.items)
+
+
+def _patched(base: Chunk, index: int, old: Any, new: Any) -> bytes | None:
+    data = base._data  # noqa: SLF001 (the class's own cache)
+    if data is None:
+        return None
+    if base.level:
+        # ``prefix, head, digests``: every digest is 32 bytes, so the child's place is known.
+        start = len(data) - 32 * (len(base.items) - index)
+        child: bytes = new.digest
+        return data[:start] + child + data[start + 32:]
+    # A leaf: the old child's reference occurs once in valid bytes (its head, 0xDA 0x53...,
+    # cannot occur inside UTF-8 text), unless the same container is held twice.
+    needle: bytes = _REF_HEAD + old.digest
+    at = data.find(needle)
+    if at < 0 or data.find(needle, at + 1) >= 0:
+        return None
+    replacement: bytes = _REF_HEAD + new.digest
+    return data[:at] + replacement + data[at + len(needle):]
 
 
 def leaves(chunk: Chunk) -> Iterator[Chunk]:
@@ -299,7 +409,7 @@ def plain(item: Any) -> Any:
 
 def make_container(code: int, root: Chunk) -> Node:
     """The map or array node over a root chunk (its aggregates are the chunk's)."""
-    return Node(code, root, root.digest, root.count + 1, root.text, root.height + 1, root.max_script)
+    return Node(code, root, None, root.count + 1, root.text, root.height + 1, root.max_script)
 
 
 def leaf(value: Any, scripts_allowed: bool) -> Node:

@@ -1,0 +1,124 @@
+"""Guest namespaces are kept between activations and renewed, never shared while in use,
+and a renewed one holds nothing of the run before: not its globals, not its process,
+not its input, not its limits."""
+
+from __future__ import annotations
+
+import pytest
+
+from svit import Limits, Process
+from svit.activation import NAMESPACES, NamespacePool, WorkingState
+from svit.errors import SvitError
+from svit.lisp.budget import Budget
+from svit.lisp.context import LispLimits
+from svit.lisp.errors import InternalError
+from svit.lisp.interpreter import Interpreter
+
+COUNTER = (
+    '(define (main input) (let ((n (+ (read "/memory/count") (map-get input "by"))))'
+    ' (do (write "/memory/count" n) n)))'
+)
+
+
+def counter(address: str, start: int = 0, limits: Limits | None = None) -> Process:
+    builder = Process.builder(address).memory("count", start).library("counter", COUNTER)
+    if limits is not None:
+        builder.limits(limits)
+    return builder.build()
+
+
+def test_a_renewed_namespace_forgets_what_the_last_run_defined() -> None:
+    interp = Interpreter(LispLimits(), Budget(100_000, None))
+    interp.define_value("input", 0)
+    interp.seal()
+    sealed = dict(interp.globals)
+    names = interp.installed_names()
+    interp.run("(define leaked 41) (define (main x) (+ leaked x))")
+    assert interp.has("leaked") and interp.installed_names() is not names
+    interp.vacate()
+    assert interp.globals == {} and interp.owner is None
+    interp.renew(Budget(100_000, None), None, {"input": 5})
+    assert not interp.has("leaked") and not interp.has("main")
+    assert interp.installed_names() is names
+    assert interp.globals == {**sealed, "g_input": 5}
+
+
+def test_renew_refuses_a_namespace_never_sealed_and_a_value_never_installed() -> None:
+    interp = Interpreter(LispLimits(), Budget(1_000, None))
+    with pytest.raises(InternalError):
+        interp.renew(Budget(1_000, None), None, {})
+    interp.seal()
+    with pytest.raises(InternalError):
+        interp.renew(Budget(1_000, None), None, {"never-installed": 1})
+
+
+def test_a_definition_over_a_host_function_is_undone_by_renew() -> None:
+    interp = Interpreter(LispLimits(), Budget(100_000, None))
+    interp.define_function("host-answer", lambda: 42, 0, 0)
+    interp.seal()
+    sealed_defined = set(interp.defined)
+    assert interp.run("(define (host-answer) 7) (define extra 1) (host-answer)") == 7
+    interp.vacate()
+    interp.renew(Budget(100_000, None), None, {})
+    assert interp.defined == sealed_defined  # extra is gone, host-answer is the host's again
+    assert interp.run("(host-answer)") == 42
+
+
+def test_installing_after_sealing_unseals() -> None:
+    interp = Interpreter(LispLimits(), Budget(1_000, None))
+    interp.seal()
+    interp.define_value("late", 1)
+    with pytest.raises(InternalError):
+        interp.renew(Budget(1_000, None), None, {})
+
+
+def test_processes_taking_turns_each_see_their_own_memory_and_input() -> None:
+    first, second = counter("svit://local/test/pool-a", 0), counter("svit://local/test/pool-b", 100)
+    for _ in range(3):
+        assert first.exec("/lib/counter", {"by": 1}).output == first.read("/memory/count")
+        assert second.exec("/lib/counter", {"by": 10}).output == second.read("/memory/count")
+    assert (first.read("/memory/count"), second.read("/memory/count")) == (3, 130)
+
+
+def test_a_script_running_itself_gets_a_second_namespace() -> None:
+    source = ('(define (main input) (if (= (map-get input "n") 0) (read "/memory/count")'
+              ' (do (write "/memory/count" (+ 1 (read "/memory/count")))'
+              ' (exec "/lib/nest" (value-map "n" (- (map-get input "n") 1))))))')
+    p = Process.builder("svit://local/test/pool-nest").memory("count", 0).library("nest", source).build()
+    assert p.exec("/lib/nest", {"n": 3}).output == 3
+    assert p.exec("/lib/nest", {"n": 2}).output == 5
+
+
+def test_a_namespace_made_under_other_limits_is_not_reused() -> None:
+    deep = '(define (down n) (if (= n 0) 0 (+ 1 (down (- n 1))))) (define (main input) (down (map-get input "n")))'
+    roomy = Process.builder("svit://local/test/pool-roomy").library("deep", deep).build()
+    tight = Process.builder("svit://local/test/pool-tight").library("deep", deep).limits(Limits(max_call_stack=8)).build()
+    assert roomy.exec("/lib/deep", {"n": 20}).output == 20
+    with pytest.raises(SvitError, match="call stack"):
+        tight.exec("/lib/deep", {"n": 20})
+    assert roomy.exec("/lib/deep", {"n": 20}).output == 20
+
+
+def test_the_pool_keeps_at_most_its_size_and_empties_what_it_keeps() -> None:
+    pool = NamespacePool(size=2)
+    p = counter("svit://local/test/pool-size")
+    state = WorkingState(p)
+    taken = [pool.take(state, "/lib/counter.svit-script", 1) for _ in range(3)]
+    assert len({id(interp) for interp in taken}) == 3  # none shared while in use
+    for interp in taken:
+        pool.give_back(interp)
+    assert all(interp.globals == {} and interp.owner is None for interp in taken)
+    again = [pool.take(state, "/lib/counter.svit-script", 2) for _ in range(3)]
+    assert sum(any(a is b for b in taken) for a in again) == 2  # two were kept, the third is new
+    assert all(interp.globals["g_input"] == 2 and interp.owner is state for interp in again)
+
+
+def test_activations_use_the_shared_pool() -> None:
+    p = counter("svit://local/test/pool-shared")
+    p.exec("/lib/counter", {"by": 1})
+    state = WorkingState(p)
+    interp = NAMESPACES.take(state, "/lib/counter.svit-script", 0)
+    try:
+        assert interp.owner is state and not interp.has("main")
+    finally:
+        NAMESPACES.give_back(interp)
