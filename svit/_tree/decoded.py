@@ -154,21 +154,9 @@ def _records(records: list[dict[Any, Any]]) -> list[Node] | None:
             return None
         known[shape] = (shape, sum(map(len, map(str.encode, shape))), key_rank(shape[-1]))
     rows = list(map(tuple, map(dict.values, records)))
-    values = list(chain.from_iterable(rows))
-    types = set(map(type, values))
-    if not types <= _SCALARS:
+    row_text = _row_text(rows) if len(known) == 1 else _mixed_row_text(rows, sizes)
+    if row_text is None:
         return None
-    try:
-        value_text = _scalars(values, types)
-    except _Unhandled:
-        return None
-    if len(set(sizes)) == 1:
-        width = sizes[0]
-        row_text = value_text if width == 1 else list(map(sum, zip(*[iter(value_text)] * width)))
-    else:
-        running = [0, *accumulate(value_text)]
-        ends = list(accumulate(sizes))
-        row_text = list(map(sub, map(running.__getitem__, ends), map(running.__getitem__, [0, *ends[:-1]])))
     shape_info = list(map(known.__getitem__, shapes))
     texts = list(map(add, map(_SECOND, shape_info), row_text))
     encoded = list(map(cbor2.dumps, records))
@@ -180,6 +168,39 @@ def _records(records: list[dict[Any, Any]]) -> list[Node] | None:
                       map(_THIRD, shape_info), repeat(False, count), data, digests))
     return list(map(Node, repeat(MAP, count), chunks, digests, map((1).__add__, sizes), texts, repeat(1, count),
                     repeat(-1, count), encoded))
+
+
+def _row_text(rows: list[tuple[Any, ...]]) -> list[int] | None:
+    """Each row's text bytes, column by column (the rows share one shape); None when a
+    value is not a valid plain scalar."""
+    row_text: list[int] | None = None
+    for column in zip(*rows):
+        types = set(map(type, column))
+        if not types <= _SCALARS:
+            return None
+        values = list(column)
+        try:
+            text = _scalars(values, types)
+        except _Unhandled:
+            return None
+        if str in types:
+            row_text = text if row_text is None else list(map(add, row_text, text))
+    return row_text if row_text is not None else [0] * len(rows)
+
+
+def _mixed_row_text(rows: list[tuple[Any, ...]], sizes: list[int]) -> list[int] | None:
+    """:func:`_row_text` for rows of several shapes: one pass over all their values."""
+    values = list(chain.from_iterable(rows))
+    types = set(map(type, values))
+    if not types <= _SCALARS:
+        return None
+    try:
+        value_text = _scalars(values, types)
+    except _Unhandled:
+        return None
+    running = [0, *accumulate(value_text)]
+    ends = list(accumulate(sizes))
+    return list(map(sub, map(running.__getitem__, ends), map(running.__getitem__, [0, *ends[:-1]])))
 
 
 def _map(mapping: dict[Any, Any], depth: int) -> Node:
