@@ -119,6 +119,16 @@ def test_restore_of_random_values_is_the_original_and_snapshots_byte_identical(v
     assert encode_snapshot(ADDRESS, 3, restored, Limits()) == blob
 
 
+def test_a_restored_tree_has_every_chunk_encoded_and_hashed():
+    """Restore builds through the batch builder: nothing is left to encode or hash later."""
+    root = tree.from_value(SAMPLE, scripts_allowed=True)
+    _, _, restored, _, _ = decode_snapshot_unverified(encode_snapshot(ADDRESS, 1, root, Limits()))
+    for node in containers(restored):
+        assert node.cbor is not None
+        assert all(part.encoded and part.hashed for part in leaves(node.value))
+    assert restored.hash == root.hash
+
+
 def test_records_with_scripts_and_containers_are_built_one_by_one():
     value = {
         "lib": {"main": Script("(define (main input) input)", "echo")},
