@@ -3,7 +3,9 @@
 The counter activation (read a counter, add the input's ``by``, write, commit) on an
 in-memory process, against a host ``Process.write`` of the same value: the write is the
 commit alone, so the ratio is what running the script adds on top of committing.
-The two are timed alternately so both see the same machine conditions.
+The two are timed alternately so both see the same machine conditions. A second row
+counts the calls one activation makes (Python functions and C functions, as
+``sys.setprofile`` sees them): a measure the machine's load cannot move.
 
 Run: python benchmarks/activation.py [--repeat N]
 """
@@ -11,12 +13,14 @@ Run: python benchmarks/activation.py [--repeat N]
 from __future__ import annotations
 
 import argparse
+import sys
+from typing import Any, Callable
 
 from common import paired_medians
 
 from svit import Process
 
-__all__ = ["COUNTER_BY", "counter_process", "main"]
+__all__ = ["COUNTER_BY", "calls_made", "counter_process", "main"]
 
 COUNTER_BY = (
     '(define (main input) (let ((n (+ (read "/memory/count") (map-get input "by"))))'
@@ -27,6 +31,22 @@ COUNTER_BY = (
 def counter_process(address: str) -> Process:
     """An in-memory process holding the counter script and a counter at 0."""
     return Process.builder(address).memory("count", 0).library("counter", COUNTER_BY).build()
+
+
+def calls_made(fn: Callable[[], Any]) -> tuple[int, int]:
+    """(Python function calls, C function calls) made by one call of ``fn``."""
+    counts = {"call": 0, "c_call": 0}
+
+    def profile(_frame: Any, event: str, _arg: Any) -> None:
+        if event in counts:
+            counts[event] += 1
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return counts["call"] - 1, counts["c_call"] - 1  # less fn itself and setprofile(None)
 
 
 def main() -> None:
@@ -46,6 +66,8 @@ def main() -> None:
     ours, base = paired_medians(lambda: process.exec("/lib/counter", by), write, args.repeat)
     print(f"counter activation (in memory): {ours * 1e6:.1f} us vs Process.write {base * 1e6:.1f} us"
           f" -> ratio {ours / base:.2f} (aim: about 25 us)")
+    python_calls, c_calls = calls_made(lambda: process.exec("/lib/counter", by))
+    print(f"calls per counter activation: {python_calls} Python, {c_calls} C")
 
 
 if __name__ == "__main__":

@@ -58,7 +58,22 @@ class Budget:
         if self.remaining < 0:
             self.remaining = 0
             raise BudgetExhausted("steps")
-        self.check_clock()
+        # check_clock, written out: charged once per host call.
+        if self.deadline is not None and self._clock() > self.deadline:
+            raise BudgetExhausted("time")
+
+    def host_call(self, unused: int) -> None:
+        """A host function is called: :meth:`give_back` the caller's ``unused`` slice, then
+        :meth:`charge` the call's one step (one method call on the host-call path)."""
+        remaining = self.remaining - 1
+        if unused > 0:
+            remaining += unused
+        if remaining < 0:
+            self.remaining = 0
+            raise BudgetExhausted("steps")
+        self.remaining = remaining
+        if self.deadline is not None and self._clock() > self.deadline:
+            raise BudgetExhausted("time")
 
     def take(self, steps: int) -> None:
         """Charge steps without looking at the clock (the rest of a batch of work)."""

@@ -61,6 +61,15 @@ class Context:
             meter = budget.meter = Meter(self.max_memory)
         self.meter = meter
 
+    def rebind(self, budget: Budget) -> None:
+        """Serve a new run drawing on ``budget`` (a renewed namespace), as a new context would."""
+        self.budget = budget
+        self.sizes.clear()
+        meter = budget.meter
+        if meter is None or meter.limit != self.max_memory:
+            meter = budget.meter = Meter(self.max_memory)
+        self.meter = meter
+
     def check_int(self, value: int) -> int:
         """Return ``value`` if its magnitude fits ``max_integer_bits``."""
         if value.bit_length() > self.max_bits:

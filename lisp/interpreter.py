@@ -316,6 +316,10 @@ class Interpreter:
         self._table_items: frozenset[tuple[str, tuple[int, int | None]]] | None = None
         #: The namespace as sealed (:meth:`seal`), what :meth:`renew` brings back.
         self._installed: _Installed | None = None
+        #: What runs changed since the namespace was sealed or renewed: names they defined
+        #: and pending host functions their definitions replaced.
+        self._defined_since: list[str] = []
+        self._pending_taken: list[str] = []
         #: ``(source, names, compiled, steps)`` of the last compile served from the cache.
         self._last_compile: tuple[str, HostNames, Compiled, int] | None = None
 
@@ -327,6 +331,7 @@ class Interpreter:
         a program that names it runs (most scripts use a few of the host's functions).
         """
         gname = global_name(name)
+        self._installed = None  # installing after sealing unseals: seal again to renew
         self.defined.add(gname)
         self.globals.pop(gname, None)
         self.pending[gname] = (name, fn, min_args, max_args)
@@ -342,6 +347,7 @@ class Interpreter:
         A :class:`HostFunctionTable` installs the same entries without preparing them again.
         """
         table = entries if isinstance(entries, HostFunctionTable) else HostFunctionTable(entries)
+        self._installed = None
         g = self.globals
         if not g.keys().isdisjoint(table.entries):
             for gname in table.entries:
@@ -373,12 +379,9 @@ class Interpreter:
             if n < min_args or (max_args is not None and n > max_args):
                 raise EvalError(arity_text)
             # Return the unused slice so nested runs draw from the same budget exactly.
-            budget = self.budget
             unused = g["_s"]
-            if unused > 0:
-                budget.give_back(unused)
             g["_s"] = 0
-            budget.charge(1)
+            self.budget.host_call(unused)
             target = fn if method is None else getattr(self.owner, method)
             try:
                 if takes_depth:
@@ -418,6 +421,7 @@ class Interpreter:
 
     def define_value(self, name: str, value: Any) -> None:
         gname = global_name(name)
+        self._installed = None
         self.pending.pop(gname, None)
         self.defined.add(gname)
         self.globals[gname] = value
@@ -433,6 +437,8 @@ class Interpreter:
         """
         self._installed = _Installed(dict(self.globals), frozenset(self.defined), dict(self.pending),
                                      self.installed_names(), self._names_seen)
+        self._defined_since.clear()
+        self._pending_taken.clear()
 
     def renew(self, budget: Budget, owner: Any, values: Mapping[str, Any]) -> None:
         """Make this namespace what it was when sealed, for a new run: nothing an earlier run
@@ -450,17 +456,24 @@ class Interpreter:
             if name not in self.host_values:
                 raise InternalError(f"renew can only replace a host value: {name}")
             g[global_name(name)] = value
-        self.defined = set(installed.defined)
-        self.pending = dict(installed.pending)
+        # Undo what runs changed (they only add defined names and take pending ones;
+        # a wrapper made leaves the sealed state too, see _materialize).
+        if self._defined_since:
+            self.defined.difference_update(self._defined_since)
+            self._defined_since.clear()
+        if self._pending_taken:
+            for gname in self._pending_taken:
+                entry = installed.pending.get(gname)
+                if entry is not None:
+                    self.pending[gname] = entry
+            self._pending_taken.clear()
         self._host_names = installed.names
         self._names_seen = installed.names_seen
         self.owner = owner
         self.compiled = None
         if budget is not self.budget:
             self.budget = budget
-            self.context = Context(self.limits, budget)
-        else:
-            self.context.sizes.clear()
+        self.context.rebind(budget)
 
     def vacate(self) -> None:
         """Drop what the last run left (its globals, its owner) until the next :meth:`renew`,
@@ -504,10 +517,12 @@ class Interpreter:
             if len(self.defined) >= self.limits.max_namespace_entries:
                 raise LimitError("guest namespace")
             self.defined.add(gname)
+            self._defined_since.append(gname)
 
     def _define_global(self, gname: str, value: Any, name: Name) -> Name:
         self._define_check(gname)
-        self.pending.pop(gname, None)
+        if self.pending.pop(gname, None) is not None:
+            self._pending_taken.append(gname)
         self.globals[gname] = value
         return name
 
@@ -690,8 +705,15 @@ class Interpreter:
 
     def _execute(self, compiled: Compiled) -> Any:
         g = self.globals
-        if self.pending:
-            for gname in compiled.referenced.intersection(self.pending):
+        pending = self.pending
+        if pending:
+            # Walk the shorter side: a script names a few of the many pending functions.
+            referenced = compiled.referenced
+            if len(referenced) < len(pending):
+                used = [name for name in referenced if name in pending]
+            else:
+                used = [name for name in pending if name in referenced]
+            for gname in used:
                 self._materialize(gname)
         g[compiled.constants_name] = compiled.constants
         g["_last"] = None

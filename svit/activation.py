@@ -309,7 +309,7 @@ class WorkingState(GuestHelpers):
         interp.define_functions(GUEST_TABLE, owner=self)
 
     def fn_value_get(self, value: Any, path: Any) -> Any:
-        segments = parse(_text(path, "value-get path"))
+        segments = parse(path if type(path) is str else _text(path, "value-get path"))
         if type(value) is SvitValue:
             # Validated on entry: an over-size port response is reduced with jq, not walked here.
             node: Node | None = value.node
@@ -377,7 +377,7 @@ class WorkingState(GuestHelpers):
         return tree.get(self.base, segments)
 
     def fn_read(self, path: Any) -> Any:
-        segments = parse(_text(path, "read path"))
+        segments = parse(path if type(path) is str else _text(path, "read path"))
         if segments and segments[0] == "memory":
             return item_to_lisp(tree.find(self.memory, segments[1:]))  # no node made for a scalar
         if len(segments) >= 2 and segments[0] == "mounts":
@@ -421,7 +421,7 @@ class WorkingState(GuestHelpers):
         self._lib_view = None
 
     def fn_write(self, path: Any, value: Any) -> Any:
-        text = _text(path, "write path")
+        text = path if type(path) is str else _text(path, "write path")
         segments = parse(text)
         if segments and segments[0] == "memory":
             # A parsed path that is not the root is its own canonical text.

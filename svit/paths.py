@@ -101,10 +101,21 @@ def memory_segments(path: str | Segments) -> Segments | None:
     return None
 
 
+#: Script names found valid (a name stays valid): every activation checks its script's.
+_VALID_SCRIPT_NAMES: set[str] = set()
+
+
 def validate_script_name(name: str) -> str:
     """Script and port names: 1–64 bytes of ``[A-Za-z0-9_.-]``."""
-    if type(name) is not str or not _SCRIPT_NAME.fullmatch(name):
+    if type(name) is not str:
         raise InvalidScriptName(str(name))
+    if name in _VALID_SCRIPT_NAMES:
+        return name
+    if not _SCRIPT_NAME.fullmatch(name):
+        raise InvalidScriptName(name)
+    if len(_VALID_SCRIPT_NAMES) >= _PARSED_ENTRIES:
+        _VALID_SCRIPT_NAMES.clear()
+    _VALID_SCRIPT_NAMES.add(name)
     return name
 
 

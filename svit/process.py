@@ -732,6 +732,8 @@ class Process:
                 if isinstance(outcome, ActivationRequest):
                     request = outcome
             try:
+                if inline_source is None and request.script != INLINE_NAME:
+                    validate_script_name(request.script)
                 activation = self._run_activation(request.script, inline_source, request.input, consume=consume,
                                                   receipt=receipt)
             except SvitError as exc:
@@ -763,8 +765,8 @@ class Process:
         tree.validate_value(input_node, self._limits, scripts_allowed=False)
         ws = WorkingState(self, dry_run=dry_run)
         if inline_source is None:
-            if name != INLINE_NAME:
-                validate_script_name(name)
+            # The name is valid: exec and exec_inbox_item took it from a /lib path, and a
+            # hook's rewrite is checked where it is made.
             source = ws.find_script(name).source
         else:
             source = inline_source

@@ -52,6 +52,26 @@ def test_renew_refuses_a_namespace_never_sealed_and_a_value_never_installed() ->
         interp.renew(Budget(1_000, None), None, {"never-installed": 1})
 
 
+def test_a_definition_over_a_host_function_is_undone_by_renew() -> None:
+    interp = Interpreter(LispLimits(), Budget(100_000, None))
+    interp.define_function("host-answer", lambda: 42, 0, 0)
+    interp.seal()
+    sealed_defined = set(interp.defined)
+    assert interp.run("(define (host-answer) 7) (define extra 1) (host-answer)") == 7
+    interp.vacate()
+    interp.renew(Budget(100_000, None), None, {})
+    assert interp.defined == sealed_defined  # extra is gone, host-answer is the host's again
+    assert interp.run("(host-answer)") == 42
+
+
+def test_installing_after_sealing_unseals() -> None:
+    interp = Interpreter(LispLimits(), Budget(1_000, None))
+    interp.seal()
+    interp.define_value("late", 1)
+    with pytest.raises(InternalError):
+        interp.renew(Budget(1_000, None), None, {})
+
+
 def test_processes_taking_turns_each_see_their_own_memory_and_input() -> None:
     first, second = counter("svit://local/test/pool-a", 0), counter("svit://local/test/pool-b", 100)
     for _ in range(3):

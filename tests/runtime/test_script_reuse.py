@@ -96,3 +96,15 @@ def test_a_parsed_path_is_the_same_every_time_and_a_bad_one_fails_every_time() -
     long = "/memory/" + "k" * 1000
     assert parse(long) == ("memory", "k" * 1000) == parse(long)
     assert parse("/") == parse("") == ()
+
+
+def test_script_names_found_valid_are_kept_and_a_bad_one_is_refused_every_time() -> None:
+    from svit.errors import InvalidScriptName
+    from svit.paths import validate_script_name
+
+    assert validate_script_name("counter") == validate_script_name("counter") == "counter"
+    for _ in range(2):
+        with pytest.raises(InvalidScriptName):
+            validate_script_name("no/slash")
+        with pytest.raises(InvalidScriptName):
+            validate_script_name(7)  # type: ignore[arg-type]
