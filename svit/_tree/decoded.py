@@ -8,8 +8,8 @@ entry:
 
 * sibling records (an array or map of small maps of scalars, the common shape of
   memory) are validated together: their key tuples once per distinct shape, their
-  values in one pass over all of them, each record's text bytes by slicing running
-  sums;
+  values column by column (or in one pass when the shapes differ), and each is
+  encoded, hashed and made into its chunk and node by one ``map`` over all of them;
 * each leaf chunk's bytes are encoded and hashed in one ``map`` over the chunks, and a
   container's plain CBOR (what a snapshot holds) is assembled from its chunks' bytes, so
   the canonical check is one comparison with the body, not a second pass over it.
@@ -52,7 +52,6 @@ from .node import (
 __all__ = ["build_decoded"]
 
 _SCALARS = frozenset((str, int, bool, type(None), float))
-_PLAIN = frozenset((str, int, bool, type(None)))
 _DIGEST: Callable[[Any], bytes] = methodcaller("digest")
 _REF_HEAD = cbor.head(6, CHUNK_REF_TAG) + cbor.head(2, 32)
 _FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
