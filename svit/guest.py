@@ -139,20 +139,20 @@ def to_node(value: Any, limits: Limits, budget: Budget | None = None) -> Node:
 
     The conversion is charged to ``budget``, by default the budget of the run in progress.
     """
+    if type(value) is int and I64_MIN <= value <= I64_MAX and limits.max_value_entries >= 1 \
+            and limits.max_value_depth >= 0:
+        # One entry, no text, no depth: what Measure charges, within every value limit.
+        (budget if budget is not None else current().budget).charge(1)
+        return tree.leaf_node(value)
     node = _convert(value, limits, budget)
     tree.validate_value(node, limits, scripts_allowed=False)
     return node
 
 
 def _convert(value: Any, limits: Limits, budget: Budget | None) -> Node:
-    t = type(value)
-    if t is SvitValue:
+    if type(value) is SvitValue:
         node: Node = value.node
         return node
-    if t is int and I64_MIN <= value <= I64_MAX and limits.max_value_entries >= 1 and limits.max_value_depth >= 0:
-        # One entry, no text: what Measure charges for it, without a Measure.
-        (budget if budget is not None else current().budget).charge(1)
-        return tree.leaf_node(value)
     plain = Measure(limits, budget).plain(value)
     return tree.from_value(plain, scripts_allowed=False)
 

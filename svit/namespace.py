@@ -182,6 +182,8 @@ def validate_root(
         differ = {key: item for key, item in zip(keys, items)
                   if not _same(old_sections.get(key), item)}
 
+    if not differ:
+        return  # every section is the previous root's own
     if len(differ) <= 1 and "memory" in differ:
         # The common commit (an activation's or a host write's): memory alone changed.
         memory = differ["memory"]

@@ -789,7 +789,7 @@ class Process:
         intents = [
             {"body": message["body"], "message_id": f"{self._address}:{next_version}:{index}", "to": message["to"]}
             for index, message in enumerate(ws.messages)
-        ]
+        ] if ws.messages else []
         mutations: list[Mutation] = list(ws.mutations)
         changed = set(ws.changed)
         candidate = ws.working_root()
@@ -802,7 +802,7 @@ class Process:
             candidate = append.apply(candidate)
             mutations.append(append)
             changed.add("/system/outbox")
-        messages = [{"message_id": i["message_id"], "to": i["to"], "body": i["body"]} for i in intents]
+        messages = [{"message_id": i["message_id"], "to": i["to"], "body": i["body"]} for i in intents] if intents else []
         mount_writes = ws.mount_writes
 
         def apply_mount_writes() -> None:
@@ -816,14 +816,9 @@ class Process:
 
         def complete(transition: Transition) -> None:
             # Everything the caller is told is known here, mount-write paths included.
-            activation = Activation(
-                output=output.to_value(),
-                logs=ws.logs,
-                messages=messages,
-                version=transition.version_after,
-                root_hash=transition.root_after.hash,
-                changed=sorted(changed),
-            )
+            # (output, logs, messages, version, root_hash, changed)
+            activation = Activation(output.to_value(), ws.logs, messages, transition.version_after,
+                                    transition.root_after.hash, sorted(changed))
             result.append(activation)
             if receipt is not None:
                 receipt.complete(activation)

@@ -283,7 +283,10 @@ class Chunk:
         """BLAKE3 of :attr:`data` (computed on first use)."""
         digest = self._digest
         if digest is None:
-            digest = self._digest = hash_bytes(self.data)
+            data = self._data
+            if data is None:
+                data = self._data = chunk_cbor(self)
+            digest = self._digest = _H(data).digest()
         return digest
 
     @property
