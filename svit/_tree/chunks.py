@@ -81,6 +81,7 @@ __all__ = [
     "map_items",
     "map_remove",
     "map_set",
+    "root_over_leaves",
 ]
 
 LEAF_MIN, LEAF_CAP = 8, 128
@@ -294,6 +295,11 @@ def build_array_root(values: list[Any], value_text: list[int] | None = None) -> 
     else:
         leaf_chunks = [make_leaf(ARRAY, None, tuple(values[a:a + ARRAY_LEAF])) for a in starts]
     return _build_up(ARRAY, leaf_chunks, 1)
+
+
+def root_over_leaves(code: int, leaf_chunks: list[Chunk]) -> Chunk:
+    """The root chunk over a container's leaf chunks, cut level by level as a build cuts."""
+    return _build_up(code, leaf_chunks, 1)
 
 
 def _build_up(code: int, chunks: list[Chunk], level: int) -> Chunk:

@@ -33,7 +33,7 @@ import cbor2
 
 from .. import cbor
 from ..values import I64_MAX, I64_MIN, MAX_NESTING, Script
-from .chunks import LEAF_MIN, build_array_root, build_map_root, key_rank
+from .chunks import ARRAY_LEAF, LEAF_MIN, build_array_root, build_map_root, key_rank, root_over_leaves
 from .codec import node_cbor
 from .node import (
     ARRAY,
@@ -111,16 +111,20 @@ def _scalars(values: list[Any], types: set[type]) -> list[int]:
     return _texts(values, types)
 
 
-def _items(values: list[Any], depth: int) -> tuple[list[Any], list[int] | None]:
-    """What a container stores for ``values``, and each item's text bytes when all are
-    scalars other than scripts (None: the chunk builder counts)."""
+_Batch = tuple[list[Node], list[int], list[int], list[bytes], list[bytes]]
+
+
+def _items(values: list[Any], depth: int) -> tuple[list[Any], list[int] | None, _Batch | None]:
+    """What a container stores for ``values``, each item's text bytes when all are
+    scalars other than scripts (None: the chunk builder counts), and what was made for
+    them when they are all records built together."""
     types = set(map(type, values))
     if types <= _SCALARS:
-        return values, _scalars(values, types)
+        return values, _scalars(values, types), None
     if types == {dict} and depth + 1 < MAX_NESTING:
-        records = _records(values)
-        if records is not None:
-            return records, None
+        batch = _records(values)
+        if batch is not None:
+            return batch[0], None, batch
     items: list[Any] = []
     add_item = items.append
     for value in values:
@@ -137,12 +141,13 @@ def _items(values: list[Any], depth: int) -> tuple[list[Any], list[int] | None]:
             add_item(value)
         else:
             raise _Unhandled
-    return items, None
+    return items, None, None
 
 
-def _records(records: list[dict[Any, Any]]) -> list[Node] | None:
-    """Map nodes for sibling small maps of plain scalars, built together; None when any
-    of them is something else (each is then built on its own)."""
+def _records(records: list[dict[Any, Any]]) -> _Batch | None:
+    """Map nodes for sibling small maps of plain scalars, built together, with their
+    sizes, text bytes, digests and plain CBOR; None when any of them is something else
+    (each is then built on its own)."""
     sizes = list(map(len, records))
     if min(sizes) == 0 or max(sizes) > LEAF_MIN:
         return None
@@ -165,8 +170,9 @@ def _records(records: list[dict[Any, Any]]) -> list[Node] | None:
     chunks = list(map(Chunk, repeat(MAP, count), repeat(0, count), map(_FIRST, shape_info), rows,
                       repeat(None, count), sizes, sizes, texts, repeat(0, count), repeat(-1, count),
                       map(_THIRD, shape_info), repeat(False, count), data, digests))
-    return list(map(Node, repeat(MAP, count), chunks, digests, map((1).__add__, sizes), texts, repeat(1, count),
-                    repeat(-1, count), encoded))
+    nodes = list(map(Node, repeat(MAP, count), chunks, digests, map((1).__add__, sizes), texts, repeat(1, count),
+                     repeat(-1, count), encoded))
+    return nodes, sizes, texts, digests, encoded
 
 
 def _row_text(rows: list[tuple[Any, ...]]) -> list[int] | None:
@@ -209,15 +215,35 @@ def _map(mapping: dict[Any, Any], depth: int) -> Node:
     if list(map(type, keys)).count(str) != len(keys) or sorted(keys) != keys:
         raise _Unhandled
     raw_keys = list(map(str.encode, keys))
-    items, text = _items(list(mapping.values()), depth)
+    items, text, _batch = _items(list(mapping.values()), depth)
     return _container(MAP, build_map_root(keys, items, raw_keys, text))
 
 
 def _array(values: list[Any], depth: int) -> Node:
     if depth >= MAX_NESTING:
         raise _Unhandled
-    items, text = _items(values, depth)
+    items, text, batch = _items(values, depth)
+    if batch is not None:
+        return _record_array(*batch)
     return _container(ARRAY, build_array_root(items, text))
+
+
+def _record_array(nodes: list[Node], sizes: list[int], texts: list[int], digests: list[bytes],
+                  encoded: list[bytes]) -> Node:
+    """An array of records built together: its leaves made from what the batch made (a
+    record counts its entries and itself, and is one level high)."""
+    n = len(nodes)
+    spans = [(a, min(a + ARRAY_LEAF, n)) for a in range(0, n, ARRAY_LEAF)]
+    data = [ARRAY_LEAF_PREFIX + cbor.head(4, b - a) + b"".join(map(_REF_HEAD.__add__, digests[a:b])) for a, b in spans]
+    leaf_digests = list(map(_DIGEST, map(blake3.blake3, data)))
+    parts = [
+        Chunk(ARRAY, 0, None, tuple(nodes[a:b]), None, b - a, sum(sizes[a:b]) + b - a, sum(texts[a:b]), 1, -1, 0,
+              True, encoded_leaf, digest)
+        for (a, b), encoded_leaf, digest in zip(spans, data, leaf_digests)
+    ]
+    node = make_container(ARRAY, parts[0] if len(parts) == 1 else root_over_leaves(ARRAY, parts))
+    node.cbor = cbor.head(4, n) + b"".join(encoded)
+    return node
 
 
 def _container(code: int, root: Chunk) -> Node:

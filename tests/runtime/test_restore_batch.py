@@ -129,6 +129,17 @@ def test_a_restored_tree_has_every_chunk_encoded_and_hashed():
     assert restored.hash == root.hash
 
 
+@pytest.mark.parametrize("count", [1, 31, 32, 33, 64, 65, 600])
+def test_arrays_of_records_at_every_leaf_boundary(count):
+    value = {"rows": [{"id": i, "name": f"r{i}", "score": i / 7, "tags": None} for i in range(count)],
+             "mixed": [{"a": i} if i % 3 else {"a": i, "b": "é" * i} for i in range(count)]}
+    data = decoded(value)
+    fast = build_decoded(data)
+    assert fast is not None
+    assert_same_tree(fast, build(data, True, True))
+    assert node_cbor(fast) == cbor.encode(data)
+
+
 def test_records_with_scripts_and_containers_are_built_one_by_one():
     value = {
         "lib": {"main": Script("(define (main input) input)", "echo")},
