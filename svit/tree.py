@@ -28,6 +28,7 @@ from typing import Any
 from ._tree.build import build, empty_array, empty_map
 from ._tree.chunks import ABSENT, array_items, map_items
 from ._tree.codec import ChunkError, decode_chunk, load_container, new_chunks, node_cbor, verify_chunk
+from ._tree.decoded import build_decoded
 from ._tree.edits import append_items, find, get, node_hash, remove_at, set_at
 from ._tree.node import (
     ARRAY,
@@ -101,8 +102,13 @@ def from_value(value: Any, *, scripts_allowed: bool) -> Node:
 
 
 def from_decoded(value: Any) -> Node:
-    """Build a tree from decoded snapshot data: scripts allowed, map keys must already be canonical."""
-    return build(value, True, True)
+    """Build a tree from decoded snapshot data: scripts allowed, map keys must already be canonical.
+
+    The batch builder makes it, with every chunk's bytes and digest (what restore needs),
+    unless the value holds something only the general builder decides on (an invalid
+    value, which it names)."""
+    node = build_decoded(value)
+    return node if node is not None else build(value, True, True)
 
 
 def leaf_node(value: Any) -> Node:

@@ -34,6 +34,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator
 from itertools import accumulate
+from operator import attrgetter
 from typing import Any
 from zlib import crc32
 
@@ -80,6 +81,7 @@ __all__ = [
     "map_items",
     "map_remove",
     "map_set",
+    "root_over_leaves",
 ]
 
 LEAF_MIN, LEAF_CAP = 8, 128
@@ -92,6 +94,8 @@ ARRAY_LEAF, ARRAY_INNER = 32, 16
 ABSENT: Any = object()
 
 _MAX_RANK = 10  # 5 bits, then nine groups of 3: all of a CRC-32
+_COUNT, _TEXT = attrgetter("count"), attrgetter("text")
+_HEIGHT, _MAX_SCRIPT = attrgetter("height"), attrgetter("max_script")
 
 
 def key_rank(key: str) -> int:
@@ -129,7 +133,13 @@ def make_leaf(code: int, keys: tuple[str, ...] | None, chunk_items: tuple[Any, .
     nested = Node in types
     if str in types:
         text += sum(map(len, map(str.encode, [x for x in chunk_items if type(x) is str])))
-    if nested or Script in types:
+    if nested and len(types) == 1:
+        # Only containers (an array of records, most often): each aggregate in one pass.
+        count = sum(map(_COUNT, chunk_items))
+        text += sum(map(_TEXT, chunk_items))
+        height = max(map(_HEIGHT, chunk_items))
+        max_script = max(map(_MAX_SCRIPT, chunk_items))
+    elif nested or Script in types:
         for x in chunk_items:
             t = type(x)
             if t is Node:
@@ -285,6 +295,11 @@ def build_array_root(values: list[Any], value_text: list[int] | None = None) -> 
     else:
         leaf_chunks = [make_leaf(ARRAY, None, tuple(values[a:a + ARRAY_LEAF])) for a in starts]
     return _build_up(ARRAY, leaf_chunks, 1)
+
+
+def root_over_leaves(code: int, leaf_chunks: list[Chunk]) -> Chunk:
+    """The root chunk over a container's leaf chunks, cut level by level as a build cuts."""
+    return _build_up(code, leaf_chunks, 1)
 
 
 def _build_up(code: int, chunks: list[Chunk], level: int) -> Chunk:

@@ -60,6 +60,10 @@ def _entries_cbor(leaf: Chunk) -> bytes:
     skip = len(cbor.head(5, len(leaf.items)))
     if not leaf.nested:
         return leaf.data[_PREFIX + skip:]
+    if leaf.code == ARRAY and set(map(type, leaf.items)) == {Node}:
+        # An array of containers (records, most often): their own encodings, back to back.
+        parts = [item.cbor for item in leaf.items]
+        return b"".join(parts if None not in parts else map(node_cbor, leaf.items))
     body: Any = dict(zip(leaf.keys or (), leaf.items)) if leaf.code == MAP else list(leaf.items)
     return cbor2.dumps(body, default=_write_nested)[skip:]
 

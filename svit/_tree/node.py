@@ -131,8 +131,8 @@ class Node:
     cbor: bytes | None
 
     def __init__(self, code: int, value: Any, digest: bytes | None, count: int, text: int, height: int,
-                 max_script: int) -> None:
-        self.cbor = None
+                 max_script: int, plain_cbor: bytes | None = None) -> None:
+        self.cbor = plain_cbor
         self.code = code
         self.value = value
         self._digest = digest
@@ -249,7 +249,7 @@ class Chunk:
 
     def __init__(self, code: int, level: int, keys: tuple[str, ...] | None, items: tuple[Any, ...],
                  bounds: tuple[Any, ...] | None, size: int, count: int, text: int, height: int, max_script: int,
-                 rank: int, nested: bool, data: bytes | None = None) -> None:
+                 rank: int, nested: bool, data: bytes | None = None, digest: bytes | None = None) -> None:
         self.code = code
         self.level = level
         self.keys = keys
@@ -263,7 +263,8 @@ class Chunk:
         self.rank = rank
         self.nested = nested
         self._data = data
-        self._digest: bytes | None = None
+        # A builder that made the bytes and their digest in one batch passes both.
+        self._digest: bytes | None = digest
         #: ``(base, index, old, new)`` when this chunk is ``base`` with the child at
         #: ``index`` replaced (``old`` by ``new``), kept until the bytes are made, so they
         #: can be ``base``'s with one reference rewritten instead of encoded again.
