@@ -28,7 +28,6 @@ is recomputed. docs/durability.md, "Restoring a snapshot", lists every check in 
 
 from __future__ import annotations
 
-import gc
 from hmac import compare_digest
 from typing import Any
 
@@ -368,12 +367,6 @@ def decode_snapshot_unverified(
     for name, bound in (("max_tree_nodes", max_tree_nodes), ("max_tree_text_bytes", max_tree_text_bytes)):
         if bound is not None and (type(bound) is not int or bound < 0):
             raise InvalidLimits(f"restore bound {name} must be a non-negative integer")
-    # The decoded body and the tree built from it hold no reference cycles, so a cyclic
-    # collection while they are made can free nothing and only walks what was just made
-    # (for ~1 MB of small records, about half of the build's time). It is paused for the
-    # restore and resumed after it, whatever happens, unless the host had paused it.
-    collecting = gc.isenabled()
-    gc.disable()
     try:
         byte_bound = MAX_SNAPSHOT_BYTES if max_bytes is None else max_bytes
         return _decode(data, byte_bound, max_tree_nodes, max_tree_text_bytes)
@@ -383,9 +376,6 @@ def decode_snapshot_unverified(
         raise InvalidSnapshot("snapshot nesting is too deep") from None
     except Exception as exc:  # defensive: nothing else may escape on untrusted bytes
         raise InvalidSnapshot(f"snapshot is malformed: {type(exc).__name__}") from None
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def _decode(
