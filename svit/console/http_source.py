@@ -101,6 +101,9 @@ class HttpView:
 class HttpSource:
     """A :class:`~svit.console.source.ConsoleSource` over ``svit serve`` at ``base_url``."""
 
+    #: Differences one diff asks for (the server's bound; the rest are counted).
+    diff_limit = 2000
+
     def __init__(self, base_url: str, token: str, address: str, *, client: Client | None = None) -> None:
         self._client = client or Client(base_url, token)
         self._address = address
@@ -163,7 +166,7 @@ class HttpSource:
         return [_commit(data) for data in found]
 
     def diff(self, before: int, after: int) -> list[Difference]:
-        answer = _asking(lambda: self._client.diff(self._address, before, after))
+        answer = _asking(lambda: self._client.diff(self._address, before, after, limit=self.diff_limit))
         out = []
         for entry in answer["differences"]:
             sides = [_carried(entry.get(side), int(entry.get(f"{side}_cut", 0))) for side in ("before", "after")]

@@ -4,6 +4,7 @@ version, diffs, mail, sending, running a /lib script, live commits) through the 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,11 +20,13 @@ from svit.client import Client
 from svit.console.app import ConsoleApp
 from svit.console.http_source import HttpSource
 from svit.console.panels import ConversationPanel, HistoryPanel, ProcessTree, TextPanel
+from svit.console.rendering import diff_renderable
 from svit.console.screenshot import svg_text
 from svit.store import ProcessStore
 from tests.server.served import ADDRESS, Served, Tokens, seed, start_server
 
 BROWSED = "svit://local/srv/browsed"
+BUSY = "svit://local/srv/busy"
 COUNTER = '(define (main input) (do (write "/memory/count" (+ (read "/memory/count") 1)) (read "/memory/count")))'
 
 
@@ -36,6 +39,9 @@ def seed_browsed(location: str) -> None:
                      .memory("big", "x" * (100 * 1024))
                      .library("bump", COUNTER, documentation="adds one to count")
                      .build())
+        store.create(Process.builder(BUSY).build())
+        items = [{"kind": "message", "message_id": f"m{i}", "from": "svit://local/srv/sender", "body": i} for i in range(230)]
+        store.resume(BUSY).process.deliver_inbox(items)  # version 1: 230 inbox items in one commit
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +80,8 @@ def test_over_http_the_console_runs_scripts_follows_commits_and_shows_every_pane
             assert app.seen_version == 2
             texts = app.query_one(ConversationPanel).texts
             assert any(line.strip().startswith("commit v2 ") and "/memory/count" in line for line in texts), texts
+            commit = next(line for line in texts if line.strip().startswith("commit v2 "))
+            assert re.fullmatch(r"commit v2 \d\d:\d\d:\d\d activation /lib/add -> 2  /memory/count", commit.strip()), commit
             assert app.query_one(HistoryPanel).versions[:2] == [2, 1]
             app.submit("run", "fail")
             assert any("script_failed" in line for line in app.query_one(ConversationPanel).texts)
@@ -85,7 +93,7 @@ def test_over_http_the_console_runs_scripts_follows_commits_and_shows_every_pane
         source.close()
 
 
-def test_the_http_history_is_read_from_the_event_stream(served: Served) -> None:
+def test_the_http_history_is_read_from_the_log_with_times_scripts_and_outputs(served: Served) -> None:
     with Client(served.url, served.tokens.write) as writer:
         for _ in range(2):
             version = writer.process(ADDRESS)["version"]
@@ -95,6 +103,7 @@ def test_the_http_history_is_read_from_the_event_stream(served: Served) -> None:
         head = source.head()
         found: list[Any] = source.history(limit=2)
         assert [c.version for c in found] == [head, head - 1] and all(c.changed for c in found)
+        assert all(c.committed_at > 0 and c.script == "/lib/add" and c.output for c in found)
     finally:
         source.close()
 
@@ -217,5 +226,26 @@ def test_over_http_a_read_token_browses_but_cannot_send(served: Served) -> None:
 
     try:
         asyncio.run(main())
+    finally:
+        source.close()
+
+
+def test_over_http_long_mail_lists_and_long_diffs_say_how_much_was_left_out(served: Served) -> None:
+    source = HttpSource(served.url, served.tokens.read, BUSY)
+    try:
+        mail = source.mail()
+        inbox = mail["inbox (not yet handled)"]
+        assert len(inbox) == 201 and inbox[0]["message_id"] == "m0" and inbox[199]["message_id"] == "m199"
+        assert inbox[200] == "… 30 more, not carried over HTTP"
+        assert mail["undeliverable"] == [] and mail["waiting for delivery here"] == []
+        source.diff_limit = 5
+        found = source.diff(0, 1)
+        assert [d.path for d in found[:5]] == [f"/inbox/{i}" for i in range(5)] and all(d.kind == "added" for d in found[:5])
+        assert found[5].kind == "more" and found[5].before == 225
+        text = diff_renderable(0, 1, found).plain
+        assert text.startswith("diff version 0 -> 1: 230 path(s)\n") and text.rstrip().endswith(
+            "… 225 more path(s), not carried over HTTP")
+        commits = source.history()
+        assert [c.version for c in commits] == [1] and commits[0].source == "mailbox.deliver" and commits[0].committed_at > 0
     finally:
         source.close()
