@@ -62,9 +62,12 @@ def _cut_text(text: str, cap: int) -> tuple[str, int]:
 
 def carried(value: Any, cap: int) -> tuple[dict[str, Any] | None, int]:
     """``(tagged value, bytes left out)``: the whole value when its encoding fits ``cap``;
-    text or a script's source cut to ``cap`` bytes; else None (a container too large)
-    and its encoded size."""
+    text, or a script's source and documentation, cut to ``cap`` bytes each on a
+    character boundary; else None (a container too large) and its encoded size. Null,
+    booleans and numbers always cross whole."""
     tagged = to_tagged(value)
+    if type(value) not in (str, Script, list, dict):
+        return tagged, 0  # null, a boolean or a number: a few bytes, always whole
     size = _encoded_size(tagged)
     if size <= cap:
         return tagged, 0
@@ -73,7 +76,8 @@ def carried(value: Any, cap: int) -> tuple[dict[str, Any] | None, int]:
         return to_tagged(text), cut
     if type(value) is Script:
         source, cut = _cut_text(value.source, cap)
-        return to_tagged(Script(source, _cut_text(value.documentation, cap)[0])), cut
+        documentation, cut_documentation = _cut_text(value.documentation, cap)
+        return to_tagged(Script(source, documentation)), cut + cut_documentation
     return None, size
 
 
