@@ -1,10 +1,15 @@
-"""A client of ``svit serve`` (the ``serve`` extra): svit-control@1, process heads and commit events.
+"""A client of ``svit serve`` (the ``serve`` extra): svit-control@1, heads, the tree, history, mail and events.
 
     from svit.client import Client
     with Client("http://127.0.0.1:8470", token) as client:
         head = client.process("svit://local/team/a")
         answer = client.activate("svit://local/team/a", "plan", {"goal": "x"},
                                  expected_version=head["version"], client_id="me", request_id="turn-1")
+
+``read``, ``discover``, ``stat`` (live or ``at`` a retained version), ``diff``, ``log``
+and ``mail`` read a process (a read token suffices); ``send`` puts a user message into
+its ``/inbox`` (a write token). Values come back exactly as the Python API returns them
+(the server sends them tagged).
 
 Retrying a request with the same ``client_id`` and ``request_id`` after a lost answer is
 safe: the server answers from its durable receipt (``replayed: True``) instead of
@@ -27,6 +32,7 @@ import httpx
 from .control import Activate, ControlRequest, ControlResponse, decode_response, encode_request
 from .errors import SvitError
 from .paths import validate_address
+from .values import from_tagged
 
 __all__ = ["AsyncClient", "Client", "ClientError", "SseParser"]
 
@@ -91,6 +97,43 @@ def _events_params(from_version: int | None, threads: bool = False, thread_from:
     if thread_from is not None:
         params["thread_from"] = str(thread_from)
     return params
+
+
+def _query(**fields: Any) -> dict[str, str]:
+    return {name: str(value) for name, value in fields.items() if value is not None}
+
+
+def _value(status: int, data: Any) -> Any:
+    try:
+        return from_tagged(data)
+    except SvitError as exc:
+        raise ClientError(status, "invalid_response", exc.message) from None
+
+
+def _read_answer(status: int, body: bytes) -> dict[str, Any]:
+    answer = _head(status, body)
+    answer["value"] = _value(status, answer.get("value"))
+    return answer
+
+
+def _diff_answer(status: int, body: bytes) -> dict[str, Any]:
+    answer = _head(status, body)
+    differences = answer.get("differences")
+    if type(differences) is not list:
+        raise ClientError(status, "invalid_response", "a diff answer needs differences")
+    for entry in differences:
+        if type(entry) is not dict:
+            raise ClientError(status, "invalid_response", "a difference is not a JSON object")
+        for side in ("before", "after"):
+            if entry.get(side) is not None:
+                entry[side] = _value(status, entry[side])
+    return answer
+
+
+def _send_body(text: str) -> bytes:
+    if type(text) is not str:
+        raise ClientError(0, "invalid_request", "a message is text")
+    return json.dumps({"body": text}, ensure_ascii=False).encode("utf-8")
 
 
 class SseParser:
@@ -162,6 +205,52 @@ class Client:
         answer = self._http.get(f"/v1/processes/{_address_path(address)}")
         return _head(answer.status_code, answer.content)
 
+    def _get(self, route: str, address: str, params: dict[str, str]) -> tuple[int, bytes]:
+        answer = self._http.get(f"/v1/{route}/{_address_path(address)}", params=params)
+        return answer.status_code, answer.content
+
+    def read(self, address: str, path: str = "/", *, at: int | None = None) -> Any:
+        """The value at ``path`` (as of version ``at``, else the head), exactly as
+        ``DurableProcess.read`` returns it; a value over the server's answer bound is refused."""
+        return _read_answer(*self._get("read", address, _query(path=path, at=at)))["value"]
+
+    def preview(self, address: str, path: str = "/", cap: int = 64 * 1024, *, at: int | None = None) -> tuple[Any, int]:
+        """``(value, bytes left out)``: text or a script's source over ``cap`` bytes is cut."""
+        answer = _read_answer(*self._get("read", address, _query(path=path, at=at, cap=cap)))
+        return answer["value"], int(answer.get("cut", 0))
+
+    def discover(self, address: str, path: str = "/", *, at: int | None = None, offset: int = 0,
+                 limit: int | None = None) -> dict[str, Any]:
+        """``{"names", "offset", "total", "truncated", "version", ...}``: at most 200 child
+        names from ``offset`` (``truncated`` when more follow)."""
+        return _head(*self._get("discover", address, _query(path=path, at=at, offset=offset or None, limit=limit)))
+
+    def stat(self, address: str, path: str = "/", *, at: int | None = None) -> dict[str, Any] | None:
+        """The stat record of ``path`` (None when absent)."""
+        stat: dict[str, Any] | None = _head(*self._get("stat", address, _query(path=path, at=at)))["stat"]
+        return stat
+
+    def diff(self, address: str, before: int, after: int, *, limit: int | None = None) -> dict[str, Any]:
+        """``{"differences": [{"path", "kind", "before", "after"}], "total", "truncated", ...}``
+        (a side over 64 KiB is cut, ``before_cut``/``after_cut`` counting the bytes left out)."""
+        return _diff_answer(*self._get("diff", address, _query(**{"from": before, "to": after, "limit": limit})))
+
+    def log(self, address: str, limit: int = 50, *, path: str | None = None) -> list[dict[str, Any]]:
+        """The newest ``limit`` transactions, newest first: ``{"version", "committed_at",
+        "source", "script", "output", "changed", "root_hash"}``."""
+        found: list[dict[str, Any]] = _head(*self._get("log", address, _query(limit=limit, path=path)))["transactions"]
+        return found
+
+    def mail(self, address: str) -> dict[str, Any]:
+        """``{"inbox", "set_aside", "outbox", "undeliverable", "waiting"}``, each ``{"items", "total"}``."""
+        return _head(*self._get("mail", address, {}))
+
+    def send(self, address: str, text: str) -> dict[str, Any]:
+        """Put a user message into ``/inbox`` (one commit): ``{"address", "version", "message_id"}``."""
+        answer = self._http.post(f"/v1/inbox/{_address_path(address)}", content=_send_body(text),
+                                 headers={"Content-Type": "application/json"})
+        return _head(answer.status_code, answer.content)
+
     def events(self, address: str, from_version: int | None = None) -> Iterator[dict[str, Any]]:
         """Commits of ``address`` (``{"address", "version", "root_hash", "changed",
         "source"}``) in order: every one above ``from_version``, else only new ones."""
@@ -220,6 +309,40 @@ class AsyncClient:
 
     async def process(self, address: str) -> dict[str, Any]:
         answer = await self._http.get(f"/v1/processes/{_address_path(address)}")
+        return _head(answer.status_code, answer.content)
+
+    async def _get(self, route: str, address: str, params: dict[str, str]) -> tuple[int, bytes]:
+        answer = await self._http.get(f"/v1/{route}/{_address_path(address)}", params=params)
+        return answer.status_code, answer.content
+
+    async def read(self, address: str, path: str = "/", *, at: int | None = None) -> Any:
+        return _read_answer(*await self._get("read", address, _query(path=path, at=at)))["value"]
+
+    async def preview(self, address: str, path: str = "/", cap: int = 64 * 1024, *, at: int | None = None) -> tuple[Any, int]:
+        answer = _read_answer(*await self._get("read", address, _query(path=path, at=at, cap=cap)))
+        return answer["value"], int(answer.get("cut", 0))
+
+    async def discover(self, address: str, path: str = "/", *, at: int | None = None, offset: int = 0,
+                       limit: int | None = None) -> dict[str, Any]:
+        return _head(*await self._get("discover", address, _query(path=path, at=at, offset=offset or None, limit=limit)))
+
+    async def stat(self, address: str, path: str = "/", *, at: int | None = None) -> dict[str, Any] | None:
+        stat: dict[str, Any] | None = _head(*await self._get("stat", address, _query(path=path, at=at)))["stat"]
+        return stat
+
+    async def diff(self, address: str, before: int, after: int, *, limit: int | None = None) -> dict[str, Any]:
+        return _diff_answer(*await self._get("diff", address, _query(**{"from": before, "to": after, "limit": limit})))
+
+    async def log(self, address: str, limit: int = 50, *, path: str | None = None) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = _head(*await self._get("log", address, _query(limit=limit, path=path)))["transactions"]
+        return found
+
+    async def mail(self, address: str) -> dict[str, Any]:
+        return _head(*await self._get("mail", address, {}))
+
+    async def send(self, address: str, text: str) -> dict[str, Any]:
+        answer = await self._http.post(f"/v1/inbox/{_address_path(address)}", content=_send_body(text),
+                                       headers={"Content-Type": "application/json"})
         return _head(answer.status_code, answer.content)
 
     async def events(self, address: str, from_version: int | None = None) -> AsyncIterator[dict[str, Any]]:

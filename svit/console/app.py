@@ -24,7 +24,7 @@ from ..errors import SvitError
 from ..values import from_json_text
 from .panels import ConversationPanel, HistoryPanel, ProcessTree, TextPanel, mail_renderable
 from .rendering import diff_renderable, preview_renderable
-from .source import ConsoleSource, TreeView
+from .source import ConsoleSource, TreeView, listed_total
 
 __all__ = ["POLL_SECONDS", "RECENT_COMMITS", "ConsoleApp"]
 
@@ -294,7 +294,8 @@ def _bounded_read(view: TreeView, path: str, stat: dict[str, Any] | None) -> Any
     if stat is None:
         return None
     names = view.discover(path)
-    return {"children": names[:200], **({"more": len(names) - 200} if len(names) > 200 else {})}
+    shown, total = names[:200], listed_total(names)
+    return {"children": shown, **({"more": total - len(shown)} if total > len(shown) else {})}
 
 
 def _plain_of(renderable: Any) -> str:

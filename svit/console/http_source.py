@@ -1,10 +1,17 @@
 """The console over a running ``svit serve`` (through :mod:`svit.client`).
 
-The HTTP API carries heads, the commit stream (with each commit's changed paths), the
-reasoning events of the current session and svit-control@1 activations, so over HTTP
-the console shows the conversation and events live, the history of commits, and runs
-``/lib`` scripts. It has no route to read, list or diff a process's tree, nor to reach
-the inbox or the mailbox, so those panels say they are unavailable.
+Every panel works over HTTP: the tree and previews (``/v1/discover``, ``/v1/stat`` and
+``/v1/read``, live or as of a retained version), diffs (``/v1/diff``), the history
+(``/v1/log``, with commit times, scripts and output summaries), the mail lists
+(``/v1/mail``), sending to ``/inbox`` (``/v1/inbox``, a write token), running ``/lib``
+scripts (``svit-control@1``) and the live conversation (commits and the session's
+reasoning events from ``/v1/events?threads=1``).
+
+What HTTP carries in part, it says: a listing holds its first 200 names and the total
+(the tree's "… N more" row), a preview holds a leaf's first 64 KiB (the preview counts
+the bytes left out, as it does for a local store), a diff its first 2,000 paths, each
+side cut at 64 KiB. Mounts browse as a store with no provider attached does: the server
+holds no providers, so a mount's rows say ``not attached``.
 """
 
 from __future__ import annotations
@@ -13,33 +20,89 @@ import json
 import queue
 import threading
 import uuid
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import httpx
 
 from ..client import Client, ClientError
 from ..control import Committed, Conflict
-from .source import Commit, Difference, Note, Refused, TreeView, Unavailable
+from ..values import Script
+from .rendering import PREVIEW_BYTES
+from .source import Commit, CutScript, CutText, Difference, Listing, Note, Refused, TreeView
 
-__all__ = ["HTTP_UNAVAILABLE", "HttpSource"]
+__all__ = ["HTTP_UNAVAILABLE", "HttpSource", "HttpView"]
 
-_NO_ROUTE = "svit serve has no route to read a process tree"
-HTTP_UNAVAILABLE: dict[str, str] = {
-    "tree": f"{_NO_ROUTE} (open the store directly: svit console ADDR --store ...)",
-    "at": f"{_NO_ROUTE} as of a version",
-    "diff": "svit serve has no route to compare versions",
-    "mail": "svit serve has no route to the inbox or the mailbox",
-    "send": "svit serve has no route to the inbox (run a /lib script that sends instead)",
-}
+#: Nothing is unavailable over HTTP any more (kept for callers that read it).
+HTTP_UNAVAILABLE: dict[str, str] = {}
+
+#: The mail lists as the console names them, from the keys of ``/v1/mail``.
+MAIL_LISTS = (
+    ("inbox", "inbox (not yet handled)"),
+    ("set_aside", "set aside by the loop"),
+    ("outbox", "outbox (pending delivery)"),
+    ("undeliverable", "undeliverable"),
+    ("waiting", "waiting for delivery here"),
+)
+
+T = TypeVar("T")
+
+
+def _asking(call: Callable[[], T]) -> T:
+    """``call()``, a server's refusal or a lost connection raised as :class:`Refused`."""
+    try:
+        return call()
+    except ClientError as exc:
+        raise Refused(exc.code, exc.message) from None
+    except httpx.HTTPError as exc:
+        raise Refused("unavailable", f"svit serve does not answer: {type(exc).__name__}") from None
 
 
 def _commit(data: dict[str, Any]) -> Commit:
-    return Commit(int(data["version"]), str(data.get("source", "")), tuple(str(p) for p in data.get("changed", ())))
+    at = data.get("committed_at")
+    script, output = data.get("script"), data.get("output")
+    return Commit(int(data["version"]), str(data.get("source", "")), tuple(str(p) for p in data.get("changed", ())),
+                  at if type(at) is int else 0, script if isinstance(script, str) else None,
+                  output if isinstance(output, str) else None)
+
+
+def _carried(value: Any, cut: int) -> Any:
+    """A value as the console shows it, marked with the bytes the server left out."""
+    if not cut:
+        return value
+    if isinstance(value, str):
+        return CutText(value, cut)
+    if isinstance(value, Script):
+        return CutScript(value.source, value.documentation, cut)
+    return f"<{cut} bytes, not carried over HTTP>"
+
+
+class HttpView:
+    """The tree of one process over HTTP, at ``version`` (None: the head, whatever it is now)."""
+
+    def __init__(self, client: Client, address: str, version: int | None) -> None:
+        self._client = client
+        self._address = address
+        self.version = version
+
+    def read(self, path: str) -> Any:
+        """The value at ``path``; text or a script's source beyond 64 KiB is cut (a preview)."""
+        value, cut = _asking(lambda: self._client.preview(self._address, path, PREVIEW_BYTES, at=self.version))
+        return _carried(value, cut)
+
+    def discover(self, path: str) -> list[str]:
+        answer = _asking(lambda: self._client.discover(self._address, path, at=self.version))
+        return Listing(answer["names"], int(answer["total"]))
+
+    def stat(self, path: str) -> dict[str, Any] | None:
+        return _asking(lambda: self._client.stat(self._address, path, at=self.version))
 
 
 class HttpSource:
     """A :class:`~svit.console.source.ConsoleSource` over ``svit serve`` at ``base_url``."""
+
+    #: Differences one diff asks for (the server's bound; the rest are counted).
+    diff_limit = 2000
 
     def __init__(self, base_url: str, token: str, address: str, *, client: Client | None = None) -> None:
         self._client = client or Client(base_url, token)
@@ -78,7 +141,11 @@ class HttpSource:
         return self._version
 
     def view(self, version: int | None = None) -> TreeView:
-        raise Unavailable(HTTP_UNAVAILABLE["tree"])
+        """The tree at ``version`` (None: the head); a version the store does not retain
+        is refused here, as a local store's ``at`` refuses it, not row by row later."""
+        if version is not None:
+            _asking(lambda: self._client.stat(self._address, "/", at=version))
+        return HttpView(self._client, self._address, version)
 
     def commits_after(self, version: int, limit: int = 200) -> list[Commit]:
         found: list[Commit] = []
@@ -94,19 +161,20 @@ class HttpSource:
         return found
 
     def history(self, limit: int = 200) -> list[Commit]:
-        """The newest commits, read from the event stream from ``head - limit`` to the head."""
-        head = int(self._client.process(self._address)["version"])
-        found: list[Commit] = []
-        if head == 0:
-            return found
-        for data in self._client.events(self._address, max(0, head - limit)):
-            found.append(_commit(data))
-            if found[-1].version >= head:
-                break
-        return list(reversed(found[-limit:]))
+        """The newest ``limit`` retained commits, newest first (``/v1/log``)."""
+        found = _asking(lambda: self._client.log(self._address, limit))
+        return [_commit(data) for data in found]
 
     def diff(self, before: int, after: int) -> list[Difference]:
-        raise Unavailable(HTTP_UNAVAILABLE["diff"])
+        answer = _asking(lambda: self._client.diff(self._address, before, after, limit=self.diff_limit))
+        out = []
+        for entry in answer["differences"]:
+            sides = [_carried(entry.get(side), int(entry.get(f"{side}_cut", 0))) for side in ("before", "after")]
+            out.append(Difference(str(entry["path"]), str(entry["kind"]), sides[0], sides[1]))
+        rest = int(answer["total"]) - len(out)
+        if rest > 0:
+            out.append(Difference(f"… {rest} more path(s), not carried over HTTP", "more", rest, None))
+        return out
 
     def conversation(self) -> list[Note]:
         notes: list[Note] = []
@@ -117,19 +185,25 @@ class HttpSource:
                 return notes
 
     def mail(self) -> dict[str, list[Any]]:
-        raise Unavailable(HTTP_UNAVAILABLE["mail"])
+        answer = _asking(lambda: self._client.mail(self._address))
+        lists: dict[str, list[Any]] = {}
+        for key, name in MAIL_LISTS:
+            part = answer.get(key) or {}
+            items = list(part.get("items") or [])
+            rest = int(part.get("total", len(items))) - len(items)
+            lists[name] = items + ([f"… {rest} more, not carried over HTTP"] if rest > 0 else [])
+        return lists
 
     def send(self, text: str) -> int:
-        raise Unavailable(HTTP_UNAVAILABLE["send"])
+        """A user message into ``/inbox`` (``/v1/inbox``, one commit); the version committed."""
+        return int(_asking(lambda: self._client.send(self._address, text))["version"])
 
     def run(self, script: str, input: Any) -> str:
         """One svit-control@1 activation at the current head (a conflict is reported, not retried)."""
         name = script.removeprefix("/lib/")
-        head = int(self._client.process(self._address)["version"])
-        try:
-            answer = self._client.activate(self._address, name, input, expected_version=head, client_id=self._client_id)
-        except ClientError as exc:
-            raise Refused(exc.code, exc.message) from None
+        head = int(_asking(lambda: self._client.process(self._address))["version"])
+        answer = _asking(lambda: self._client.activate(self._address, name, input, expected_version=head,
+                                                       client_id=self._client_id))
         outcome = answer.outcome
         if isinstance(outcome, Committed):
             output = json.dumps(outcome.activation["output"], ensure_ascii=False)[:200]

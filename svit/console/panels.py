@@ -22,7 +22,7 @@ from textual.widgets.tree import TreeNode
 
 from ..errors import SvitError
 from .rendering import commit_line, row_label
-from .source import Commit, Note, TreeView, item_text
+from .source import Commit, Note, TreeView, item_text, listed_total
 from .tree import MAX_CHILDREN
 
 __all__ = ["ConversationPanel", "HistoryPanel", "ProcessTree", "TextPanel", "join", "parent_of"]
@@ -122,8 +122,9 @@ class ProcessTree(Tree[str]):
             label, expandable = self._label(child_path, name)
             child = node.add(label, data=child_path, allow_expand=expandable, before=index if index < len(node.children) else None)
             self.rows[child_path] = child
-        if len(names) > MAX_CHILDREN:
-            node.add_leaf(Text(f"… {len(names) - MAX_CHILDREN} more (first {MAX_CHILDREN} shown)", style="yellow"))
+        total = listed_total(names)
+        if total > len(shown):
+            node.add_leaf(Text(f"… {total - len(shown)} more (first {len(shown)} shown)", style="yellow"))
         self.listed.add(path)
 
     def _forget(self, path: str) -> None:

@@ -15,7 +15,7 @@ from rich.console import Group, RenderableType
 from rich.syntax import Syntax
 from rich.text import Text
 
-from .source import Commit, Difference
+from .source import Commit, Difference, left_out
 from .tree import describe, preview
 
 __all__ = ["PREVIEW_BYTES", "THEME", "commit_line", "diff_renderable", "preview_renderable", "row_label"]
@@ -66,6 +66,7 @@ def preview_renderable(path: str, stat: dict[str, Any] | None, value: Any, *, ve
     else:
         source, cut = _cap(json.dumps(value, ensure_ascii=False, indent=2, sort_keys=False, default=_plain))
         parts = [heading, Syntax(source, "json", theme=THEME, word_wrap=True)]
+    cut += left_out(value)  # what the source did not carry (a preview over HTTP)
     if cut:
         parts.append(Text(f"… {cut} more bytes not shown (preview capped at {PREVIEW_BYTES // 1024} KiB)", style="yellow"))
     return Group(*parts)
@@ -79,11 +80,16 @@ def _plain(value: Any) -> Any:
 
 def diff_renderable(before: int, after: int, differences: list[Difference]) -> RenderableType:
     """``+``/``-``/``~`` lines with each path's values before and after."""
-    lines = Text(f"diff version {before} -> {after}: {len(differences)} path(s)\n", style="bold")
+    more = sum(d.before for d in differences if d.kind == "more" and type(d.before) is int)
+    count = sum(1 for d in differences if d.kind != "more") + more
+    lines = Text(f"diff version {before} -> {after}: {count} path(s)\n", style="bold")
     if not differences:
         lines.append("(no difference)", style="dim")
     marks = {"added": ("+ ", "green"), "removed": ("- ", "red"), "changed": ("~ ", "yellow")}
     for difference in differences:
+        if difference.kind == "more":  # a source that carried only the first differences
+            lines.append(difference.path + "\n", style="yellow")
+            continue
         mark, style = marks.get(difference.kind, ("? ", "white"))
         lines.append(mark + difference.path, style=style)
         if difference.kind != "added":

@@ -9,13 +9,15 @@ through a running ``svit serve``. A source names what it cannot show in
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..errors import SvitError
+from ..values import Script
 
-__all__ = ["FEATURES", "Commit", "ConsoleSource", "Difference", "Note", "Refused", "TreeView", "Unavailable", "item_key", "item_text"]
+__all__ = ["FEATURES", "Commit", "ConsoleSource", "CutScript", "CutText", "Difference", "Listing", "Note", "Refused", "TreeView",
+           "Unavailable", "item_key", "item_text", "left_out", "listed_total"]
 
 #: The features a source may lack: the tree and preview, reading as of an older version,
 #: diffs, the mail lists, sending to the inbox, running a /lib script.
@@ -54,7 +56,9 @@ class Commit:
 
 @dataclass(frozen=True)
 class Difference:
-    """A path that differs between two versions (``kind``: added, removed, changed)."""
+    """A path that differs between two versions (``kind``: added, removed, changed; a
+    source that carried only the first differences ends with one ``more`` entry whose
+    ``path`` says so and whose ``before`` counts the rest)."""
 
     path: str
     kind: str
@@ -69,6 +73,42 @@ class Note:
     key: str
     kind: str
     text: str
+
+
+class Listing(list[str]):
+    """Child names a source carried only in part: the first ones, and how many there are."""
+
+    def __init__(self, names: Iterable[str], total: int) -> None:
+        super().__init__(names)
+        self.total = total
+
+
+def listed_total(names: list[str]) -> int:
+    """How many names a listing has in all (more than it holds when it is a :class:`Listing`)."""
+    return max(len(names), names.total) if isinstance(names, Listing) else len(names)
+
+
+class CutText(str):
+    """Text a source cut before sending it: ``left_out`` bytes were not carried."""
+
+    left_out: int
+
+    def __new__(cls, text: str, left_out: int) -> CutText:
+        made = super().__new__(cls, text)
+        made.left_out = left_out
+        return made
+
+
+@dataclass(frozen=True)
+class CutScript(Script):
+    """A script whose source a source cut: ``left_out`` bytes were not carried."""
+
+    left_out: int = 0
+
+
+def left_out(value: Any) -> int:
+    """Bytes of ``value`` its source did not carry (0 for a whole value)."""
+    return value.left_out if isinstance(value, (CutText, CutScript)) else 0
 
 
 class TreeView(Protocol):

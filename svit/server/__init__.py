@@ -4,7 +4,8 @@
     app = create_app(store, TokenSet.load("tokens.json"), options=ServeOptions())
 
 :mod:`svit.server.app` has the routes, :mod:`svit.server.tokens` the bearer tokens,
-:mod:`svit.server.events` the commit streams and :mod:`svit.server.run` the uvicorn runner.
+:mod:`svit.server.events` the commit streams, :mod:`svit.server.reading` the tree,
+history, mail and inbox answers, and :mod:`svit.server.run` the uvicorn runner.
 """
 
 from .app import McpApp, create_app, path_address

@@ -10,6 +10,12 @@ Routes (addresses appear in paths as the text after ``svit://``):
 * ``GET /v1/events/{address}``: the address's commits as server-sent events (``read``);
   ``?threads=1`` adds its reasoning events.
 * ``GET /v1/processes/{address}``: ``{"address", "version", "root_hash"}`` (``read``).
+* ``GET /v1/read/{address}?path=P[&at=V][&cap=BYTES]``, ``/v1/discover/...``,
+  ``/v1/stat/...``: the tree, live or as of a retained version (``read``).
+* ``GET /v1/diff/{address}?from=V1&to=V2``, ``GET /v1/log/{address}?limit=N[&path=P]``,
+  ``GET /v1/mail/{address}``: differences, recent transactions, the mail lists (``read``).
+* ``POST /v1/inbox/{address}`` with ``{"body": TEXT}``: a user message into ``/inbox``
+  (``write``). The answers and their bounds are :mod:`svit.server.reading`'s.
 * ``GET /healthz`` (liveness) and ``GET /readyz`` (the store answers), without a token.
 * ``/mcp/{address}``: the MCP streamable-HTTP transport, when an MCP app is given.
 
@@ -21,6 +27,7 @@ in a worker thread, never on the event loop.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
@@ -36,7 +43,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..control import Committed, decode_request, encode_response
 from ..errors import InvalidControlId, InvalidPath, PersistenceNotFound, SvitError
 from ..paths import validate_address
-from ..store import ProcessStore
+from ..store import DurableProcess, ProcessStore
+from . import reading
 from .body import read_bounded
 from .concurrency import TokenConcurrency
 from .controllers import ControllerCache
@@ -50,6 +58,22 @@ __all__ = ["McpApp", "create_app", "path_address"]
 
 #: An event stream whose client takes nothing for this long is closed.
 SEND_TIMEOUT_SECONDS = 30.0
+
+#: The HTTP status of a Svit error the request itself caused (reading the tree, the
+#: history, sending); any other store failure is 503 ``unavailable``.
+REQUEST_ERRORS = {
+    "invalid_path": 400,
+    "invalid_value": 400,
+    "persistence_not_found": 404,
+    "inbox_conflict": 409,
+    "persistence_conflict": 409,
+    "resource_limit_exceeded": 422,
+    "mount_unavailable": 422,
+    "mount_denied": 422,
+}
+
+#: Answers a route computes from the durable handle at the stored head (blocking).
+Answer = Callable[[DurableProcess], dict[str, Any]]
 
 
 class McpApp(Protocol):
@@ -210,6 +234,120 @@ class _Server:
         finally:
             release()
 
+    # ------------------------------------------------------------------ the tree, history and mail
+    async def _answered(self, request: Request, need: Access, parse: Callable[[Request], Answer]) -> Response:
+        """Authenticate (401), bound (429), authorize (403), parse the query (400), and
+        only then read the store in a worker thread."""
+        grant = self.authenticate(request.headers)
+        release = self.concurrency.acquire(grant)
+        try:
+            address = path_address(request.path_params["address"])
+            self.authorize(grant, address, need)
+            answer = parse(request)
+            return JSONResponse(await self.answering(address, answer))
+        finally:
+            release()
+
+    async def answering(self, address: str, answer: Answer) -> dict[str, Any]:
+        """``answer`` over the handle at the stored head; an unknown address is 404
+        ``not_found``, a request error its own code (:data:`REQUEST_ERRORS`)."""
+        def run() -> dict[str, Any]:
+            try:
+                handle = self.handles.open(address)
+            except PersistenceNotFound:
+                raise HttpRefusal(404, "not_found", f"no process at {address}") from None
+            return answer(handle)
+
+        try:
+            return await anyio.to_thread.run_sync(run)
+        except HttpRefusal:
+            raise
+        except SvitError as exc:
+            status = REQUEST_ERRORS.get(exc.code)
+            if status is None:
+                raise HttpRefusal(503, "unavailable", exc.message) from None
+            raise HttpRefusal(status, exc.code, exc.message) from None
+
+    def _bounded(self, request: Request, name: str, default: int, most: int) -> int:
+        value = self._number(request.query_params.get(name), name)
+        if value is None:
+            return default
+        if not 1 <= value <= most:
+            raise HttpRefusal(400, "invalid_request", f"{name} must be 1-{most}")
+        return value
+
+    def _read(self, request: Request) -> Answer:
+        path, at = request.query_params.get("path", "/"), self._number(request.query_params.get("at"), "at")
+        cap = None if request.query_params.get("cap") is None else \
+            self._bounded(request, "cap", 0, self.options.max_answer_bytes)
+        limit = self.options.max_answer_bytes
+        return lambda handle: reading.read(handle, path, at, cap, limit)
+
+    def _discover(self, request: Request) -> Answer:
+        path, at = request.query_params.get("path", "/"), self._number(request.query_params.get("at"), "at")
+        offset = self._number(request.query_params.get("offset"), "offset") or 0
+        limit = self._bounded(request, "limit", reading.MAX_NAMES, reading.MAX_NAMES)
+        return lambda handle: reading.discover(handle, path, at, offset, limit)
+
+    def _stat(self, request: Request) -> Answer:
+        path, at = request.query_params.get("path", "/"), self._number(request.query_params.get("at"), "at")
+        return lambda handle: reading.stat(handle, path, at)
+
+    def _diff(self, request: Request) -> Answer:
+        before = self._number(request.query_params.get("from"), "from")
+        after = self._number(request.query_params.get("to"), "to")
+        if before is None or after is None:
+            raise HttpRefusal(400, "invalid_request", "a diff needs from and to (versions)")
+        limit = self._bounded(request, "limit", reading.MAX_DIFFERENCES, reading.MAX_DIFFERENCES)
+        return lambda handle: reading.diff(handle, before, after, limit)
+
+    def _log(self, request: Request) -> Answer:
+        limit = self._bounded(request, "limit", 50, reading.MAX_LOG)
+        path = request.query_params.get("path")
+        return lambda handle: reading.log(self.store, handle, limit, path)
+
+    def _mail(self, request: Request) -> Answer:
+        return lambda handle: reading.mail(self.store, handle)
+
+    async def read(self, request: Request) -> Response:
+        return await self._answered(request, "read", self._read)
+
+    async def discover(self, request: Request) -> Response:
+        return await self._answered(request, "read", self._discover)
+
+    async def stat(self, request: Request) -> Response:
+        return await self._answered(request, "read", self._stat)
+
+    async def diff(self, request: Request) -> Response:
+        return await self._answered(request, "read", self._diff)
+
+    async def log(self, request: Request) -> Response:
+        return await self._answered(request, "read", self._log)
+
+    async def mail(self, request: Request) -> Response:
+        return await self._answered(request, "read", self._mail)
+
+    async def inbox(self, request: Request) -> Response:
+        """``{"body": TEXT}``: a user message into ``/inbox``, one commit."""
+        grant = self.authenticate(request.headers)
+        release = self.concurrency.acquire(grant)
+        try:
+            address = path_address(request.path_params["address"])
+            self.authorize(grant, address, "write")
+            body = await read_bounded(request, self.options.max_body_bytes)
+            try:
+                data = json.loads(body)
+            except (ValueError, RecursionError):
+                raise HttpRefusal(400, "invalid_request", "the body is not JSON") from None
+            if type(data) is not dict or set(data) != {"body"} or type(data["body"]) is not str:
+                raise HttpRefusal(400, "invalid_request", 'the body must be {"body": TEXT}')
+            text: str = data["body"]
+            answer = await self.answering(address, lambda handle: reading.send(lambda: self.handles.open(address), text))
+            self.feed.notify(address)
+            return JSONResponse(answer)
+        finally:
+            release()
+
     async def healthz(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
@@ -276,6 +414,13 @@ def create_app(store: ProcessStore, tokens: TokenSet, *, options: ServeOptions |
         Route("/v1/control", server.control, methods=["POST"]),
         Route("/v1/events/{address:path}", server.events, methods=["GET"]),
         Route("/v1/processes/{address:path}", server.process, methods=["GET"]),
+        Route("/v1/read/{address:path}", server.read, methods=["GET"]),
+        Route("/v1/discover/{address:path}", server.discover, methods=["GET"]),
+        Route("/v1/stat/{address:path}", server.stat, methods=["GET"]),
+        Route("/v1/diff/{address:path}", server.diff, methods=["GET"]),
+        Route("/v1/log/{address:path}", server.log, methods=["GET"]),
+        Route("/v1/mail/{address:path}", server.mail, methods=["GET"]),
+        Route("/v1/inbox/{address:path}", server.inbox, methods=["POST"]),
         Route("/healthz", server.healthz, methods=["GET"]),
         Route("/readyz", server.readyz, methods=["GET"]),
     ]

@@ -9,8 +9,10 @@ client costs a bounded amount of memory; one that stops reading for ``send_timeo
 dropped.
 
 Each commit becomes ``id: <version>``, ``event: commit``, ``data:
-{"address", "version", "root_hash", "changed", "source"}`` (``changed``: the paths the
-transaction touched). Resuming from version V yields every retained commit with a
+{"address", "version", "root_hash", "changed", "source", "committed_at", "script",
+"output"}`` (``changed``: the paths the transaction touched; ``committed_at``: when the
+store committed it, ms since the Unix epoch, null when not recorded; ``script`` and
+``output``: the script an activation ran and a bounded summary of its output, else null). Resuming from version V yields every retained commit with a
 version above V, in order.
 
 With ``threads`` on, the stream also carries the reasoning events of the process's
@@ -122,6 +124,9 @@ def commit_event(transaction: Transaction) -> ServerSentEvent:
         "root_hash": transaction.resulting_root_hash,
         "changed": list(transaction.touched_paths),
         "source": transaction.source,
+        "committed_at": transaction.committed_at or None,
+        "script": transaction.script,
+        "output": transaction.output_summary,
     }
     return ServerSentEvent(json.dumps(data, ensure_ascii=False, separators=(",", ":")), event="commit",
                            id=str(transaction.process_version_after))

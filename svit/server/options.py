@@ -28,9 +28,13 @@ class ServeOptions:
     handle_cache_size: int = 64
     #: Receipts kept per address (``svit-control@1``).
     receipt_limit: int = 256
+    #: A whole value read (``/v1/read``) whose encoding is larger than this is refused
+    #: (422): read below it, or ask for a capped preview.
+    max_answer_bytes: int = 8 * 1024 * 1024
 
     def __post_init__(self) -> None:
-        for name in ("max_body_bytes", "max_concurrent_per_token", "events_page", "handle_cache_size", "receipt_limit"):
+        for name in ("max_body_bytes", "max_concurrent_per_token", "events_page", "handle_cache_size", "receipt_limit",
+                     "max_answer_bytes"):
             value = getattr(self, name)
             if type(value) is not int or value < 1:
                 raise ValueError(f"{name} must be a positive integer")

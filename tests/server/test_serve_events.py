@@ -44,8 +44,10 @@ def test_a_stream_from_a_version_delivers_every_later_commit_in_order_then_new_o
         assert versions(first) == made
         event, ident, data = first[0]
         assert event == "commit" and ident == str(made[0])
-        assert set(data) == {"address", "version", "root_hash", "changed", "source"}
+        assert set(data) == {"address", "version", "root_hash", "changed", "source", "committed_at", "script", "output"}
         assert data["address"] == ADDRESS and data["changed"] == ["/memory/count"] and data["source"]
+        assert type(data["committed_at"]) is int and data["committed_at"] > 1_600_000_000_000
+        assert data["script"] == "/lib/add" and data["output"].isdigit()  # the counter's new count
         later = commit(served, 3)
         assert versions(stream.take(3)) == later
         assert stream.nothing_more(0.3)
