@@ -245,6 +245,21 @@ def test_a_stale_holder_record_is_replaced_by_the_next_writer(tmp_path: Path, ca
     store.close()
 
 
+@pytest.mark.parametrize("since", ["1e300", "Infinity", "NaN", "-1e20"])
+def test_a_holder_record_with_an_impossible_time_is_only_a_vaguer_message(tmp_path: Path, since: str) -> None:
+    # The record is advisory: a damaged time must not stop the next writer (nor leave its
+    # store open behind a traceback), only make the message less precise.
+    path = tmp_path / "store"
+    ProcessStore.open(path).close()
+    (path / HOLDER_FILE).write_text(f'{{"command": "svit serve", "pid": {_dead_pid()}, "since": {since}}}')
+    store = ProcessStore.open(path)
+    try:
+        assert json.loads((path / HOLDER_FILE).read_text())["pid"] == os.getpid()
+    finally:
+        store.close()
+    assert not (path / HOLDER_FILE).exists()
+
+
 def test_a_held_store_whose_record_names_a_dead_process_says_it_is_stale(tmp_path: Path) -> None:
     path = tmp_path / "store"
     holder = subprocess.Popen([sys.executable, str(Path(__file__).with_name("hold_store.py")), str(path)],
