@@ -578,7 +578,8 @@ class Compiler:
     ) -> Expr:
         """A closure: a module-level factory taking the captured values, called here."""
         captured = sorted(self.free_locals(form, scope))
-        factory = self.fresh("mk")
+        # A module global: named after this compilation, as a typed entry is (see typed_body).
+        factory = self.fresh("mk") + self.constants_name
         cap_scope = Scope(None, {lisp: py for lisp, py in captured}, boundary=True)
         saved = self.note_span(form)
         here = self.enclosing

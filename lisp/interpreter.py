@@ -85,7 +85,7 @@ _recursion = _RecursionAllowance()
 _NOARG = object()
 
 #: CPython's complaint about a call to a generated function (``g_f()`` or a closure).
-_GUEST_CALL = re.compile(r"(?:_mk[0-9]+\.<locals>\.)?(?:g_[A-Za-z0-9_]*|_lambda[0-9]+|v[0-9]+_[A-Za-z0-9_]*)\(\) ")
+_GUEST_CALL = re.compile(r"(?:_mk[0-9]+_K[0-9]+\.<locals>\.)?(?:g_[A-Za-z0-9_]*|_lambda[0-9]+|v[0-9]+_[A-Za-z0-9_]*)\(\) ")
 
 _PY_TYPE_NAMES = {
     "int": "integer", "str": "string", "NoneType": "unit", "float": "float", "bool": "bool",

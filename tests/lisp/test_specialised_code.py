@@ -406,6 +406,15 @@ def test_a_later_program_cannot_replace_the_typed_entry_of_an_earlier_one(call: 
 
 
 @pytest.mark.parametrize("specialise", [False, True])
+def test_a_closure_made_by_an_earlier_program_is_its_own(specialise: bool) -> None:
+    # Closures are made by module-level factories, numbered per program: the second
+    # program's factory must not replace the one the first program's `mk` calls.
+    first = "(define (mk x) (lambda () x)) (define old mk)"
+    second = "(define (mk2 y) (lambda () (+ y 100)))"
+    assert runs_in_one_namespace([first, second], "((old 1))", specialise) == ("value", 1)
+
+
+@pytest.mark.parametrize("specialise", [False, True])
 def test_a_function_whose_name_the_host_replaced_fails_where_it_calls_it(specialise: bool) -> None:
     # The host installs a function of the same name: until a run names it, the global is
     # unbound. The old function, kept as a value, fails only where it calls `fib`.
