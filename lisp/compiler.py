@@ -539,7 +539,10 @@ class Compiler:
         checks = [f"_type({py}) is _int" for py in params]
         checks += [f"{-TYPED_PARAM_BOUND} < {py} < {TYPED_PARAM_BOUND}" for py in params]
         if self_global is not None and _calls_only_itself(body, scope, self_global, len(ctx.params)):
-            entry = self.fresh("typed")
+            # Module globals named after this compilation (its constants' global is unique):
+            # a later program run in the same namespace numbers its own alike, and must not
+            # replace the typed entry a function of this one calls, nor pass its identity test.
+            entry = self.fresh("typed") + self.constants_name
             positions = tuple(i for i, py in enumerate(ctx.params) if py in params)
             self.self_typed, self.self_typed_calls, self.returns_ints = (self_global, entry, positions), 0, True
             self.function_params = ctx.params
@@ -551,7 +554,7 @@ class Compiler:
                 # Every value it returns is an int, so calls of the typed entry return ints
                 # (by induction on the depth of the calls). The entry itself runs no guest
                 # code but its own, so the global still names this function inside it.
-                identity = self.fresh("self")
+                identity = self.fresh("self") + self.constants_name
                 # Looked up without failing: a host may have removed the name meanwhile.
                 checks.append(f"_self_get({pyname!r}) is {identity}")
                 return TypedBody([f"    if {' and '.join(checks)}:"] + typed, entry, identity, typed)
@@ -575,7 +578,8 @@ class Compiler:
     ) -> Expr:
         """A closure: a module-level factory taking the captured values, called here."""
         captured = sorted(self.free_locals(form, scope))
-        factory = self.fresh("mk")
+        # A module global: named after this compilation, as a typed entry is (see typed_body).
+        factory = self.fresh("mk") + self.constants_name
         cap_scope = Scope(None, {lisp: py for lisp, py in captured}, boundary=True)
         saved = self.note_span(form)
         here = self.enclosing

@@ -85,7 +85,7 @@ _recursion = _RecursionAllowance()
 _NOARG = object()
 
 #: CPython's complaint about a call to a generated function (``g_f()`` or a closure).
-_GUEST_CALL = re.compile(r"(?:_mk[0-9]+\.<locals>\.)?(?:g_[A-Za-z0-9_]*|_lambda[0-9]+|v[0-9]+_[A-Za-z0-9_]*)\(\) ")
+_GUEST_CALL = re.compile(r"(?:_mk[0-9]+_K[0-9]+\.<locals>\.)?(?:g_[A-Za-z0-9_]*|_lambda[0-9]+|v[0-9]+_[A-Za-z0-9_]*)\(\) ")
 
 _PY_TYPE_NAMES = {
     "int": "integer", "str": "string", "NoneType": "unit", "float": "float", "bool": "bool",
@@ -301,7 +301,7 @@ class Interpreter:
         self.globals["_s"] = 0
         self.globals["_d"] = 0
         #: The most iterations a loop can run under this budget (see lisp.fast_loop).
-        self.globals["_fuel_cap"] = self.budget.max_steps
+        self.globals["_fuel_cap"] = max(self.budget.max_steps, self.budget.remaining)
         #: How a typed body checks that its global still names its function (lisp.compiler).
         self.globals["_self_get"] = self.globals.get
         self.globals["_tick"] = self._tick
@@ -456,6 +456,9 @@ class Interpreter:
         g = self.globals
         g.clear()
         g.update(installed.globals)
+        # The fast loops' overflow proof counts on at most this many steps (lisp.fast_loop):
+        # it is the new budget's, not the one the namespace was sealed under.
+        g["_fuel_cap"] = max(budget.max_steps, budget.remaining)
         for name, value in values.items():
             if name not in self.host_values:
                 raise InternalError(f"renew can only replace a host value: {name}")

@@ -70,7 +70,11 @@ class Holder:
         return True
 
     def when(self) -> str:
-        return datetime.datetime.fromtimestamp(self.since, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        """The opening time in UTC; a time no clock can show (a damaged record) is "an unknown time"."""
+        try:
+            return datetime.datetime.fromtimestamp(self.since, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        except (ValueError, OverflowError, OSError):
+            return "an unknown time"
 
     def describe(self) -> str:
         """``pid 1234 (svit serve, since 2026-01-01T00:00:00Z)``."""

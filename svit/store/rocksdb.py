@@ -116,6 +116,20 @@ def _write_options() -> rocksdict.WriteOptions:
     return options
 
 
+def _checked_column_families(path: str, deadline: float | None) -> list[str]:
+    """The column families of the existing store at ``path``, after the checks every open
+    makes first: its MANIFEST record by record, then RocksDB's own first read (within
+    ``deadline`` seconds); a damaged store or an unregistered family is ``InvalidPersistence``."""
+    problem = rocksdb_files.check_manifest(path)
+    if problem is not None:
+        raise InvalidPersistence(f"store is damaged: {problem}; restore it from a copy or an archive")
+    existing = _probe_column_families(path, deadline)
+    unknown = sorted(set(existing) - set(COLUMN_FAMILIES))
+    if unknown:
+        raise InvalidPersistence(f"store has unregistered column families: {unknown}")
+    return existing
+
+
 def _probe_column_families(path: str, deadline: float | None) -> list[str]:
     """The column families of the existing store at ``path``, read within ``deadline`` seconds.
 
@@ -190,13 +204,7 @@ class RocksDBEngine(StorageEngine):
             if not os.path.isdir(path):
                 raise NotADirectoryError(errno.ENOTDIR, "Not a directory")
             if os.path.exists(os.path.join(path, "CURRENT")):
-                problem = rocksdb_files.check_manifest(path)
-                if problem is not None:
-                    raise InvalidPersistence(f"store is damaged: {problem}; restore it from a copy or an archive")
-                existing = _probe_column_families(path, open_deadline)
-                unknown = sorted(set(existing) - set(COLUMN_FAMILIES))
-                if unknown:
-                    raise InvalidPersistence(f"store has unregistered column families: {unknown}")
+                _checked_column_families(path, open_deadline)
             column_families = {name: _options() for name in COLUMN_FAMILIES if name != CF_DEFAULT}
             db = rocksdict.Rdict(path, _options(), column_families=column_families)
         except SvitError:
@@ -435,13 +443,7 @@ class RocksDBReader(RocksDBEngine):
             raise PersistenceNotFound("no store has been written there yet")
         scratch: str | None = None
         try:
-            problem = rocksdb_files.check_manifest(path)
-            if problem is not None:
-                raise InvalidPersistence(f"store is damaged: {problem}; restore it from a copy or an archive")
-            existing = _probe_column_families(path, open_deadline)
-            unknown = sorted(set(existing) - set(COLUMN_FAMILIES))
-            if unknown:
-                raise InvalidPersistence(f"store has unregistered column families: {unknown}")
+            existing = _checked_column_families(path, open_deadline)
             missing = sorted(set(COLUMN_FAMILIES) - set(existing))
             if missing:
                 raise PersistenceUnavailable(

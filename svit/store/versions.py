@@ -283,7 +283,13 @@ class VersionView:
     def _state(self) -> Process:
         process = self._process
         if process is None:
-            root = self._versions.root(self.root_hash, self.address)
+            try:
+                root = self._versions.root(self.root_hash, self.address)
+            except InvalidPersistence:
+                # Cut away and swept since this view was made: no longer retained (what
+                # resolving it again says), not damage. Still retained: the damage stands.
+                self._versions.resolve(self.address, self.version)
+                raise
             process = self._process = Process(self.address, root, self.version, self._limits)
         return process
 

@@ -376,6 +376,44 @@ def test_a_redefined_function_is_called_late_bound_not_through_its_typed_entry()
     assert interp.call("old", 10) == 900 + 800
 
 
+def runs_in_one_namespace(sources: list[str], call: str, specialise: bool) -> tuple[Any, ...]:
+    """The outcome of ``call`` after running ``sources`` one after another in one namespace."""
+    interpreter._compile_cache.clear()
+    saved = compiler.SPECIALISE
+    compiler.SPECIALISE = specialise
+    try:
+        interp = Interpreter(LispLimits())
+        for source in sources:
+            interp.run(source)
+        try:
+            return ("value", interp.run(call))
+        except LispError as error:
+            return ("error", type(error).__name__, str(error))
+    finally:
+        compiler.SPECIALISE = saved
+
+
+@pytest.mark.parametrize("call", ['(old 2 "xyz")', "(old 2 (list 1 2))", "(old 3 4)"])
+def test_a_later_program_cannot_replace_the_typed_entry_of_an_earlier_one(call: str) -> None:
+    # Two programs of the same shape number their generated globals alike. The old `f`,
+    # kept as a value, types only `a`; the new `f` types `a` and `b`. The old function's
+    # self calls must reach its own typed entry (or none), never the new one, which would
+    # run Python `+` on a text or a list with no type test.
+    first = "(define (f a b) (if (< a 1) 0 (+ 1 (f (- a 1) b)))) (define old f)"
+    second = "(define (f a b) (if (< a 1) 0 (+ b (f (- a 1) b))))"
+    specialised = runs_in_one_namespace([first, second], call, specialise=True)
+    assert specialised == runs_in_one_namespace([first, second], call, specialise=False)
+
+
+@pytest.mark.parametrize("specialise", [False, True])
+def test_a_closure_made_by_an_earlier_program_is_its_own(specialise: bool) -> None:
+    # Closures are made by module-level factories, numbered per program: the second
+    # program's factory must not replace the one the first program's `mk` calls.
+    first = "(define (mk x) (lambda () x)) (define old mk)"
+    second = "(define (mk2 y) (lambda () (+ y 100)))"
+    assert runs_in_one_namespace([first, second], "((old 1))", specialise) == ("value", 1)
+
+
 @pytest.mark.parametrize("specialise", [False, True])
 def test_a_function_whose_name_the_host_replaced_fails_where_it_calls_it(specialise: bool) -> None:
     # The host installs a function of the same name: until a run names it, the global is

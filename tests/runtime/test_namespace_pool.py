@@ -11,7 +11,7 @@ from svit.activation import NAMESPACES, NamespacePool, WorkingState
 from svit.errors import SvitError
 from svit.lisp.budget import Budget
 from svit.lisp.context import LispLimits
-from svit.lisp.errors import InternalError
+from svit.lisp.errors import InternalError, LimitError
 from svit.lisp.interpreter import Interpreter
 
 COUNTER = (
@@ -41,6 +41,22 @@ def test_a_renewed_namespace_forgets_what_the_last_run_defined() -> None:
     assert not interp.has("leaked") and not interp.has("main")
     assert interp.installed_names() is names
     assert interp.globals == {**sealed, "g_input": 5}
+
+
+def test_a_renewed_namespace_bounds_its_fast_loops_by_the_new_budget() -> None:
+    # A fast self tail loop skips the overflow test of `acc + 10**13` because at most
+    # "the budget's steps" iterations can run. Sealed under a budget of 1,000 steps and
+    # renewed under one of 10**7, the proof must use the new budget: after 2 * 10**6
+    # iterations the sum passes 64 bits, and the run must fail there as generic code does.
+    source = (
+        "(define (f n acc) (if (= n 0) acc (f (- n 1) (+ acc 10000000000000))))"
+        " (f 2000000 0)"
+    )
+    interp = Interpreter(LispLimits(max_steps=1_000), Budget(1_000, None))
+    interp.seal()
+    interp.renew(Budget(10**7, None), None, {})
+    with pytest.raises(LimitError):
+        interp.run(source, compile_budget=Budget(10**6, None))
 
 
 def test_renew_refuses_a_namespace_never_sealed_and_a_value_never_installed() -> None:

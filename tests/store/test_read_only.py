@@ -1,6 +1,6 @@
 """``ProcessStore.open(path, read_only=True)``: looking at a store while another process writes it.
 
-A reader takes no lock, follows the writer's commits (seen within a second), refuses
+A reader takes no lock, follows the writer's commits (seen while it runs), refuses
 every write before anything is written, and leaves the store's files as they were.
 """
 
@@ -74,19 +74,20 @@ def _files(path: Path) -> dict[str, str]:
             if (path / name).is_file()}
 
 
-def test_a_reader_in_another_process_sees_each_commit_within_a_second(writer: tuple[Path, Writer]) -> None:
+def test_a_reader_in_another_process_sees_each_commit_while_the_writer_runs(writer: tuple[Path, Writer]) -> None:
     path, running = writer
     reader = ProcessStore.open(path, read_only=True)
     try:
         assert reader.read_only
         for _ in range(5):
             version, n = running.next_commit()
-            deadline = time.monotonic() + 1.0
+            # A bound on a hang, not a speed test: a quiet machine sees it in a few ms.
+            deadline = time.monotonic() + 30.0
             while True:
                 head = reader.stored_head(ADDR)
                 if head is not None and head["process_version"] >= version:
                     break
-                assert time.monotonic() < deadline, f"version {version} not seen within a second"
+                assert time.monotonic() < deadline, f"version {version} not seen while the writer runs"
                 time.sleep(0.01)
             assert reader.resume(ADDR).read("/memory/n") >= n
     finally:
@@ -243,6 +244,21 @@ def test_a_stale_holder_record_is_replaced_by_the_next_writer(tmp_path: Path, ca
                for r in caplog.records if r.name == "svit.store")
     assert json.loads((path / HOLDER_FILE).read_text())["pid"] == os.getpid()
     store.close()
+
+
+@pytest.mark.parametrize("since", ["1e300", "Infinity", "NaN", "-1e20"])
+def test_a_holder_record_with_an_impossible_time_is_only_a_vaguer_message(tmp_path: Path, since: str) -> None:
+    # The record is advisory: a damaged time must not stop the next writer (nor leave its
+    # store open behind a traceback), only make the message less precise.
+    path = tmp_path / "store"
+    ProcessStore.open(path).close()
+    (path / HOLDER_FILE).write_text(f'{{"command": "svit serve", "pid": {_dead_pid()}, "since": {since}}}')
+    store = ProcessStore.open(path)
+    try:
+        assert json.loads((path / HOLDER_FILE).read_text())["pid"] == os.getpid()
+    finally:
+        store.close()
+    assert not (path / HOLDER_FILE).exists()
 
 
 def test_a_held_store_whose_record_names_a_dead_process_says_it_is_stale(tmp_path: Path) -> None:

@@ -316,6 +316,21 @@ def test_old_versions_survive_a_node_sweep(store):
         store.close()
 
 
+def test_a_view_whose_version_was_cut_and_swept_before_its_first_read_is_not_found(store):
+    # A view is resolved when made and rebuilt on first read. If its version was cut away
+    # and its chunks swept in between, that is the version no longer being retained (as
+    # a fresh `at` says), not a damaged store.
+    h = fresh(store)
+    for i in range(3):
+        h.write("/memory/big", {"i": i, "list": list(range(i * 50, i * 50 + 40))})
+    view = h.at(1)
+    h.cut()
+    assert store.sweep_nodes() > 0
+    with pytest.raises(PersistenceNotFound, match=r"version 1 is not retained"):
+        view.read("/memory/big")
+    assert h.at(3).read("/memory/big")["i"] == 2
+
+
 def test_a_missing_chunk_is_invalid_persistence(store):
     h = fresh(store)
     h.write("/memory/big", {"deep": [1, 2, 3]})
