@@ -105,6 +105,10 @@ class GroupCommit(Generic[B]):
     def release(self) -> None:
         self._lock.release()
 
+    def owned(self) -> bool:
+        """True when the calling thread holds the store lock."""
+        return bool(getattr(self._lock, "_is_owned")())
+
     @contextlib.contextmanager
     def committing(self) -> Iterator[None]:
         """Hold the store lock without waiting for queued batches (a commit's preparation)."""

@@ -226,7 +226,7 @@ def test_the_statement_says_how_commits_are_made_durable(store: ProcessStore, en
         assert "synchronous_commit=on" in statement["write"]
         assert statement["path"].startswith("postgresql://")
     else:
-        assert "sync=True" in statement["write"]
+        assert "SyncWAL" in statement["write"] and "synced before it was acknowledged" in statement["write"]
 
 
 # ---------------------------------------------------------------------------- refusals
