@@ -107,7 +107,7 @@ class GroupCommit(Generic[B]):
 
     def owned(self) -> bool:
         """True when the calling thread holds the store lock."""
-        return bool(getattr(self._lock, "_is_owned")())
+        return bool(self._lock._is_owned())
 
     @contextlib.contextmanager
     def committing(self) -> Iterator[None]:
