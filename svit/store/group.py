@@ -59,6 +59,8 @@ class GroupCommit(Generic[B]):
     def __init__(self, write_group: Callable[[list[B]], list[BaseException | None]]) -> None:
         self._write_group = write_group
         self._lock = threading.RLock()
+        #: How deep the calling thread holds the lock (for :meth:`owned`).
+        self._holding = threading.local()
         self._state = threading.Condition(threading.Lock())
         self._queue: list[Ticket[B]] = []
         self._in_flight = 0
@@ -80,9 +82,11 @@ class GroupCommit(Generic[B]):
         except BaseException:
             self._lock.release()
             raise
+        self._entered()
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        self._leaving()
         self._lock.release()
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
@@ -95,6 +99,7 @@ class GroupCommit(Generic[B]):
         try:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             if self.drain(left if blocking else 0.0):
+                self._entered()
                 return True
         except BaseException:
             self._lock.release()
@@ -103,17 +108,28 @@ class GroupCommit(Generic[B]):
         return False
 
     def release(self) -> None:
+        self._leaving()
         self._lock.release()
 
     def owned(self) -> bool:
         """True when the calling thread holds the store lock."""
-        return bool(self._lock._is_owned())
+        return bool(getattr(self._holding, "depth", 0))
+
+    def _entered(self) -> None:
+        self._holding.depth = getattr(self._holding, "depth", 0) + 1
+
+    def _leaving(self) -> None:
+        self._holding.depth -= 1
 
     @contextlib.contextmanager
     def committing(self) -> Iterator[None]:
         """Hold the store lock without waiting for queued batches (a commit's preparation)."""
         with self._lock:
-            yield
+            self._entered()
+            try:
+                yield
+            finally:
+                self._leaving()
 
     # ------------------------------------------------------------------ the queue
     def submit(self, batch: B) -> Ticket[B]:
