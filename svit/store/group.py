@@ -23,10 +23,9 @@ through its own sync. Only :meth:`committing` enters without waiting.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from ..errors import PersistenceUnavailable
@@ -47,6 +46,26 @@ class Ticket(Generic[B]):
         self.error: BaseException | None = None
 
 
+class _Committing:
+    """``with`` it: the store lock held without waiting for queued batches (a plain
+    object rather than a generator: it is entered on every commit)."""
+
+    __slots__ = ("_lock", "_holding")
+
+    def __init__(self, lock: threading.RLock, holding: threading.local) -> None:
+        self._lock = lock
+        self._holding = holding
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+        holding = self._holding
+        holding.depth = getattr(holding, "depth", 0) + 1
+
+    def __exit__(self, *exc: Any) -> None:
+        self._holding.depth -= 1
+        self._lock.release()
+
+
 class GroupCommit(Generic[B]):
     """The store lock (reentrant) plus a leader/follower queue of synced write batches.
 
@@ -61,6 +80,7 @@ class GroupCommit(Generic[B]):
         self._lock = threading.RLock()
         #: How deep the calling thread holds the lock (for :meth:`owned`).
         self._holding = threading.local()
+        self._committing = _Committing(self._lock, self._holding)
         self._state = threading.Condition(threading.Lock())
         self._queue: list[Ticket[B]] = []
         self._in_flight = 0
@@ -121,15 +141,9 @@ class GroupCommit(Generic[B]):
     def _leaving(self) -> None:
         self._holding.depth -= 1
 
-    @contextlib.contextmanager
-    def committing(self) -> Iterator[None]:
+    def committing(self) -> _Committing:
         """Hold the store lock without waiting for queued batches (a commit's preparation)."""
-        with self._lock:
-            self._entered()
-            try:
-                yield
-            finally:
-                self._leaving()
+        return self._committing
 
     # ------------------------------------------------------------------ the queue
     def submit(self, batch: B) -> Ticket[B]:

@@ -157,6 +157,7 @@ class RocksDBEngine(StorageEngine):
         #: Writes between their log write and the end of their sync, and a condition to
         #: wait for them on (see :meth:`_settled`).
         self._syncing = 0
+        self._waiting = 0
         self._synced = threading.Condition(threading.Lock())
 
     @classmethod
@@ -225,9 +226,10 @@ class RocksDBEngine(StorageEngine):
             # released meanwhile, so other threads prepare the next group.
             self._db.flush_wal(True)
         finally:
-            with self._synced:
-                self._syncing -= 1
-                self._synced.notify_all()
+            self._syncing -= 1
+            if self._waiting:  # a reader counts itself before it looks at _syncing
+                with self._synced:
+                    self._synced.notify_all()
 
     def _settled(self) -> None:
         """Wait until no batch is between its log write and its sync, unless this thread
@@ -236,8 +238,12 @@ class RocksDBEngine(StorageEngine):
         entered the lock only once every queued write was done."""
         if self._syncing and not self.lock.owned():
             with self._synced:
-                while self._syncing:
-                    self._synced.wait()
+                self._waiting += 1
+                try:
+                    while self._syncing:
+                        self._synced.wait()
+                finally:
+                    self._waiting -= 1
 
     def get(self, space: str, key: bytes) -> bytes | None:
         self._settled()
