@@ -154,9 +154,10 @@ class RocksDBEngine(StorageEngine):
             name: (db if name == CF_DEFAULT else db.get_column_family(name)) for name in COLUMN_FAMILIES
         }
         self._write_options = _write_options()
-        #: Writes between their log write and the end of their sync, and a condition to
-        #: wait for them on (see :meth:`_settled`).
-        self._syncing = 0
+        #: Writes begun and writes whose sync ended (failed or not): a reader waits for
+        #: those begun before it (see :meth:`_settled`), on ``_synced``.
+        self._begun = 0
+        self._ended = 0
         self._waiting = 0
         self._synced = threading.Condition(threading.Lock())
 
@@ -219,28 +220,30 @@ class RocksDBEngine(StorageEngine):
                 native.delete(key, handles[space])
             else:
                 native.put(key, value, handles[space])
-        self._syncing += 1  # written by one leader at a time (see above)
+        self._begun += 1  # written by one leader at a time (see above)
         try:
             self._db.write(native, self._write_options)
             # SyncWAL: returns once the log holding the batch is on disk; the GIL is
             # released meanwhile, so other threads prepare the next group.
             self._db.flush_wal(True)
         finally:
-            self._syncing -= 1
-            if self._waiting:  # a reader counts itself before it looks at _syncing
+            self._ended += 1
+            if self._waiting:  # a reader counts itself before it compares the counts
                 with self._synced:
                     self._synced.notify_all()
 
     def _settled(self) -> None:
-        """Wait until no batch is between its log write and its sync, unless this thread
+        """Wait until the sync of every write begun so far has ended (not for writes begun
+        later: a steady stream of commits cannot starve a reader), unless this thread
         holds the store lock: a commit preparing under it reads its own predecessors
         (queued behind the write being synced, failing with it), and any other holder
         entered the lock only once every queued write was done."""
-        if self._syncing and not self.lock.owned():
+        begun = self._begun
+        if self._ended < begun and not self.lock.owned():
             with self._synced:
                 self._waiting += 1
                 try:
-                    while self._syncing:
+                    while self._ended < begun:
                         self._synced.wait()
                 finally:
                     self._waiting -= 1

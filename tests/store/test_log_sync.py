@@ -178,3 +178,72 @@ def test_a_reader_outside_the_store_lock_waits_for_the_sync(store):
     reader.join(10)
     assert seen == [store.engine.get(CF_RECORD, head_key)] and seen[0] != before
     held.restore()
+
+
+class GatedLog(HeldLog):
+    """Holds each log sync until its own gate (in call order) is opened."""
+
+    def __init__(self, engine: RocksDBEngine, count: int) -> None:
+        super().__init__(engine)
+        self.gates = [threading.Event() for _ in range(count)]
+        self.entered = [threading.Event() for _ in range(count)]
+        self.syncs = 0
+
+    def flush_wal(self, sync: bool = True) -> None:
+        number = self.syncs
+        self.syncs += 1
+        self.entered[number].set()
+        assert self.gates[number].wait(20), "a held sync was never released"
+        self.db.flush_wal(sync)
+
+    def restore(self) -> None:
+        for gate in self.gates:
+            gate.set()
+        super().restore()
+
+
+def test_a_reader_waits_only_for_the_syncs_begun_before_it(store):
+    first, second = store.create(counter(address(0))), store.create(counter(address(1)))
+    head_key = keys.head_key(address(0))
+    held = GatedLog(store.engine, 2)
+    committers = [threading.Thread(target=first.exec, args=("/lib/counter",))]
+    committers[0].start()
+    assert held.entered[0].wait(10)
+    seen: list[bytes | None] = []
+    reader = threading.Thread(target=lambda: seen.append(store.engine.get(CF_RECORD, head_key)))
+    reader.start()
+    committers.append(threading.Thread(target=second.exec, args=("/lib/counter",)))
+    committers[1].start()
+    wait_until(lambda: store.engine.lock.pending == 2)
+    held.gates[0].set()
+    assert held.entered[1].wait(10)  # the second commit's sync has begun and is held
+    reader.join(10)
+    assert not reader.is_alive() and not held.gates[1].is_set()  # it did not wait for the second sync
+    assert seen[0] is not None and first.version == 1 and second.version == 0
+    held.gates[1].set()
+    for thread in committers:
+        thread.join(10)
+    assert second.version == 1
+    held.restore()
+
+
+def test_a_stream_of_later_syncs_does_not_starve_a_reader(store):
+    """The rule itself, on the engine's counts: a reader that found one sync in progress
+    returns once that one ended, though another write has begun since."""
+    store.create(counter(address(0)))
+    engine = store.engine
+    assert isinstance(engine, RocksDBEngine)
+    head_key = keys.head_key(address(0))
+    begun, ended = engine._begun, engine._ended
+    engine._begun = begun + 1  # a write whose sync is in progress
+    seen: list[bytes | None] = []
+    reader = threading.Thread(target=lambda: seen.append(engine.get(CF_RECORD, head_key)))
+    reader.start()
+    wait_until(lambda: engine._waiting == 1)
+    with engine._synced:
+        engine._begun = begun + 2  # the next write begins before the first one's end is seen
+        engine._ended = ended + 1
+        engine._synced.notify_all()
+    reader.join(10)
+    assert not reader.is_alive() and seen[0] is not None
+    engine._ended = ended + 2
