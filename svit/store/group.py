@@ -30,7 +30,10 @@ from typing import Any, Generic, TypeVar
 
 from ..errors import PersistenceUnavailable
 
-__all__ = ["Ticket", "GroupCommit"]
+__all__ = ["Ticket", "GroupCommit", "GATHER_SECONDS"]
+
+#: The longest a leader waits for the committers of the last group to queue again.
+GATHER_SECONDS = 0.002
 
 B = TypeVar("B")
 
@@ -85,6 +88,11 @@ class GroupCommit(Generic[B]):
         self._queue: list[Ticket[B]] = []
         self._in_flight = 0
         self._leading = False
+        #: Leaders waiting for company, and the size of the last group and how long its
+        #: write took (seconds).
+        self._gathering = 0
+        self._last_group = 0
+        self._last_write = 0.0
         #: Synced group writes made, and the batches they carried (for benchmarks and tests).
         self.writes = 0
         self.batches = 0
@@ -152,14 +160,33 @@ class GroupCommit(Generic[B]):
         with self._state:
             self._queue.append(ticket)
             self._in_flight += 1
+            if self._gathering and len(self._queue) >= self._last_group:
+                self._state.notify_all()
         return ticket
 
     def wait(self, ticket: Ticket[B]) -> None:
-        """Return once ``ticket``'s batch is durable; raise its group's error if it failed."""
+        """Return once ``ticket``'s batch is durable; raise its group's error if it failed.
+
+        A thread about to lead a group smaller than the last one first waits for the
+        others to queue again (the committers of the last group are typically running
+        their next activations), until the group is as large as the last one, at most as
+        long as the last group write took (and :data:`GATHER_SECONDS`), once: they then
+        share its sync, instead of one committer being synced alone while the others
+        queue for the sync after it. A lone committer (the last group was its own commit)
+        leads at once; so does a thread holding the store lock (no one else could queue)."""
+        gathered = False
         with self._state:
             while not ticket.done:
                 if self._leading or not self._queue:
                     self._state.wait()
+                elif (not gathered and len(self._queue) < self._last_group and self._last_write
+                      and not self.owned()):
+                    gathered = True
+                    self._gathering += 1
+                    try:
+                        self._state.wait(min(self._last_write, GATHER_SECONDS))
+                    finally:
+                        self._gathering -= 1
                 else:
                     self._lead()
         error = ticket.error
@@ -192,6 +219,7 @@ class GroupCommit(Generic[B]):
         error: BaseException | None = None
         results: list[BaseException | None] = [None] * len(group)
         released = False
+        began = time.monotonic()
         try:
             self._state.release()
             released = True
@@ -201,6 +229,8 @@ class GroupCommit(Generic[B]):
         finally:
             if released:
                 self._state.acquire()
+            self._last_write = time.monotonic() - began
+            self._last_group = len(group)
             self._leading = False
             self.writes += 1
             self.batches += len(group)
