@@ -6,7 +6,11 @@ outside it, so other commits can prepare and queue while a sync is in progress. 
 :meth:`GroupCommit.wait`: the first waiter that finds no write in progress becomes the
 **leader**, takes every queued batch, writes them as one synced batch and wakes the
 others (the **followers**); each commit is acknowledged only once the write holding it
-has returned. A lone committer leads at once: nobody waits for company.
+has returned. A lone committer leads at once: nobody waits for company. A leader whose
+group is smaller than the last one waits, once and briefly (at most the last write's
+duration, never over :data:`GATHER_SECONDS`), for the last group's committers to queue
+again, so concurrent committers keep sharing syncs instead of alternating between a
+sync of one and a sync of the rest.
 
 A failed write fails every commit in its group, and the write function makes the store
 terminal, so the batches queued after it fail too; nothing of a failed group is ever
