@@ -6,7 +6,11 @@ outside it, so other commits can prepare and queue while a sync is in progress. 
 :meth:`GroupCommit.wait`: the first waiter that finds no write in progress becomes the
 **leader**, takes every queued batch, writes them as one synced batch and wakes the
 others (the **followers**); each commit is acknowledged only once the write holding it
-has returned. A lone committer leads at once: nobody waits for company.
+has returned. A lone committer leads at once: nobody waits for company. A leader whose
+group is smaller than the last one waits, once and briefly (at most the last write's
+duration, never over :data:`GATHER_SECONDS`), for the last group's committers to queue
+again, so concurrent committers keep sharing syncs instead of alternating between a
+sync of one and a sync of the rest.
 
 A failed write fails every commit in its group, and the write function makes the store
 terminal, so the batches queued after it fail too; nothing of a failed group is ever
@@ -23,15 +27,17 @@ through its own sync. Only :meth:`committing` enters without waiting.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from ..errors import PersistenceUnavailable
 
-__all__ = ["Ticket", "GroupCommit"]
+__all__ = ["Ticket", "GroupCommit", "GATHER_SECONDS"]
+
+#: The longest a leader waits for the committers of the last group to queue again.
+GATHER_SECONDS = 0.002
 
 B = TypeVar("B")
 
@@ -47,6 +53,26 @@ class Ticket(Generic[B]):
         self.error: BaseException | None = None
 
 
+class _Committing:
+    """``with`` it: the store lock held without waiting for queued batches (a plain
+    object rather than a generator: it is entered on every commit)."""
+
+    __slots__ = ("_lock", "_holding")
+
+    def __init__(self, lock: threading.RLock, holding: threading.local) -> None:
+        self._lock = lock
+        self._holding = holding
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+        holding = self._holding
+        holding.depth = getattr(holding, "depth", 0) + 1
+
+    def __exit__(self, *exc: Any) -> None:
+        self._holding.depth -= 1
+        self._lock.release()
+
+
 class GroupCommit(Generic[B]):
     """The store lock (reentrant) plus a leader/follower queue of synced write batches.
 
@@ -59,10 +85,18 @@ class GroupCommit(Generic[B]):
     def __init__(self, write_group: Callable[[list[B]], list[BaseException | None]]) -> None:
         self._write_group = write_group
         self._lock = threading.RLock()
+        #: How deep the calling thread holds the lock (for :meth:`owned`).
+        self._holding = threading.local()
+        self._committing = _Committing(self._lock, self._holding)
         self._state = threading.Condition(threading.Lock())
         self._queue: list[Ticket[B]] = []
         self._in_flight = 0
         self._leading = False
+        #: Leaders waiting for company, and the size of the last group and how long its
+        #: write took (seconds).
+        self._gathering = 0
+        self._last_group = 0
+        self._last_write = 0.0
         #: Synced group writes made, and the batches they carried (for benchmarks and tests).
         self.writes = 0
         self.batches = 0
@@ -80,9 +114,11 @@ class GroupCommit(Generic[B]):
         except BaseException:
             self._lock.release()
             raise
+        self._note_held()
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        self._note_released()
         self._lock.release()
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
@@ -95,6 +131,7 @@ class GroupCommit(Generic[B]):
         try:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             if self.drain(left if blocking else 0.0):
+                self._note_held()
                 return True
         except BaseException:
             self._lock.release()
@@ -103,13 +140,22 @@ class GroupCommit(Generic[B]):
         return False
 
     def release(self) -> None:
+        self._note_released()
         self._lock.release()
 
-    @contextlib.contextmanager
-    def committing(self) -> Iterator[None]:
+    def owned(self) -> bool:
+        """True when the calling thread holds the store lock."""
+        return bool(getattr(self._holding, "depth", 0))
+
+    def _note_held(self) -> None:
+        self._holding.depth = getattr(self._holding, "depth", 0) + 1
+
+    def _note_released(self) -> None:
+        self._holding.depth -= 1
+
+    def committing(self) -> _Committing:
         """Hold the store lock without waiting for queued batches (a commit's preparation)."""
-        with self._lock:
-            yield
+        return self._committing
 
     # ------------------------------------------------------------------ the queue
     def submit(self, batch: B) -> Ticket[B]:
@@ -118,14 +164,33 @@ class GroupCommit(Generic[B]):
         with self._state:
             self._queue.append(ticket)
             self._in_flight += 1
+            if self._gathering and len(self._queue) >= self._last_group:
+                self._state.notify_all()
         return ticket
 
     def wait(self, ticket: Ticket[B]) -> None:
-        """Return once ``ticket``'s batch is durable; raise its group's error if it failed."""
+        """Return once ``ticket``'s batch is durable; raise its group's error if it failed.
+
+        A thread about to lead a group smaller than the last one first waits for the
+        others to queue again (the committers of the last group are typically running
+        their next activations), until the group is as large as the last one, at most as
+        long as the last group write took (and :data:`GATHER_SECONDS`), once: they then
+        share its sync, instead of one committer being synced alone while the others
+        queue for the sync after it. A lone committer (the last group was its own commit)
+        leads at once; so does a thread holding the store lock (no one else could queue)."""
+        gathered = False
         with self._state:
             while not ticket.done:
                 if self._leading or not self._queue:
                     self._state.wait()
+                elif (not gathered and len(self._queue) < self._last_group and self._last_write
+                      and not self.owned()):
+                    gathered = True
+                    self._gathering += 1
+                    try:
+                        self._state.wait(min(self._last_write, GATHER_SECONDS))
+                    finally:
+                        self._gathering -= 1
                 else:
                     self._lead()
         error = ticket.error
@@ -158,6 +223,7 @@ class GroupCommit(Generic[B]):
         error: BaseException | None = None
         results: list[BaseException | None] = [None] * len(group)
         released = False
+        began = time.monotonic()
         try:
             self._state.release()
             released = True
@@ -167,6 +233,8 @@ class GroupCommit(Generic[B]):
         finally:
             if released:
                 self._state.acquire()
+            self._last_write = time.monotonic() - began
+            self._last_group = len(group)
             self._leading = False
             self.writes += 1
             self.batches += len(group)

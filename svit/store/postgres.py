@@ -7,7 +7,8 @@ compares byte by byte, so ``ORDER BY key`` is the key order RocksDB keeps and a 
 scan is a key range. One more table, ``svit_writers``, holds one commit marker per open
 connection (see below).
 
-A write batch is ONE transaction of plain SQL, sent pipelined in one round trip:
+A write batch is ONE transaction of plain SQL, sent pipelined in one round trip (a batch
+of one commit is one statement, prepared once per connection, see :meth:`_Statements.single`):
 ``BEGIN``, each part's expectations, its puts (``INSERT ... ON CONFLICT (key) DO
 UPDATE``) and deletes, the connection's commit marker, ``COMMIT``. An expectation of a
 value is a guard statement that locks the row holding it (``SELECT ... FOR UPDATE``: a
@@ -77,6 +78,13 @@ CONNECT_SECONDS = 10.0
 EXPECTATION_ERRORS = (psycopg.errors.UniqueViolation, psycopg.errors.DivisionByZero)
 #: Rows fetched per query of a scan (a scan is a sequence of key-range pages).
 SCAN_PAGE = 512
+#: Up to this many rows of one key space are written (or deleted) by a one-statement
+#: commit as a list of parameters (a bounded number of statement shapes); more, as arrays.
+LISTED_ROWS = 8
+#: psycopg prepares a statement by itself once it ran this many times: never, in effect.
+#: Only the one-statement commit is prepared, explicitly (it is planned once per
+#: connection instead of at every commit, which cost about as much as running it).
+NEVER_PREPARE_AFTER = 2**31 - 1
 
 
 def table_name(space: str) -> str:
@@ -169,7 +177,8 @@ class PostgreSQLEngine(StorageEngine):
             _create_schema(url, connect_timeout, create=not read_only)
             pool = psycopg_pool.ConnectionPool(
                 url, min_size=1, max_size=max(2, max_connections), open=False, configure=configure,
-                kwargs={"autocommit": True, "connect_timeout": max(1, int(connect_timeout)), "prepare_threshold": None},
+                kwargs={"autocommit": True, "connect_timeout": max(1, int(connect_timeout)),
+                        "prepare_threshold": NEVER_PREPARE_AFTER},
                 timeout=connect_timeout, name="svit-store", reconnect_timeout=connect_timeout,
             )
             pool.open(wait=True, timeout=connect_timeout)
@@ -220,7 +229,7 @@ class PostgreSQLEngine(StorageEngine):
         single = statements.single(parts[0], writer, token) if len(parts) == 1 else None
         if single is not None:
             try:
-                conn.execute(*single)
+                conn.execute(*single, prepare=True)
             except EXPECTATION_ERRORS:
                 raise ExpectationFailed(0) from None
             except psycopg.OperationalError as exc:
@@ -431,7 +440,7 @@ class _Statements:
         self.marker = sql.SQL("INSERT INTO {} (writer, token) VALUES (%s, %s) ON CONFLICT (writer) "
                               "DO UPDATE SET token = EXCLUDED.token").format(sql.Identifier(WRITERS_TABLE))
         self._scans: dict[tuple[str, bool, bool], sql.Composed] = {}
-        self._singles: dict[tuple[tuple[str, str], ...], bytes] = {}
+        self._singles: dict[tuple[tuple[str, str, int], ...], bytes] = {}
         self._lasts: dict[tuple[str, bool], sql.Composed] = {}
 
     def part(self, part: BatchPart) -> Iterator[tuple[sql.Composed, list[Any]]]:
@@ -461,36 +470,47 @@ class _Statements:
         key it puts is a plain ``INSERT`` (a key that exists collides), an expected key it
         does not write is locked ``FOR UPDATE``; the statement then divides by each of
         those row counts, so one that is zero aborts it and nothing is written. The text
-        depends only on the part's shape, so it is composed once per shape."""
+        depends only on the part's shape (with the number of rows written per key space,
+        up to :data:`LISTED_ROWS`), so it is composed once per shape, and prepared once per
+        connection: its executions carry only the parameters, all byte strings in binary."""
         final = _final_operations(part)
-        shape: list[tuple[str, str]] = []
+        shape: list[tuple[str, str, int]] = []
         params: list[Any] = []
         for space, key, expected in part.expectations:
             if (space, key) in final:
                 value = final.pop((space, key))
                 if expected is None and value is not None:
-                    shape.append(("insert", space))
+                    shape.append(("insert", space, 1))
                     params += [key, value]
                 elif expected is None:
                     return None  # expects absence and deletes: nothing to count
                 elif value is None:
-                    shape.append(("delete_if", space))
+                    shape.append(("delete_if", space, 1))
                     params += [key, expected]
                 else:
-                    shape.append(("update_if", space))
+                    shape.append(("update_if", space, 1))
                     params += [value, key, expected]
             elif expected is None:
                 return None
             else:
-                shape.append(("lock", space))
+                shape.append(("lock", space, 1))
                 params += [key, expected]
         deletes, puts = _by_space(final)
         for space, keys_list in deletes.items():
-            shape.append(("delete", space))
-            params.append(keys_list)
+            if len(keys_list) <= LISTED_ROWS:
+                shape.append(("delete", space, len(keys_list)))
+                params += keys_list
+            else:
+                shape.append(("delete_array", space, 0))
+                params.append(keys_list)
         for space, (keys_list, values) in puts.items():
-            shape.append(("put", space))
-            params += [keys_list, values]
+            if len(keys_list) <= LISTED_ROWS:
+                shape.append(("put", space, len(keys_list)))
+                for pair in zip(keys_list, values):
+                    params += pair
+            else:
+                shape.append(("put_array", space, 0))
+                params += [keys_list, values]
         params += [writer, token]
         key_shape = tuple(shape)
         query = self._singles.get(key_shape)
@@ -498,25 +518,35 @@ class _Statements:
             query = self._singles[key_shape] = self._compose_single(key_shape)
         return query, params
 
-    def _compose_single(self, shape: tuple[tuple[str, str], ...]) -> bytes:
+    def _compose_single(self, shape: tuple[tuple[str, str, int], ...]) -> bytes:
+        # Every byte string is sent in binary (%b): no escaping on either side.
         texts = {
-            "insert": "INSERT INTO {} (key, value) VALUES (%s, %s) RETURNING 1",
-            "delete_if": "DELETE FROM {} WHERE key = %s AND value = %s RETURNING 1",
-            "update_if": "UPDATE {} SET value = %s WHERE key = %s AND value = %s RETURNING 1",
-            "lock": "SELECT 1 FROM {} WHERE key = %s AND value = %s FOR UPDATE",
-            "delete": "DELETE FROM {} WHERE key = ANY(%s::bytea[])",
-            "put": "INSERT INTO {} (key, value) SELECT * FROM unnest(%s::bytea[], %s::bytea[]) "
-                   "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+            "insert": "INSERT INTO {} (key, value) VALUES (%b, %b) RETURNING 1",
+            "delete_if": "DELETE FROM {} WHERE key = %b AND value = %b RETURNING 1",
+            "update_if": "UPDATE {} SET value = %b WHERE key = %b AND value = %b RETURNING 1",
+            "lock": "SELECT 1 FROM {} WHERE key = %b AND value = %b FOR UPDATE",
+            "delete": "DELETE FROM {} WHERE key IN ({})",
+            "delete_array": "DELETE FROM {} WHERE key = ANY(%b::bytea[])",
+            "put": "INSERT INTO {} (key, value) VALUES {} ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+            "put_array": "INSERT INTO {} (key, value) SELECT * FROM unnest(%b::bytea[], %b::bytea[]) "
+                         "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
         }
         clauses: list[sql.Composable] = []
         counted: list[str] = []
-        for number, (kind, space) in enumerate(shape):
+        for number, (kind, space, rows) in enumerate(shape):
             name = f"w{number}"
-            clauses.append(sql.SQL("{} AS ({})").format(sql.Identifier(name), sql.SQL(texts[kind]).format(self.tables[space])))
+            if kind == "put":
+                listed = sql.SQL(", ".join(["(%b, %b)"] * rows))
+                text = sql.SQL(texts[kind]).format(self.tables[space], listed)
+            elif kind == "delete":
+                text = sql.SQL(texts[kind]).format(self.tables[space], sql.SQL(", ".join(["%b"] * rows)))
+            else:
+                text = sql.SQL(texts[kind]).format(self.tables[space])
+            clauses.append(sql.SQL("{} AS ({})").format(sql.Identifier(name), text))
             if kind in ("insert", "delete_if", "update_if", "lock"):
                 counted.append(name)
         clauses.append(sql.SQL(
-            "marker AS (INSERT INTO {} (writer, token) VALUES (%s, %s) "
+            "marker AS (INSERT INTO {} (writer, token) VALUES (%s, %b) "
             "ON CONFLICT (writer) DO UPDATE SET token = EXCLUDED.token)").format(sql.Identifier(WRITERS_TABLE)))
         checks = sql.SQL(" + ").join(
             sql.SQL("1 / (SELECT count(*) FROM {})").format(sql.Identifier(name)) for name in counted) \

@@ -1,9 +1,21 @@
 """The RocksDB storage engine: the only module that touches ``rocksdict``.
 
 Options relied on (pinned in :func:`_options`): WAL on (``disable_wal`` is False on
-every write), ``sync=True`` on every write batch, WAL recovery mode ``PointInTime``
-(recover to the last consistent record; every acknowledged batch was fsynced before it,
-so it survives), ``paranoid_checks``, missing column families created on open. Only
+every write), every write batch followed by a sync of the log before it is acknowledged,
+WAL recovery mode ``PointInTime`` (recover to the last consistent record; every
+acknowledged batch was fsynced before it, so it survives), ``paranoid_checks``, missing
+column families created on open.
+
+A batch is written to the log unsynced and then the log is synced (RocksDB's
+``FlushWAL(sync=true)``, i.e. ``SyncWAL``), rather than written with ``sync=True``: the
+same durability (the batch is acknowledged only once the sync that covers it returned),
+but rocksdict holds the GIL through a ``sync=True`` write and releases it through the
+log sync, so while one group of commits is being synced the other threads of the
+process run their activations and queue the next group (see :mod:`svit.store.group`).
+Between the two calls the batch is already readable; a thread that does not hold the
+store lock waits until the sync is over before it reads (:meth:`RocksDBEngine._settled`),
+so only the commit path (whose own batch is queued behind the one being synced, and
+fails with it) ever sees a write before it is durable. Only
 this process may hold the directory open (RocksDB's lock file). Each key space of
 :mod:`svit.store.keys` is one column family.
 
@@ -109,8 +121,10 @@ def _options() -> rocksdict.Options:
 
 
 def _write_options() -> rocksdict.WriteOptions:
+    """Written to the WAL (never disabled) without a sync of its own: :meth:`RocksDBEngine.apply`
+    syncs the log right after, and acknowledges nothing before that sync returned."""
     options = rocksdict.WriteOptions()
-    options.sync = True
+    options.sync = False
     # rocksdict's stub declares this property as a method
     options.disable_wal = False  # type: ignore[method-assign,assignment]
     return options
@@ -176,6 +190,12 @@ class RocksDBEngine(StorageEngine):
             name: (db if name == CF_DEFAULT else db.get_column_family(name)) for name in COLUMN_FAMILIES
         }
         self._write_options = _write_options()
+        #: Writes begun and writes whose sync ended (failed or not): a reader waits for
+        #: those begun before it (see :meth:`_settled`), on ``_synced``.
+        self._begun = 0
+        self._ended = 0
+        self._waiting = 0
+        self._synced = threading.Condition(threading.Lock())
 
     @classmethod
     def open(
@@ -245,9 +265,36 @@ class RocksDBEngine(StorageEngine):
                 native.delete(key, handles[space])
             else:
                 native.put(key, value, handles[space])
-        self._db.write(native, self._write_options)
+        self._begun += 1  # written by one leader at a time (see above)
+        try:
+            self._db.write(native, self._write_options)
+            # SyncWAL: returns once the log holding the batch is on disk; the GIL is
+            # released meanwhile, so other threads prepare the next group.
+            self._db.flush_wal(True)
+        finally:
+            self._ended += 1
+            if self._waiting:  # a reader counts itself before it compares the counts
+                with self._synced:
+                    self._synced.notify_all()
+
+    def _settled(self) -> None:
+        """Wait until the sync of every write begun so far has ended (not for writes begun
+        later: a steady stream of commits cannot starve a reader), unless this thread
+        holds the store lock: a commit preparing under it reads its own predecessors
+        (queued behind the write being synced, failing with it), and any other holder
+        entered the lock only once every queued write was done."""
+        begun = self._begun
+        if self._ended < begun and not self.lock.owned():
+            with self._synced:
+                self._waiting += 1
+                try:
+                    while self._ended < begun:
+                        self._synced.wait()
+                finally:
+                    self._waiting -= 1
 
     def get(self, space: str, key: bytes) -> bytes | None:
+        self._settled()
         try:
             value: bytes | None = self._column_families[space].get(key)
         except Exception as exc:
@@ -255,6 +302,7 @@ class RocksDBEngine(StorageEngine):
         return value
 
     def scan(self, space: str, prefix: bytes, start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        self._settled()
         try:
             iterator = self._column_families[space].iter()
             iterator.seek(start if start is not None else prefix)
@@ -271,6 +319,7 @@ class RocksDBEngine(StorageEngine):
             raise storage_error(exc, "scan failed") from None
 
     def last_key(self, space: str, prefix: bytes) -> bytes | None:
+        self._settled()
         try:
             iterator = self._column_families[space].iter()
             # Every key class under a prefix ends in fixed-width fields or text, so no key
@@ -283,6 +332,7 @@ class RocksDBEngine(StorageEngine):
         return key if key is not None and key.startswith(prefix) else None
 
     def sequence(self) -> int:
+        self._settled()
         try:
             return int(self._db.latest_sequence_number())
         except Exception as exc:
@@ -291,7 +341,8 @@ class RocksDBEngine(StorageEngine):
     def describe(self) -> dict[str, Any]:
         return {
             "engine": "rocksdb",
-            "write": "every acknowledged commit in a synced WriteBatch (WAL on, sync=True; commits arriving together share one)",
+            "write": "every acknowledged commit in a WriteBatch whose WAL was synced before it was acknowledged "
+                     "(WAL on, SyncWAL after each write; commits arriving together share one)",
             "wal_recovery_mode": "point_in_time",
             # One RocksDB instance: the derived index shares the record's device.
             "shares_device": True,

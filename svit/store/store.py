@@ -7,7 +7,7 @@ Contract (reference §10, with DESIGN §5.5/§5.7 and durability.md 1-3):
   mutations of one committed transition and is chained to its predecessor by hash.
 * A durable handle publishes a transition only after ONE engine write batch holding
   the transaction, the new tree nodes, the derived path-index entries and the new head
-  has returned from a synced write (RocksDB: ``sync=True``, WAL fsynced). The batch is guarded by a
+  has returned from a synced write (RocksDB: written to the WAL, then the WAL fsynced). The batch is guarded by a
   compare-and-swap on the head under the store lock: a stale handle gets
   ``PersistenceConflict`` and keeps its old state. Batches of different addresses
   queued at the same moment are written as one synced write (group commit,

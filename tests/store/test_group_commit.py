@@ -19,6 +19,7 @@ import pytest
 from svit import Process
 from svit.errors import PersistenceConflict, PersistenceUnavailable
 from svit.store import ProcessStore, keys
+from svit.store import group as group_module
 from svit.store.engine import WriteBatch
 from svit.store.faults import FailingWrites
 from tests.conftest import reopen
@@ -393,3 +394,64 @@ def test_mixed_operations_from_many_threads_stay_consistent(store):
     for child in forks:
         store.resume(child)
     store.close()
+
+
+def _group_of(store: ProcessStore, handles: list[Any]) -> None:
+    """Make the last group write carry exactly ``len(handles)`` commits (held write, all queued)."""
+    lock = store.engine.lock
+    blocker = store.create(counter(address(99)))
+    with RecordingWriter(store, hold_first=True) as writer:
+        first = threading.Thread(target=blocker.exec, args=("/lib/counter",))
+        first.start()
+        assert writer.entered.wait(10)
+        threads = [threading.Thread(target=h.exec, args=("/lib/counter",)) for h in handles]
+        for thread in threads:
+            thread.start()
+        wait_until(lambda: lock.pending == 1 + len(handles))
+        writer.release.set()
+        for thread in [first, *threads]:
+            thread.join(10)
+    assert lock._last_group == len(handles)
+
+
+def test_a_leader_waits_for_the_committers_of_the_last_group(store, monkeypatch):
+    """After a group of three, the first committer back waits (bounded) until the other
+    two queued again, and the three share one write."""
+    handles = [store.create(counter(address(n))) for n in range(3)]
+    _group_of(store, handles)
+    lock = store.engine.lock
+    monkeypatch.setattr(group_module, "GATHER_SECONDS", 30.0)
+    lock._last_write = 30.0  # so only the queue filling up ends the wait in this test
+    writes = lock.writes
+    first = threading.Thread(target=handles[0].exec, args=("/lib/counter",))
+    first.start()
+    wait_until(lambda: lock.pending == 1 and lock._gathering == 1)
+    assert lock.writes == writes and handles[0].version == 1  # gathering, nothing written
+    others = [threading.Thread(target=h.exec, args=("/lib/counter",)) for h in handles[1:]]
+    for thread in others:
+        thread.start()
+    for thread in [first, *others]:
+        thread.join(10)
+    assert [h.version for h in handles] == [2, 2, 2]
+    assert lock.writes - writes == 1
+
+
+def test_a_leader_waits_for_company_at_most_once_and_not_when_alone(store, monkeypatch):
+    handles = [store.create(counter(address(n))) for n in range(3)]
+    _group_of(store, handles)
+    lock = store.engine.lock
+    monkeypatch.setattr(group_module, "GATHER_SECONDS", 0.05)
+    lock._last_write = 30.0
+    writes = lock.writes
+    waited = threading.Thread(target=handles[0].exec, args=("/lib/counter",))
+    waited.start()  # nobody comes: it leads after the bounded wait, waited once
+    waited.join(10)
+    assert not waited.is_alive()
+    assert lock.writes - writes == 1 and lock._last_group == 1
+    lock._last_write = 30.0
+    monkeypatch.setattr(group_module, "GATHER_SECONDS", 30.0)
+    alone = threading.Thread(target=handles[0].exec, args=("/lib/counter",))
+    alone.start()  # the last group was its own: it leads at once (not after 30 s)
+    alone.join(10)
+    assert not alone.is_alive()
+    assert lock.writes - writes == 2 and handles[0].version == 3

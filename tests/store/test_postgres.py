@@ -15,6 +15,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -104,6 +105,45 @@ def test_a_commit_cut_twice_is_not_written_and_the_engine_stays_healthy(
     assert stored_version(postgresql_url) == 1
     assert handle.exec("/lib/counter").output == 2  # the same handle goes on
     assert stored_version(postgresql_url) == 2
+
+
+def _prepared_commits(proxy: Proxy, store: ProcessStore, count: int) -> Any:
+    """A counter handle after ``count`` commits, checked to have run as executions of a
+    prepared statement (no statement text on the wire)."""
+    handle = store.create(counter())
+    runs = proxy.prepared_runs
+    for _ in range(count):
+        handle.exec("/lib/counter")
+    assert proxy.prepared_runs - runs >= count - 1  # all but (at most) the first on each connection
+    return handle
+
+
+@pytest.mark.parametrize("mode", ["after", "before"])
+def test_a_prepared_commit_whose_reply_is_lost_is_resolved_by_reading_back(
+        proxied: tuple[Proxy, ProcessStore], postgresql_url: str, mode: str) -> None:
+    proxy, store = proxied
+    handle = _prepared_commits(proxy, store, 6)
+    proxy.arm(mode)
+    assert handle.exec("/lib/counter").output == 7
+    assert proxy.cuts == 1
+    assert store.engine.resolved == ["committed" if mode == "after" else "not committed"]  # type: ignore[attr-defined]
+    assert handle.version == 7 and not store.terminal
+    assert handle.exec("/lib/counter").output == 8
+    assert stored_version(postgresql_url) == 8
+    with ProcessStore.open(postgresql_url) as again:
+        assert [t.position for t in again.resume(ADDRESS).query()] == list(range(8))  # each written once
+
+
+def test_a_prepared_commit_cut_twice_is_not_written_and_the_engine_stays_healthy(
+        proxied: tuple[Proxy, ProcessStore], postgresql_url: str) -> None:
+    proxy, store = proxied
+    handle = _prepared_commits(proxy, store, 6)
+    proxy.arm("before", times=2)
+    with pytest.raises(PersistenceUnavailable) as caught:
+        handle.exec("/lib/counter")
+    assert proxy.cuts == 2 and caught.value.reason == "interrupted"
+    assert handle.version == 6 and not store.terminal
+    assert stored_version(postgresql_url) == 6
 
 
 def test_a_lost_reply_the_server_cannot_be_reached_to_resolve_makes_the_engine_terminal(
@@ -226,7 +266,7 @@ def test_the_statement_says_how_commits_are_made_durable(store: ProcessStore, en
         assert "synchronous_commit=on" in statement["write"]
         assert statement["path"].startswith("postgresql://")
     else:
-        assert "sync=True" in statement["write"]
+        assert "SyncWAL" in statement["write"] and "synced before it was acknowledged" in statement["write"]
 
 
 # ---------------------------------------------------------------------------- refusals
