@@ -30,6 +30,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any, Generic, TypeVar
 
 from ..errors import PersistenceUnavailable
@@ -153,7 +154,7 @@ class GroupCommit(Generic[B]):
     def _note_released(self) -> None:
         self._holding.depth -= 1
 
-    def committing(self) -> _Committing:
+    def committing(self) -> AbstractContextManager[None]:
         """Hold the store lock without waiting for queued batches (a commit's preparation)."""
         return self._committing
 
