@@ -446,7 +446,7 @@ class ProcessStore:
                 raise PersistenceNotFound(address)
             state = self._rebuild(address, None, 0)
             if self.engine.shared:
-                head, state = self._settle_read(address, head, state)
+                head, state = self._agreeing_read(address, head, state)
             what = f"head of {address}"
             if head["base_hash"] != state.base_hash:
                 raise InvalidPersistence(f"{what}: base hash does not match the base")
@@ -459,7 +459,7 @@ class ProcessStore:
             self._latest[address] = state
             return DurableProcess(self, Process(address, state.root, state.version, state.limits), state.head)
 
-    def _settle_read(self, address: str, head: dict[str, Any], state: _State) -> tuple[dict[str, Any], _State]:
+    def _agreeing_read(self, address: str, head: dict[str, Any], state: _State) -> tuple[dict[str, Any], _State]:
         """On a shared engine another process may commit between the reading of a head
         and the reading of the history: read the head again and, when it moved, the
         history too, until the two agree. A head that did not move is returned as it is
