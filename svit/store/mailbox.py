@@ -45,7 +45,7 @@ from ..namespace import validate_root
 from ..paths import validate_address
 from ..process import Change, Transition
 from ..tree import Node
-from . import codec, keys
+from . import codec, keys, records
 from .engine import WriteBatch
 from .keys import CF_INDEX, CF_RECORD
 
@@ -307,8 +307,14 @@ class Mailbox:
     def _write_guarded(self, annex: MailAnnex, absent: tuple[bytes, ...] = (), handle: Any = None) -> None:
         """Write ``annex`` as its own batch (no commit of any process), refused with
         ``PersistenceConflict`` unless every removed record still holds its bytes, every
-        key of ``absent`` is absent, and the fences of ``handle`` (the process whose
-        mail it decides, see :class:`~svit.store.handle.DurableProcess`) still hold."""
+        key of ``absent`` is absent, and ``handle`` (the process whose mail it decides,
+        see :class:`~svit.store.handle.DurableProcess`) is still at the stored head with
+        its fences holding.
+
+        The head matters as much as the fences: the decision was made on the handle's
+        state, and a handle behind its head (another writer committed meanwhile, e.g. the
+        sends whose outcomes these are) would otherwise drop outcomes its stale outbox
+        does not show, leaving the intents in the committed outbox forever."""
         with self._lock:
             self._engine.check()
             batch = self._engine.batch()
@@ -316,12 +322,26 @@ class Mailbox:
                 if self._engine.get(CF_RECORD, key) is not None:
                     raise PersistenceConflict()
                 _expect(batch, key, None)
+            if handle is not None:
+                self._stage_current_head(batch, handle)
             for space, key, value in getattr(handle, "fences", ()):
                 if self._engine.get(space, key) != value:
                     raise PersistenceConflict()
                 _expect(batch, key, value, space)
             self._stage_annex(batch, annex)
             self._engine.write(batch)
+
+    def _stage_current_head(self, batch: WriteBatch, handle: DurableProcess) -> None:
+        """Refuse (``PersistenceConflict``) unless ``handle`` is at the stored head of its
+        address, and make ``batch`` expect that head's bytes (store lock held)."""
+        key = keys.head_key(handle.address)
+        raw = self._engine.get(CF_RECORD, key)
+        if raw is None:
+            raise PersistenceConflict()
+        head = records.decode_head(raw, handle.address)
+        if head["position"] != handle.head.position or head["hash"] != handle.head.hash:
+            raise PersistenceConflict()
+        _expect(batch, key, raw)
 
     def _refusal(self, entry: _Entry, reason: str, *, settle: bool) -> list[tuple[bytes, bytes]]:
         """The records that keep ``entry`` as undeliverable (and tell its sender, if ``settle``)."""
@@ -536,7 +556,9 @@ class Mailbox:
     def settle(self, sender: DurableProcess) -> Change | None:
         """Settle ``sender``'s ``/system/outbox`` as ONE commit of it: delivered intents
         leave it, refused ones are marked ``"undeliverable": reason``, and the outcomes
-        are removed in the same batch. None when there was nothing to settle."""
+        are removed in the same batch. None when there was nothing to settle. A
+        ``sender`` handle behind its stored head conflicts (``PersistenceConflict``) and
+        nothing changes: its outbox may lack the very intents the outcomes settle."""
         self._store.require_writable()  # a read-only store delivers nothing
         self._check_own(sender, "settle")
         process = sender.process

@@ -86,6 +86,8 @@ if TYPE_CHECKING:
 #: commit path reuse them; a miss is resumed from the store). Bounded, so a host that
 #: touches many processes over time holds only those it keeps open.
 LATEST_STATES = 256
+#: How often a resume on a shared engine reads a head that moved again before it gives up.
+RESUME_ATTEMPTS = 8
 
 __all__ = [
     "STORE_FORMAT",
@@ -129,6 +131,13 @@ class RecentStates(OrderedDict[str, State]):
         self.move_to_end(address)
         while len(self) > self.capacity:
             self.popitem(last=False)
+
+
+def _head_matches(head: dict[str, Any], state: _State) -> bool:
+    """True when the stored ``head`` is exactly where the replayed ``state`` ended."""
+    return bool(head["base_hash"] == state.base_hash and head["position"] == state.head.position
+            and head["hash"] == state.head.hash and head["process_version"] == state.version
+            and head["root_hash"] == state.root.hash)
 
 
 def apply_mutations(root: Node, mutations: Iterable[Mutation], what: str) -> Node:
@@ -436,6 +445,8 @@ class ProcessStore:
             if head is None:
                 raise PersistenceNotFound(address)
             state = self._rebuild(address, None, 0)
+            if self.engine.shared:
+                head, state = self._agreeing_read(address, head, state)
             what = f"head of {address}"
             if head["base_hash"] != state.base_hash:
                 raise InvalidPersistence(f"{what}: base hash does not match the base")
@@ -447,6 +458,24 @@ class ProcessStore:
             self._heads[address] = head
             self._latest[address] = state
             return DurableProcess(self, Process(address, state.root, state.version, state.limits), state.head)
+
+    def _agreeing_read(self, address: str, head: dict[str, Any], state: _State) -> tuple[dict[str, Any], _State]:
+        """On a shared engine another process may commit between the reading of a head
+        and the reading of the history: read the head again and, when it moved, the
+        history too, until the two agree. A head that did not move is returned as it is
+        (the caller's checks refuse it); one that never stops moving is a conflict."""
+        for _attempt in range(RESUME_ATTEMPTS):
+            if _head_matches(head, state):
+                return head, state
+            again = self._read_head(address)
+            if again is None:
+                raise PersistenceNotFound(address)
+            if again == head or _head_matches(again, state):
+                return again, state
+            head, state = again, self._rebuild(address, None, 0)
+        if _head_matches(head, state):
+            return head, state
+        raise PersistenceConflict(f"{address} kept changing while it was read")
 
     def fork(self, parent_address: str, child_address: str) -> DurableProcess:
         """A durable child whose base points at the parent's exact head.

@@ -142,10 +142,48 @@ def wait_until(condition: Callable[[], bool], deadline: float) -> bool:
     return True
 
 
+def heads(store: ProcessStore, prefix: str) -> list[dict[str, object] | None]:
+    return [store.stored_head(f"{prefix}{index}") for index in range(PEERS)]
+
+
 def quiet(store: ProcessStore, prefix: str) -> bool:
-    """No mail waiting, nothing to settle, no inbox item, for the drill's addresses."""
+    """No mail waiting, nothing to settle, no inbox item, for the drill's addresses.
+
+    The three listings are separate reads, and work moves between them: a handler's
+    commit takes the last inbox item (leaving the ready index) and sends its forward
+    (a new mailbox entry) at once, so mail can be missed by ``targets`` read before that
+    commit and the item by ``ready`` read after it. Every move of work is a commit of a
+    drill address (the mailbox writes outside commits only remove settled or refused
+    work), so the listings count only when no drill address's head moved while they
+    were read: they are then one consistent view."""
     mailbox = store.mailbox
-    return not any(a.startswith(prefix) for a in mailbox.targets() + mailbox.unsettled() + mailbox.ready())
+    before = heads(store, prefix)
+    busy = any(a.startswith(prefix) for a in mailbox.targets() + mailbox.unsettled() + mailbox.ready())
+    return not busy and heads(store, prefix) == before
+
+
+def test_quiet_sees_work_that_moves_while_it_lists(store: ProcessStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The drain's wait condition, against the interleaving that fooled it: the last
+    inbox item is handled (acknowledged and forwarded in one commit) after ``targets``
+    was listed and before ``ready`` is; the forward still waits, so not quiet."""
+    prefix = "svit://local/quiet/a"
+    for index in range(PEERS):
+        store.create(relay_process(prefix, index, PEERS))
+    first = store.resume(f"{prefix}0")
+    first.enqueue_inbox({"kind": "message", "message_id": "svit://host:1:0", "from": "svit://host",
+                         "body": {"sender": 99, "seq": 1, "hops": 2}})
+    assert not quiet(store, prefix)
+    listing = store.mailbox.unsettled
+
+    def handled_meanwhile(limit: int = 1000) -> list[str]:
+        monkeypatch.setattr(store.mailbox, "unsettled", listing)
+        first.exec_inbox_item("/lib/on_message", first.inbox_front())
+        return listing(limit)
+
+    monkeypatch.setattr(store.mailbox, "unsettled", handled_meanwhile)
+    assert not quiet(store, prefix)
+    assert first.read("/inbox") == [] and [t for t in store.mailbox.targets() if t.startswith(prefix)] != []
+    assert not quiet(store, prefix)
 
 
 @pytest.fixture

@@ -126,6 +126,26 @@ def test_mail_to_an_absent_address_is_kept_as_undeliverable(store: ProcessStore,
     assert host.stats().undeliverable == 1
 
 
+def test_sends_another_writer_committed_are_settled_by_the_host(store: ProcessStore, hosts: list[Host]) -> None:
+    """The host holds an address's handle; a commit outside the host (a second writer
+    of the store) sends from it, so that handle is behind its head when the delivery
+    outcomes come to be settled. The host must settle them on the stored state, never
+    drop them: the intents leave the committed outbox."""
+    store.create(Process.builder(PREFIX + "talker").memory("seen", []).library("on_message", RECORD)
+                 .library("go", f'(define (main n) (do (send! "{PREFIX}listener" n) n))').build())
+    store.create(recorder(PREFIX + "listener"))
+    host = started(hosts, store)
+    host.send(PREFIX + "talker", "hello")  # the host opens the talker's handle and keeps it
+    host.idle(timeout=10)
+    assert PREFIX + "talker" in host.owned()
+    store.resume(PREFIX + "talker").exec("/lib/go", 7)
+    host.idle(timeout=10)
+    assert store.resume(PREFIX + "listener").read("/memory/seen") == [7]
+    assert store.resume(PREFIX + "talker").read("/system/outbox") == []
+    assert store.mailbox.unsettled() == [] and store.mailbox.targets() == []
+    assert host.stats().conflicts >= 1  # the stale handle was dropped, not trusted
+
+
 def test_idle_times_out_while_work_remains(store: ProcessStore, hosts: list[Host]) -> None:
     handle = store.create(recorder(PREFIX + "long"))
     for n in range(300):

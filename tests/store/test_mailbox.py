@@ -198,6 +198,41 @@ def test_settle_removes_delivered_intents_and_history_keeps_them(store):
     assert a.outbox() == []
 
 
+def test_a_stale_sender_handle_conflicts_and_its_outcomes_stay(store):
+    """Another writer of the sender committed the sends; a handle opened before them
+    sees none of the delivered intents in its outbox. Its settle must not take the
+    outcomes away (the intents would stay in the committed outbox forever)."""
+    stale = store.create(sender())
+    b = store.create(target())
+    send(store.resume(A), "x", B)
+    assert store.mailbox.deliver(b).delivered == [f"{A}:1:0"]
+    assert stale.outbox() == [] and stale.version == 0
+    with pytest.raises(PersistenceConflict):
+        store.mailbox.settle(stale)
+    assert store.mailbox.unsettled() == [A] and stale.version == 0
+    fresh = store.resume(A)
+    assert [i["message_id"] for i in fresh.outbox()] == [f"{A}:1:0"]
+    change = store.mailbox.settle(fresh)
+    assert change is not None and change.version == 2
+    assert fresh.outbox() == [] and store.mailbox.unsettled() == []
+    assert store.resume(A).read("/system/outbox") == []
+
+
+def test_a_stale_target_handle_refuses_nothing(store):
+    """A delivery that only refuses decides on the target's state: a handle behind its
+    head conflicts and the intent waits, neither refused nor dropped."""
+    a = store.create(sender())
+    b = store.create(target(limits=SMALL))
+    stale = store.resume(B)
+    b.enqueue_inbox("local")
+    send(a, "z" * 500, B)
+    with pytest.raises(PersistenceConflict):
+        store.mailbox.deliver(stale)
+    assert [m["message_id"] for m in store.mailbox.pending(B)] == [f"{A}:1:0"]
+    assert store.mailbox.undeliverable(A) == [] and store.mailbox.unsettled() == []
+    assert store.mailbox.deliver(b).undeliverable == [(f"{A}:1:0", "invalid_value: maximum text bytes exceeded")]
+
+
 def test_resume_validates_after_delivery_and_settle(store):
     a = store.create(sender())
     b = store.create(target(limits=Limits(max_text_bytes=400)))

@@ -220,6 +220,46 @@ def test_a_store_that_cached_a_head_another_store_moved_is_refused(postgresql_ur
         assert first_store.resume(ADDRESS).exec("/lib/counter").output == 2
 
 
+def test_a_resume_racing_another_stores_commit_reads_one_consistent_state(
+        postgresql_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process commits between the reading of the head and of the history: the
+    resume reads the head again instead of calling the history invalid."""
+    with ProcessStore.open(postgresql_url) as reader, ProcessStore.open(postgresql_url) as writer:
+        reader.create(counter())
+        rebuild = reader._rebuild
+
+        def committed_meanwhile(address: str, stop: object, depth: int) -> object:
+            monkeypatch.setattr(reader, "_rebuild", rebuild)
+            writer.resume(ADDRESS).exec("/lib/counter")
+            return rebuild(address, stop, depth)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(reader, "_rebuild", committed_meanwhile)
+        handle = reader.resume(ADDRESS)
+        assert handle.version == 1 and handle.read("/memory/count") == 1
+        assert handle.exec("/lib/counter").output == 2
+
+
+def test_a_resume_whose_history_never_stops_moving_is_a_conflict(
+        postgresql_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    with ProcessStore.open(postgresql_url) as reader, ProcessStore.open(postgresql_url) as writer:
+        reader.create(counter())
+        rebuild = reader._rebuild
+        moving = writer.resume(ADDRESS)
+
+        def committed_meanwhile(address: str, stop: object, depth: int) -> object:
+            # A commit lands before the history is read and another before the head is.
+            moving.exec("/lib/counter")
+            state = rebuild(address, stop, depth)  # type: ignore[arg-type]
+            moving.exec("/lib/counter")
+            return state
+
+        monkeypatch.setattr(reader, "_rebuild", committed_meanwhile)
+        with pytest.raises(PersistenceConflict):
+            reader.resume(ADDRESS)
+        monkeypatch.setattr(reader, "_rebuild", rebuild)
+        assert reader.resume(ADDRESS).version == moving.version
+
+
 # ---------------------------------------------------------------------------- reading
 
 

@@ -9,6 +9,7 @@ import pytest
 from svit import Mount, Ports, Process, tree
 from svit.errors import InvalidPersistence, PersistenceConflict, PersistenceReferenced
 from svit.store import REBUILDABLE, keys
+from tests.conftest import reopen
 
 from .test_store import ADDR, CHILD, counter, tamper
 
@@ -97,3 +98,23 @@ def test_stale_handle_conflicts_before_any_mount_write(store, tmp_path):
     # the current handle's activation writes the mount and commits as usual
     assert fresh.exec("/lib/note", "current").version == 2
     assert (folder / "note.txt").read_text() == "current"
+
+
+def test_a_head_behind_the_last_transaction_is_refused(store):
+    """A head put back to an older transaction (a rolled back record) is refused on
+    resume on every engine; a shared engine reads the head again, finds it unchanged,
+    and refuses it too."""
+    address = "svit://local/integrity/rolled"
+    handle = store.create(Process.builder(address).memory("n", 0).build())
+    handle.write("/memory/n", 1)
+    older = store.engine.get(keys.CF_RECORD, keys.head_key(address))
+    handle.write("/memory/n", 2)
+    batch = store.engine.batch()
+    batch.put(keys.CF_RECORD, keys.head_key(address), older)
+    store.engine.write(batch)
+    store = reopen(store)
+    try:
+        with pytest.raises(InvalidPersistence, match="does not match the last transaction"):
+            store.resume(address)
+    finally:
+        store.close()
