@@ -831,7 +831,7 @@ class Process:
             # Everything the caller is told is known here, mount-write paths included.
             # (output, logs, messages, version, root_hash, changed)
             activation = Activation(output.to_value(), ws.logs, messages, transition.version_after,
-                                    transition.root_after.hash, sorted(changed))
+                                    transition.root_after, sorted(changed))  # hashed when read
             result.append(activation)
             if receipt is not None:
                 receipt.complete(activation)
