@@ -65,6 +65,7 @@ class Activation:
     logs: list[dict[str, Any]]
     messages: list[dict[str, Any]]
     version: int
+    _root: str | Node  # the hex hash, or the root until it is first read
     changed: list[str]
     #: False for a dry run: nothing was committed, version and root_hash are the process's
     #: unchanged ones, and ``changed``/``messages`` say what a real run would have done.
@@ -83,10 +84,10 @@ class Activation:
 
     @property
     def root_hash(self) -> str:
-        root: str | Node = self._root
-        if type(root) is str:
+        root = self._root
+        if isinstance(root, str):
             return root
-        text = root.hash  # type: ignore[union-attr]
+        text = root.hash
         object.__setattr__(self, "_root", text)
         return text
 
