@@ -760,7 +760,7 @@ class Interpreter:
         compiled = self.compile(source, compile_budget)
         self.compiled = compiled
         gname = global_name(name)
-        with self._guard(compiled):
+        with _Guard(self, compiled):
             self._execute(compiled)
             if gname in self.pending:
                 self._materialize(gname)
@@ -819,7 +819,7 @@ class _Guard:
         g = interp.globals
         unused = g.get("_s", 0)
         if unused > 0:
-            interp.budget.give_back(unused)
+            interp.budget.remaining += unused  # Budget.give_back, written out
         g["_s"] = 0
         interp.context.meter.close(interp)
         run_context.leave(self.previous)

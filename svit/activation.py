@@ -321,7 +321,7 @@ class WorkingState(GuestHelpers):
 
     # ------------------------------------------------------------------ scripts
     def find_script(self, name: str) -> Script:
-        found = tree.find(self.staged_lib(), (name,))
+        found = tree.find(self.lib, (name,))  # staged_lib(), the working /lib
         if type(found) is not Script:
             raise ScriptNotFound(name)
         return found

@@ -677,7 +677,7 @@ class Process:
         commit is recorded, and a durable store writes it in the commit's own batch; an
         in-memory process only completes it.
         """
-        name = lib_name(parse(path)) if isinstance(path, str) else None
+        name = lib_name(path) if isinstance(path, str) else None
         if name is None:
             raise InvalidPath(f"exec accepts only /lib/<name> paths: {path}")
         if receipt is not None and dry_run is True:
@@ -688,7 +688,7 @@ class Process:
         """Run ``/lib/<name>``'s ``main(item)`` for the committed inbox head ``item`` and
         remove that head in the same commit: the item is handled and acknowledged as one
         version, or neither (``InboxConflict`` when the head is not ``item``)."""
-        name = lib_name(parse(path)) if isinstance(path, str) else None
+        name = lib_name(path) if isinstance(path, str) else None
         if name is None:
             raise InvalidPath(f"exec accepts only /lib/<name> paths: {path}")
         with self._lock:
