@@ -22,14 +22,15 @@ SLICE = 1024
 class Budget:
     """Remaining steps plus a wall-clock deadline, shared by nested runs."""
 
-    __slots__ = ("max_steps", "remaining", "deadline", "max_millis", "_clock", "meter")
+    __slots__ = ("max_steps", "remaining", "deadline", "max_millis", "clock", "meter")
 
     def __init__(self, max_steps: int = 1_000_000, max_millis: int | None = 1_000) -> None:
         self.max_steps = max_steps
         self.remaining = max_steps
         self.max_millis = max_millis
-        self._clock = time.monotonic
-        self.deadline = None if max_millis is None else self._clock() + max_millis / 1000.0
+        #: The wall clock the deadline is read from (host calls read it inline).
+        self.clock = time.monotonic
+        self.deadline = None if max_millis is None else self.clock() + max_millis / 1000.0
         #: The guest memory meter of the runs sharing this budget (made by their context).
         self.meter: Meter | None = None
 
@@ -59,20 +60,7 @@ class Budget:
             self.remaining = 0
             raise BudgetExhausted("steps")
         # check_clock, written out: charged once per host call.
-        if self.deadline is not None and self._clock() > self.deadline:
-            raise BudgetExhausted("time")
-
-    def host_call(self, unused: int) -> None:
-        """A host function is called: :meth:`give_back` the caller's ``unused`` slice, then
-        :meth:`charge` the call's one step (one method call on the host-call path)."""
-        remaining = self.remaining - 1
-        if unused > 0:
-            remaining += unused
-        if remaining < 0:
-            self.remaining = 0
-            raise BudgetExhausted("steps")
-        self.remaining = remaining
-        if self.deadline is not None and self._clock() > self.deadline:
+        if self.deadline is not None and self.clock() > self.deadline:
             raise BudgetExhausted("time")
 
     def take(self, steps: int) -> None:
@@ -83,7 +71,7 @@ class Budget:
             raise BudgetExhausted("steps")
 
     def check_clock(self) -> None:
-        if self.deadline is not None and self._clock() > self.deadline:
+        if self.deadline is not None and self.clock() > self.deadline:
             raise BudgetExhausted("time")
 
 

@@ -31,7 +31,7 @@ from .compiler import (
     referenced_globals,
 )
 from .context import Context, LispLimits
-from .errors import CompileError, EvalError, Frame, HostFunctionError, InternalError, LimitError, LispError
+from .errors import BudgetExhausted, CompileError, EvalError, Frame, HostFunctionError, InternalError, LimitError, LispError
 from .expand import Expander, nesting_depth
 from .functions import SYSTEM_FUNCTIONS
 from .functions.compare import equal, ge2, gt2, le2, lt2
@@ -382,10 +382,21 @@ class Interpreter:
             n = len(args)
             if n < min_args or (max_args is not None and n > max_args):
                 raise EvalError(arity_text)
-            # Return the unused slice so nested runs draw from the same budget exactly.
+            # Return the unused slice so nested runs draw from the same budget exactly, and
+            # charge the call's one step (Budget.host_call, written out: on every host call).
             unused = g["_s"]
             g["_s"] = 0
-            self.budget.host_call(unused)
+            budget = self.budget
+            remaining = budget.remaining - 1
+            if unused > 0:
+                remaining += unused
+            if remaining < 0:
+                budget.remaining = 0
+                raise BudgetExhausted("steps")
+            budget.remaining = remaining
+            deadline = budget.deadline
+            if deadline is not None and budget.clock() > deadline:
+                raise BudgetExhausted("time")
             target = fn if method is None else getattr(self.owner, method)
             try:
                 if takes_depth:
@@ -749,7 +760,7 @@ class Interpreter:
         compiled = self.compile(source, compile_budget)
         self.compiled = compiled
         gname = global_name(name)
-        with self._guard(compiled):
+        with _Guard(self, compiled):
             self._execute(compiled)
             if gname in self.pending:
                 self._materialize(gname)
@@ -808,7 +819,7 @@ class _Guard:
         g = interp.globals
         unused = g.get("_s", 0)
         if unused > 0:
-            interp.budget.give_back(unused)
+            interp.budget.remaining += unused  # Budget.give_back, written out
         g["_s"] = 0
         interp.context.meter.close(interp)
         run_context.leave(self.previous)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import FrozenInstanceError
 from typing import TYPE_CHECKING, Any, Callable
 
 from svit.lisp import context as lisp_context
@@ -50,19 +50,67 @@ PORT_INPUT_LIMIT = 256 * 1024
 INLINE_NAME = "<inline>"
 
 
-@dataclass(frozen=True)
 class Activation:
-    """The result of a committed activation."""
+    """The result of a committed activation (immutable).
+
+    ``root_hash`` is the hex content hash of the committed root. It may be given as the
+    root node itself, and is then hashed when first read: an activation whose caller
+    never looks at it does not pay for hashing the new root.
+    """
+
+    __slots__ = ("output", "logs", "messages", "version", "_root", "changed", "committed")
+    __match_args__ = ("output", "logs", "messages", "version", "root_hash", "changed", "committed")
 
     output: Any
     logs: list[dict[str, Any]]
     messages: list[dict[str, Any]]
     version: int
-    root_hash: str
+    _root: str | Node  # the hex hash, or the root until it is first read
     changed: list[str]
     #: False for a dry run: nothing was committed, version and root_hash are the process's
     #: unchanged ones, and ``changed``/``messages`` say what a real run would have done.
-    committed: bool = True
+    committed: bool
+
+    def __init__(self, output: Any, logs: list[dict[str, Any]], messages: list[dict[str, Any]], version: int,
+                 root_hash: str | Node, changed: list[str], committed: bool = True) -> None:
+        put = object.__setattr__
+        put(self, "output", output)
+        put(self, "logs", logs)
+        put(self, "messages", messages)
+        put(self, "version", version)
+        put(self, "_root", root_hash)
+        put(self, "changed", changed)
+        put(self, "committed", committed)
+
+    @property
+    def root_hash(self) -> str:
+        root = self._root
+        if isinstance(root, str):
+            return root
+        text = root.hash
+        object.__setattr__(self, "_root", text)
+        return text
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.output, self.logs, self.messages, self.version, self.root_hash, self.changed, self.committed)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Activation:
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        names = ("output", "logs", "messages", "version", "root_hash", "changed", "committed")
+        return "Activation(" + ", ".join(f"{n}={v!r}" for n, v in zip(names, self._fields())) + ")"
 
 
 _LISP_LIMITS: dict[Any, LispLimits] = {}
@@ -273,7 +321,7 @@ class WorkingState(GuestHelpers):
 
     # ------------------------------------------------------------------ scripts
     def find_script(self, name: str) -> Script:
-        found = tree.find(self.staged_lib(), (name,))
+        found = tree.find(self.lib, (name,))  # staged_lib(), the working /lib
         if type(found) is not Script:
             raise ScriptNotFound(name)
         return found

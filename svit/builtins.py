@@ -39,7 +39,7 @@ from svit.lisp.values import Foreign, is_function, type_name
 from . import tree
 from .errors import ExecutionLimitExceeded, ReadOnlyEvaluation, ResourceLimitExceeded, ScriptFailed, SvitError, sanitize
 from .errors import InternalError as HostInternalError
-from .guest import SvitValue, to_lisp, to_node
+from .guest import SvitValue, item_to_lisp, to_lisp, to_node
 from .tree import Node
 
 if TYPE_CHECKING:
@@ -503,6 +503,12 @@ class GuestHelpers:
         return found
 
     def fn_map_get(self, mapping: Any, key: Any) -> Any:
+        if type(mapping) is SvitValue and type(key) is str and mapping.node.code == tree.MAP:
+            # The common case, with no node made for a scalar entry.
+            found = tree.find(mapping.node, (key,))
+            if found is tree.ABSENT:
+                raise ScriptFailed("map key is absent")
+            return item_to_lisp(found)
         return to_lisp(self._map_entry(mapping, key))
 
     def fn_map_get_safe(self, mapping: Any, key: Any) -> Any:

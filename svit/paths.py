@@ -119,17 +119,33 @@ def validate_script_name(name: str) -> str:
     return name
 
 
+#: Text paths found to name a script, and the name (a valid one stays valid).
+_LIB_NAMES: dict[str, str] = {}
+
+
 def lib_name(path: str | Segments) -> str | None:
     """The script name of a ``/lib/<name>`` path (validated), or None for other paths.
 
-    ``/lib/a/b`` is not a script path and raises ``InvalidPath``.
+    ``/lib/a/b`` is not a script path and raises ``InvalidPath``. A text path found to
+    name a script is kept (bounded like :func:`parse`'s): every activation asks again.
     """
-    segments = parse(path) if isinstance(path, str) else path
+    if isinstance(path, str):
+        found = _LIB_NAMES.get(path)
+        if found is not None:
+            return found
+        segments = parse(path)
+    else:
+        segments = path
     if not segments or segments[0] != "lib" or len(segments) == 1:
         return None
     if len(segments) != 2:
         raise InvalidPath(f"library paths name exactly one script: {format_path(segments)}")
-    return validate_script_name(segments[1])
+    name = validate_script_name(segments[1])
+    if isinstance(path, str) and len(path) <= _PARSED_TEXT:
+        if len(_LIB_NAMES) >= _PARSED_ENTRIES:
+            _LIB_NAMES.clear()
+        _LIB_NAMES[path] = name
+    return name
 
 
 def validate_mount_name(name: str) -> str:

@@ -677,7 +677,7 @@ class Process:
         commit is recorded, and a durable store writes it in the commit's own batch; an
         in-memory process only completes it.
         """
-        name = lib_name(parse(path)) if isinstance(path, str) else None
+        name = lib_name(path) if isinstance(path, str) else None
         if name is None:
             raise InvalidPath(f"exec accepts only /lib/<name> paths: {path}")
         if receipt is not None and dry_run is True:
@@ -688,7 +688,7 @@ class Process:
         """Run ``/lib/<name>``'s ``main(item)`` for the committed inbox head ``item`` and
         remove that head in the same commit: the item is handled and acknowledged as one
         version, or neither (``InboxConflict`` when the head is not ``item``)."""
-        name = lib_name(parse(path)) if isinstance(path, str) else None
+        name = lib_name(path) if isinstance(path, str) else None
         if name is None:
             raise InvalidPath(f"exec accepts only /lib/<name> paths: {path}")
         with self._lock:
@@ -798,24 +798,26 @@ class Process:
         version, root = self._state
         if version >= U64_MAX:
             raise ResourceLimitExceeded("process version")
-        next_version = version + 1
-        intents = [
-            {"body": message["body"], "message_id": f"{self._address}:{next_version}:{index}", "to": message["to"]}
-            for index, message in enumerate(ws.messages)
-        ] if ws.messages else []
-        mutations: list[Mutation] = list(ws.mutations)
-        changed = set(ws.changed)
+        # The working state is finished with: its buffers become the commit's own.
+        mutations: list[Mutation] = ws.mutations
+        changed = ws.changed  # an ordered set
         candidate = ws.working_root()
+        messages: list[dict[str, Any]] = []
         if consume is not None:  # the handled inbox item leaves in the activation's own commit
             candidate = consume.apply(candidate)
             mutations.append(consume)
-            changed.add("/inbox")
-        if intents:
+            changed["/inbox"] = None
+        if ws.messages:
+            next_version = version + 1
+            intents = [
+                {"body": message["body"], "message_id": f"{self._address}:{next_version}:{index}", "to": message["to"]}
+                for index, message in enumerate(ws.messages)
+            ]
             append = Append("/system/outbox", tuple(tree.from_value(i, scripts_allowed=False) for i in intents))
             candidate = append.apply(candidate)
             mutations.append(append)
-            changed.add("/system/outbox")
-        messages = [{"message_id": i["message_id"], "to": i["to"], "body": i["body"]} for i in intents] if intents else []
+            changed["/system/outbox"] = None
+            messages = [{"message_id": i["message_id"], "to": i["to"], "body": i["body"]} for i in intents]
         mount_writes = ws.mount_writes
 
         def apply_mount_writes() -> None:
@@ -823,36 +825,40 @@ class Process:
             for op, path, value in mount_writes:
                 segments = parse(path)
                 self._mount_apply(op, segments, value)
-                changed.add(mount_change_path(segments))
+                changed[mount_change_path(segments)] = None
 
         result: list[Activation] = []
 
         def complete(transition: Transition) -> None:
             # Everything the caller is told is known here, mount-write paths included.
-            # (output, logs, messages, version, root_hash, changed)
+            # (output, logs, messages, version, root (hashed when read), changed)
             activation = Activation(output.to_value(), ws.logs, messages, transition.version_after,
-                                    transition.root_after.hash, sorted(changed))
+                                    transition.root_after, sorted(changed))
             result.append(activation)
             if receipt is not None:
                 receipt.complete(activation)
 
-        self._commit(
+        transition = self._commit(
             mutations, "activation", applied=(ws.base, candidate),
             effects=apply_mount_writes if mount_writes else None, dry_run=dry_run,
-            receipt=receipt, before_record=complete,
+            receipt=receipt, before_record=complete if receipt is not None else None,
             script="inline" if inline_source is not None else f"/lib/{name}", output=output,
         )
         if dry_run:
-            changed.update(mount_change_path(parse(path)) for _op, path, _value in mount_writes)
+            for _op, path, _value in mount_writes:
+                changed[mount_change_path(parse(path))] = None
             return Activation(
                 output=output.to_value(),
                 logs=ws.logs,
                 messages=messages,
                 version=version,
-                root_hash=root.hash,
+                root_hash=root,  # hashed when read
                 changed=sorted(changed),
                 committed=False,
             )
+        if receipt is None:
+            # Nobody to tell before the commit is recorded: the result is made after it.
+            complete(transition)
         return result[0]
 
     # ------------------------------------------------------------------ snapshots and forks

@@ -339,3 +339,18 @@ def test_map_remove_errors(source: str, message: str) -> None:
     with pytest.raises(ScriptFailed) as error:
         p.exec_inline(f"(define (main input) {source})")
     assert message in error.value.message
+
+
+def test_map_get_returns_each_kind_of_entry_as_the_guest_sees_it() -> None:
+    entries = {"i": 7, "f": 1.5, "s": "text", "b": True, "n": None, "m": {"x": 1}, "a": [1, 2]}
+    p = Process.builder(ADDRESS).build()
+    source = ('(define (main input) (list (map-get input "i") (map-get input "f") (map-get input "s")'
+              ' (map-get input "b") (null? (map-get input "n")) (map-get (map-get input "m") "x")'
+              ' (list-get (map-get input "a") 1)))')
+    assert p.exec_inline(source, entries).output == [7, 1.5, "text", True, True, 1, 2]
+    with pytest.raises(ScriptFailed, match="map key is absent"):
+        p.exec_inline('(define (main input) (map-get input "missing"))', entries)
+    with pytest.raises(ScriptFailed, match="map-get expects a map"):
+        p.exec_inline('(define (main input) (map-get (map-get input "a") "x"))', entries)
+    with pytest.raises(ScriptFailed, match="map-get must be text"):
+        p.exec_inline('(define (main input) (map-get input 1))', entries)

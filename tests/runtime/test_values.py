@@ -202,6 +202,21 @@ def test_lib_names():
         paths.lib_name("/lib/a/b")
 
 
+def test_lib_names_kept_by_text_answer_as_the_first_time_and_errors_are_never_kept():
+    paths._LIB_NAMES.clear()
+    for _ in range(2):  # the second round is answered from what the first kept
+        assert paths.lib_name("/lib/kept") == "kept"
+        assert paths.lib_name(("lib", "kept")) == "kept"
+        assert paths.lib_name("/memory/kept") is None
+        with pytest.raises(InvalidScriptName):
+            paths.lib_name("/lib/bad name")
+        with pytest.raises(InvalidPath):
+            paths.lib_name("/lib/a/b")
+        with pytest.raises(InvalidPath):
+            paths.lib_name("lib/kept")
+    assert paths._LIB_NAMES == {"/lib/kept": "kept"}
+
+
 def test_mount_split():
     assert paths.split_mount("/mounts") is None
     assert paths.split_mount("/mounts/docs") == ("docs", ())

@@ -60,6 +60,28 @@ def test_an_edit_hashes_nothing_until_the_digest_is_asked_for() -> None:
     assert base.value.hashed  # the base is untouched and still hashed
 
 
+def test_a_committed_activation_hashes_its_root_only_when_root_hash_is_read() -> None:
+    p = process('(define (main input) (do (write "/memory/k001" 41) (write "/memory/k004" 42) 0))')
+    assert p.root_hash  # the starting root is hashed
+    activation = p.exec("/lib/run")
+    root = p.root
+    memory = tree.get(root, ("memory",))
+    assert memory is not None
+    # Neither the commit's check of the new /memory nor the result hashed anything.
+    assert not root.value.hashed and not memory.value.hashed
+    expected = tree.from_value(root.to_value(), scripts_allowed=True).hash
+    assert activation.root_hash == expected == p.root_hash
+    assert root.value.hashed
+    # Read again, equal, compared and represented like the plain record it is.
+    assert activation.root_hash == expected
+    same = type(activation)(activation.output, activation.logs, activation.messages, activation.version,
+                            expected, activation.changed)
+    assert same == activation
+    assert f"root_hash={expected!r}" in repr(activation)
+    with pytest.raises(AttributeError):
+        activation.version = 7  # type: ignore[misc]
+
+
 def test_a_failed_activation_after_writes_leaves_the_snapshot_bytes_as_they_were() -> None:
     p = process(
         '(define (main input) (do (write "/memory/k003/x" 9) (write "/memory/new" (value-map "a" 1))'
