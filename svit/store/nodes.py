@@ -10,6 +10,8 @@ container, typically), and a removed address's chunks stay until
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .. import tree
 from ..errors import InvalidPersistence
 from ..tree import Node
@@ -28,15 +30,15 @@ class StoredNodes:
 
     The memory is the engine's (:attr:`StorageEngine.chunk_memory`), so every store
     object over one engine sees the same one, and a sweep through any of them forgets it.
-    It has two parts. ``closed``: digests whose whole subtree is known to be stored (a
+    It has two parts. ``_known``: digests whose whole subtree is known to be stored (a
     resume's verification, a commit whose walk stopped only at such digests); it is
     closed under children, so a previous root found in it means every chunk of that
     tree is stored, and a commit from it stages the chunks it does not hold without
     reading the database for them (a chunk that happens to be stored elsewhere is
-    written again, which changes nothing: chunks are content addressed). ``stored``:
-    digests read from the database or written by a walk that stopped at one, known
-    stored but not with their whole subtree known. Nothing enters either part before the
-    batch carrying it is queued behind every earlier batch (a failed write makes the
+    written again, which changes nothing: chunks are content addressed). ``_stored``:
+    digests read from the database, or written by a walk that stopped at one: known
+    stored, but not with their whole subtree known. Nothing enters either part before
+    the batch carrying it is queued behind every earlier batch (a failed write makes the
     store terminal and fails the batches after it), and any failed commit, sweep or
     index reset forgets both.
     """
@@ -75,7 +77,13 @@ class StoredNodes:
             return pending, True
         known_set, stored_set = self._known, self._stored
         closed = True
-        if previous is not None and previous.is_container and previous.value.digest in known_set:
+        from_known = previous is not None and previous.is_container and previous.value.digest in known_set
+        known: Callable[[bytes], bool]
+        if from_known and not stored_set:
+            # The steady state, asked without a Python call per chunk (new_chunks skips a
+            # digest it met before in the same walk, so ``pending`` need not be asked).
+            known = known_set.__contains__
+        elif from_known:
             def known(digest: bytes) -> bool:
                 nonlocal closed
                 if digest in pending or digest in known_set:
