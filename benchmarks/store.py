@@ -4,6 +4,8 @@
    10 small keys per second (the floor every durable commit pays), single writer.
    Target ratio >= 0.7. Also printed: the same raw batches written and then synced with
    SyncWAL, the two calls the store makes (so the ratio against the method is visible).
+1a. The store's own cost: CPU microseconds a durable counter activation adds to the
+   in-memory one when the log sync is left out (alternating rounds, medians). Printed.
 1b. Group commit: 8 processes committing counter activations from 8 threads, total
    activations per second vs the single-writer rate of row 1 (measured in alternating
    rounds). Target >= 2.5x. The synced engine writes are counted (each acknowledged
@@ -83,6 +85,46 @@ class SyncCounter:
         self.engine.writer = self.original
 
 
+class _UnsyncedLog:
+    """A RocksDB handle whose log sync does nothing (this benchmark only: the durable
+    path timed without the sync, to see what the store itself costs)."""
+
+    def __init__(self, db) -> None:
+        self._db = db
+
+    def flush_wal(self, sync: bool) -> None:
+        pass
+
+    def __getattr__(self, name: str):
+        return getattr(self._db, name)
+
+
+def store_cost(path: str, repeat: int) -> tuple[float, float]:
+    """(median CPU us a durable counter activation adds, with the log sync left out, to
+    the in-memory one; median CPU us of the in-memory one), in alternating rounds."""
+    store = ProcessStore.open(path)
+    store.engine._db = _UnsyncedLog(store.engine._db)
+    durable = store.create(build("svit://local/bench/nosync"))
+    memory = build("svit://local/bench/memory")
+
+    def cpu_us(fn, count: int = 200) -> float:
+        start = time.thread_time_ns()
+        for _ in range(count):
+            fn()
+        return (time.thread_time_ns() - start) / count / 1000
+
+    for _ in range(200):
+        durable.exec("/lib/counter")
+        memory.exec("/lib/counter")
+    durable_us, memory_us = [], []
+    for _ in range(max(repeat, 5)):
+        durable_us.append(cpu_us(lambda: durable.exec("/lib/counter")))
+        memory_us.append(cpu_us(lambda: memory.exec("/lib/counter")))
+    store.close()
+    in_memory = statistics.median(memory_us)
+    return statistics.median(durable_us) - in_memory, in_memory
+
+
 def concurrent_rate(handles: list, per_thread: int) -> float:
     """Total activations/s of one thread per handle, each running ``per_thread`` activations."""
     barrier = threading.Barrier(len(handles) + 1)
@@ -127,6 +169,11 @@ def main() -> None:
         print(f"durable counter activations: {durable:.0f}/s vs raw synced 10-key batches {raw:.0f}/s "
               f"-> ratio {durable / raw:.2f} (target >= 0.7); raw batches written then synced with SyncWAL "
               f"(as the store does): {wal:.0f}/s -> ratio {durable / wal:.2f}")
+
+        # 1a. what the store itself adds to an activation, the log sync left out
+        added, in_memory = store_cost(f"{work}/nosync", args.repeat)
+        print(f"store's own cost per durable counter activation (log sync left out, CPU time): {added:.1f} us "
+              f"on top of the in-memory activation's {in_memory:.1f} us (printed, no target)")
 
         # 1b. 8 processes from 8 threads vs one writer (alternating rounds), syncs counted
         group = [store.create(build(f"svit://local/bench/group{n}")) for n in range(8)]

@@ -49,6 +49,7 @@ ALL_CLASSES = (IRREPLACEABLE, REBUILDABLE)
 
 
 _log = logging.getLogger("svit.store")
+_BY_PREFIX = keys.BY_PREFIX
 
 #: What a store opened with ``read_only=True`` answers every writing operation.
 READ_ONLY_REFUSAL = ("this store was opened read-only (it follows another process's commits and writes nothing); "
@@ -115,7 +116,9 @@ class WriteBatch:
             raise InvalidPersistence(f"this operation may not write {kc.durability} key class {kc.name!r}")
 
     def put(self, space: str, key: bytes, value: bytes) -> None:
-        self._check(space, key)
+        kc = _BY_PREFIX.get((space, key[:2]))  # classify's own first look-up, inline: puts are many
+        if kc is None or kc.durability not in self.allowed:
+            self._check(space, key)
         self.operations.append((space, key, value))
         self.size += len(key) + len(value)
 
@@ -212,6 +215,10 @@ class StorageEngine(ABC):
         self.releaser: Callable[[], None] = self._release
         self._failure: str | None = None
         self._closed = False
+        #: Tree-chunk digests known to be stored, kept by :class:`svit.store.nodes.StoredNodes`
+        #: (those known with their whole subtree, and the rest): one memory per engine, so
+        #: every store object over it forgets at once.
+        self.chunk_memory: tuple[set[bytes], set[bytes]] = (set(), set())
 
     # ------------------------------------------------------------------ state
     @property

@@ -93,6 +93,8 @@ class GroupCommit(Generic[B]):
         self._queue: list[Ticket[B]] = []
         self._in_flight = 0
         self._leading = False
+        #: Threads waiting on ``_state`` right now.
+        self._sleeping = 0
         #: Leaders waiting for company, and the size of the last group and how long its
         #: write took (seconds).
         self._gathering = 0
@@ -183,13 +185,13 @@ class GroupCommit(Generic[B]):
         with self._state:
             while not ticket.done:
                 if self._leading or not self._queue:
-                    self._state.wait()
+                    self._sleep(None)
                 elif (not gathered and len(self._queue) < self._last_group and self._last_write
                       and not self.owned()):
                     gathered = True
                     self._gathering += 1
                     try:
-                        self._state.wait(min(self._last_write, GATHER_SECONDS))
+                        self._sleep(min(self._last_write, GATHER_SECONDS))
                     finally:
                         self._gathering -= 1
                 else:
@@ -214,8 +216,16 @@ class GroupCommit(Generic[B]):
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
-                self._state.wait(left)
+                self._sleep(left)
         return True
+
+    def _sleep(self, timeout: float | None) -> None:
+        """Wait on ``_state`` (held), counted so a leader notifies only when someone sleeps."""
+        self._sleeping += 1
+        try:
+            self._state.wait(timeout)
+        finally:
+            self._sleeping -= 1
 
     def _lead(self) -> None:
         """Write every queued batch as one synced write (called holding ``_state``)."""
@@ -243,4 +253,5 @@ class GroupCommit(Generic[B]):
                 ticket.error = error if error is not None else result
                 ticket.done = True
             self._in_flight -= len(group)
-            self._state.notify_all()
+            if self._sleeping:  # a lone committer wakes no one (and skips the condition's checks)
+                self._state.notify_all()

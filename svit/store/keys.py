@@ -59,6 +59,7 @@ __all__ = [
     "KeyClass",
     "KEY_CLASSES",
     "BY_NAME",
+    "BY_PREFIX",
     "classify",
     "escape",
     "unescape",
@@ -173,6 +174,8 @@ BY_NAME = {kc.name: kc for kc in KEY_CLASSES}
 
 
 _BY_PREFIX = {(kc.column_family, kc.prefix): kc for kc in KEY_CLASSES}
+#: ``(column family, two-byte prefix)`` -> its key class (the look-up :func:`classify` tries first).
+BY_PREFIX = _BY_PREFIX
 
 
 def classify(column_family: str, key: bytes) -> KeyClass:

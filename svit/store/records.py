@@ -219,7 +219,11 @@ def output_summary(output: Node | None) -> str | None:
     if output.count > _SUMMARY_NODES or output.text > _SUMMARY_TEXT:
         unit = {"map": "entries", "array": "items", "string": "bytes"}.get(output.kind, "bytes")
         return f"<{output.kind} of {output.size} {unit}>"
-    text = json.dumps(output.to_value(), ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
+    value = output.to_value()
+    if type(value) is int:
+        text = str(value)  # what json.dumps writes for an integer, without its machinery
+    else:
+        text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
     data = text.encode("utf-8")
     if len(data) <= MAX_SUMMARY_BYTES:
         return text

@@ -88,6 +88,8 @@ if TYPE_CHECKING:
 LATEST_STATES = 256
 #: How often a resume on a shared engine reads a head that moved again before it gives up.
 RESUME_ATTEMPTS = 8
+#: How many addresses' key prefixes the commit path keeps made (then it starts over).
+ADDRESS_KEYS = 4096
 
 __all__ = [
     "STORE_FORMAT",
@@ -159,6 +161,8 @@ class ProcessStore:
         self._head_cache: dict[str, tuple[bytes, dict[str, Any]]] = {}
         #: The head each address's next commit chains to: written (or queued) by this store.
         self._heads: dict[str, dict[str, Any]] = {}
+        #: Each address's key prefixes (:meth:`_address_keys`).
+        self._keys: dict[str, tuple[bytes, bytes, bytes]] = {}
         #: Latest committed state per address seen by this store object (a cache; fork uses it).
         self._latest = RecentStates()
         #: What restoring a stored snapshot may cost at most (compile-time work of all
@@ -378,11 +382,11 @@ class ProcessStore:
         return None if raw is None else records.decode_fork_reference(raw, address)["parent_address"]
 
     # ------------------------------------------------------------------ nodes
-    def _stage_nodes(self, batch: WriteBatch, root: Node) -> set[bytes]:
-        return self.nodes.stage(batch, root)
+    def _stage_nodes(self, batch: WriteBatch, root: Node, previous: Node | None = None) -> tuple[set[bytes], bool]:
+        return self.nodes.stage(batch, root, previous)
 
-    def _remember_nodes(self, digests: set[bytes]) -> None:
-        self.nodes.remember(digests)
+    def _remember_nodes(self, staged: tuple[set[bytes], bool]) -> None:
+        self.nodes.remember(*staged)
 
     def _verify_nodes(self, address: str, root_hash: str) -> None:
         self.nodes.verify(address, root_hash)
@@ -910,16 +914,18 @@ class ProcessStore:
                 raise ResourceLimitExceeded("persistence transaction bytes")
             new_head = Head(position, event_hash)
             base_hash = head["base_hash"]
+            head_key, transaction_prefix, path_prefix = self._address_keys(address)
+            position_key = keys.u64(position)
             batch = self._batch()
-            batch.put(CF_RECORD, keys.transaction_key(address, position), encoded)
-            pending = self._stage_nodes(batch, root_after)
+            batch.put(CF_RECORD, transaction_prefix + position_key, encoded)
+            pending = self._stage_nodes(batch, root_after, transition.root_before)
             for path in touched:
-                batch.put(CF_INDEX, keys.path_key(address, path, position), b"")
+                batch.put(CF_INDEX, path_prefix + keys.escape(path) + keys.SEP + position_key, b"")
             self.mailbox.stage_commit(batch, transition)
             # A control receipt answering this commit is written by the same synced write.
             receipt = stage_commit_receipt(self, batch, transition)
             head_bytes = self._head_record(address, base_hash, new_head, version_after, root_hash)
-            batch.put(CF_RECORD, keys.head_key(address), head_bytes)
+            batch.put(CF_RECORD, head_key, head_bytes)
             # The head this commit chains to, sealed again (head records are canonical).
             self._stage_head_expectation(batch, address, read=self._head_record(
                 address, base_hash, Head(head["position"], head["hash"]), transition.version_before, head["root_hash"])
@@ -941,10 +947,15 @@ class ProcessStore:
         # waiter interrupted here leaves its batch queued, to be written as accepted.
         try:
             lock.wait(ticket)
-        except (PersistenceConflict, PersistenceUnavailable):
-            # The batch was not written (refused, or a write that certainly did not happen;
-            # after any other failed write the store is terminal anyway).
-            self._forget_head(address, accepted)
+        except BaseException as failure:
+            # Nothing a failed (or abandoned) commit staged is taken as stored any more:
+            # the chunk memory starts over (forgetting is always safe).
+            with lock.committing():
+                self.nodes.forget()
+            if isinstance(failure, (PersistenceConflict, PersistenceUnavailable)):
+                # The batch was not written (refused, or a write that certainly did not
+                # happen; after any other failed write the store is terminal anyway).
+                self._forget_head(address, accepted)
             raise
         if conditional:
             with lock.committing():
@@ -954,6 +965,17 @@ class ProcessStore:
             receipt.written = True
         handle.set_head(new_head)
         self._latest[address] = _State(version_after, root_after, handle.limits, new_head, base_hash)
+
+    def _address_keys(self, address: str) -> tuple[bytes, bytes, bytes]:
+        """``(head key, transaction prefix, path-index prefix)`` of ``address``, made once
+        per address (a bounded memory: it starts over past :data:`ADDRESS_KEYS`)."""
+        made = self._keys.get(address)
+        if made is None:
+            if len(self._keys) >= ADDRESS_KEYS:
+                self._keys.clear()
+            made = self._keys[address] = (keys.head_key(address), keys.transaction_prefix(address),
+                                          keys.path_prefix_key(address))
+        return made
 
     def _forget_head(self, address: str, accepted: dict[str, Any]) -> None:
         """A queued head was not written (an expectation failed, or the write did not
