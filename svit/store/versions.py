@@ -240,8 +240,17 @@ class Versions:
             new = self.resolve(address, after)
         if old.root_hash == new.root_hash:
             return []
-        return diff_trees(old.root_hash, new.root_hash, self.fetch_chunk,
-                          lambda digest: self.root(digest.hex(), address).to_value(), address)
+        try:
+            return diff_trees(old.root_hash, new.root_hash, self.fetch_chunk,
+                              lambda digest: self.root(digest.hex(), address).to_value(), address)
+        except InvalidPersistence:
+            # The chunks are read after resolving, without the lock: a cut and sweep in
+            # between makes a version no longer retained (what resolving it again says),
+            # not damage. Both still retained: the damage stands.
+            with self._store.engine.lock:
+                self.resolve(address, before)
+                self.resolve(address, after)
+            raise
 
 
 class VersionView:

@@ -331,6 +331,44 @@ def test_a_view_whose_version_was_cut_and_swept_before_its_first_read_is_not_fou
     assert h.at(3).read("/memory/big")["i"] == 2
 
 
+def test_a_diff_whose_version_is_cut_and_swept_during_its_walk_is_not_found(store, monkeypatch):
+    # A diff resolves both versions, then reads their chunks without holding the store
+    # lock. A cut and sweep landing in between removes the older version: that is the
+    # version no longer being retained (what resolving it again says), not damage.
+    h = fresh(store)
+    for i in range(3):
+        h.write("/memory/big", {"i": i, "list": list(range(i * 50, i * 50 + 40))})
+    fetch = store.versions.fetch_chunk
+    swept: list[int] = []
+
+    def cut_then_fetch(digest: bytes) -> bytes | None:
+        if not swept:
+            h.cut()
+            swept.append(store.sweep_nodes())
+        return fetch(digest)
+
+    monkeypatch.setattr(store.versions, "fetch_chunk", cut_then_fetch)
+    with pytest.raises(PersistenceNotFound, match=r"version 1 is not retained \(retained versions 3\.\.3\)"):
+        h.diff(1, 3)
+    assert swept[0] > 0
+    with pytest.raises(PersistenceNotFound, match=r"version 2 is not retained"):
+        h.diff(3, 2)
+    assert h.diff(3, 3) == []
+
+
+def test_a_diff_missing_a_chunk_of_a_retained_version_is_invalid_persistence(store):
+    h = fresh(store)
+    h.write("/memory/big", {"deep": [1, 2, 3]})
+    h.write("/memory/big", 0)
+    digest = bytes.fromhex(h.at(1).node_hash("/memory/big"))
+    batch = store.engine.batch()
+    batch.delete("nodes", keys.node_key(digest))
+    store.engine.write(batch)
+    store.versions._chunks.clear()
+    with pytest.raises(InvalidPersistence, match="missing"):
+        h.diff(1, 2)
+
+
 def test_a_missing_chunk_is_invalid_persistence(store):
     h = fresh(store)
     h.write("/memory/big", {"deep": [1, 2, 3]})
