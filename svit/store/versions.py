@@ -52,6 +52,10 @@ CHUNK_CACHE_MAX = 1 << 15
 
 _MAX_FORK_DEPTH = 64
 
+#: How many transactions past ``limit`` a path-filtered ``recent`` reads newest first
+#: before it takes the older matches from the path index.
+_RECENT_WALK = 64
+
 
 @dataclass(frozen=True)
 class RetainedVersion:
@@ -197,8 +201,14 @@ class Versions:
 
     def recent(self, address: str, limit: int, path_prefix: str | None = None) -> list[Transaction]:
         """The newest ``limit`` (1-4096) retained transactions of ``address``, newest
-        first (only those touching ``path_prefix`` or below, by the path index), each
-        verified as it is read: O(limit) records, whatever the history's length."""
+        first (only those touching ``path_prefix`` or below), each verified as it is read.
+
+        Transactions are read newest first and the read stops at ``limit`` matches, so
+        it costs O(limit) records when the matches are recent, whatever the history's
+        length. With a path prefix, at most ``limit`` + :data:`_RECENT_WALK` records are
+        walked that way; older matches then come from the path index (which names
+        exactly the paths every retained transaction touched).
+        """
         if type(limit) is not int or not 1 <= limit <= MAX_QUERY_LIMIT:
             raise ResourceLimitExceeded("persistence query transactions")
         validate_address(address)
@@ -213,24 +223,29 @@ class Versions:
                 return []
             base = self._base(address)
             first = 0 if base["covered_position"] is None else base["covered_position"] + 1
-            if segments:
-                positions = store.history.indexed_positions(address, segments, None)[-limit:]
-            else:
-                positions = list(range(max(first, head["position"] - limit + 1), head["position"] + 1))
-            out = []
-            for position in reversed(positions):
-                raw = store.engine.get(CF_RECORD, keys.transaction_key(address, position))
-                if raw is None:
-                    raise InvalidPersistence(f"transaction {position} of {address} is missing")
-                record = records.decode_transaction(address, position, raw)
-                if segments and not any(parse(p)[: len(segments)] == segments for p in record["touched_paths"]):
+            out: list[Transaction] = []
+            position = head["position"]
+            walk_until = max(first, position - limit - _RECENT_WALK + 1)
+            while position >= walk_until and len(out) < limit:
+                record = self._transaction(address, position)
+                if not segments or _touches(record, segments):
+                    out.append(_transaction(address, position, record))
+                position -= 1
+            if not segments or len(out) >= limit or position < first:
+                return out
+            older = [p for p in store.history.indexed_positions(address, segments, None) if p <= position]
+            for position in reversed(older[len(older) - (limit - len(out)):]):
+                record = self._transaction(address, position)
+                if not _touches(record, segments):
                     raise InvalidPersistence(f"path index of {address} names transaction {position} wrongly; reset_index")
-                out.append(Transaction(
-                    address, position, record["event_hash"], record["previous_hash"], record["process_version_before"],
-                    record["process_version_after"], [m.plain() for m in record["mutations"]],
-                    list(record["touched_paths"]), record["source"], record["resulting_root_hash"],
-                    record["committed_at"], record["script"], record["output_summary"]))
+                out.append(_transaction(address, position, record))
             return out
+
+    def _transaction(self, address: str, position: int) -> dict[str, Any]:
+        raw = self._store.engine.get(CF_RECORD, keys.transaction_key(address, position))
+        if raw is None:
+            raise InvalidPersistence(f"transaction {position} of {address} is missing")
+        return records.decode_transaction(address, position, raw)
 
     def diff(self, address: str, before: int, after: int) -> list[Difference]:
         """The paths whose values differ from version ``before`` to version ``after``
@@ -251,6 +266,18 @@ class Versions:
                 self.resolve(address, before)
                 self.resolve(address, after)
             raise
+
+
+def _touches(record: dict[str, Any], segments: tuple[str, ...]) -> bool:
+    return any(parse(p)[: len(segments)] == segments for p in record["touched_paths"])
+
+
+def _transaction(address: str, position: int, record: dict[str, Any]) -> Transaction:
+    return Transaction(
+        address, position, record["event_hash"], record["previous_hash"], record["process_version_before"],
+        record["process_version_after"], [m.plain() for m in record["mutations"]], list(record["touched_paths"]),
+        record["source"], record["resulting_root_hash"], record["committed_at"], record["script"],
+        record["output_summary"])
 
 
 class VersionView:

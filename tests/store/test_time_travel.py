@@ -22,6 +22,7 @@ from svit import Limits, Process, cbor
 from svit.errors import InvalidPersistence, InvalidValue, PersistenceNotFound, SvitError
 from svit.store import Difference, ProcessStore, keys, records
 from svit.store import store as store_module
+from svit.store import versions as versions_module
 from svit.store.keys import CF_DEFAULT
 from tests.conftest import location_of, reopen
 
@@ -467,6 +468,73 @@ def test_recent_transactions_are_newest_first_and_bounded(store):
     assert caught.value.code == "resource_limit_exceeded"
     with pytest.raises(PersistenceNotFound):
         store.versions.recent("svit://local/tt/none", 5)
+
+
+PREFIXES = [None, "/memory", "/memory/a", "/memory/m", "/memory/m/x", "/memory/arr", "/memory/long",
+            "/memory/wide/k150", "/memory/nowhere"]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+@given(before_cut=operations, after_cut=st.one_of(st.none(), operations), walk=st.sampled_from([0, 1, 3, 64]),
+       data=st.data())
+def test_recent_is_the_newest_matches_of_all_retained_transactions(store, before_cut, after_cut, walk, data):
+    # Whether the matches come from the newest-first walk or (past it) the path index,
+    # recent() is the newest `limit` of a plain filter of every retained transaction.
+    h = fresh(store, a=1, m={"x": [1, {"y": 2}]}, arr=[1, 2, 3, 4], wide=dict(WIDE), long=list(LONG))
+    for op in before_cut:
+        apply(h, op)
+    if after_cut is not None:
+        h.cut()
+        for op in after_cut:
+            apply(h, op)
+    retained = h.query(limit=4096)
+    original = versions_module._RECENT_WALK
+    versions_module._RECENT_WALK = walk
+    try:
+        for _ in range(6):
+            prefix = data.draw(st.sampled_from(PREFIXES))
+            limit = data.draw(st.sampled_from([1, 2, 5, 4096]))
+            expected = [t for t in reversed(retained) if prefix is None or any(
+                p == prefix or p.startswith(prefix + "/") for p in t.touched_paths)][:limit]
+            assert store.versions.recent(h.address, limit, prefix) == expected
+    finally:
+        versions_module._RECENT_WALK = original
+
+
+def test_recent_reads_a_bounded_number_of_records_for_a_recent_match(store, monkeypatch):
+    h = fresh(store)
+    h.write("/memory/n", -1)
+    for i in range(200):
+        h.write("/memory/a", i)
+    h.write("/memory/n", 1)
+    h.write("/memory/n", 2)
+    transactions = keys.transaction_prefix(h.address)
+    reads = {"transactions": 0, "index": 0}
+    get, scan = store.engine.get, store.engine.scan
+
+    def counting_get(space: str, key: bytes) -> bytes | None:
+        reads["transactions"] += key.startswith(transactions)
+        return get(space, key)
+
+    def counting_scan(space: str, prefix: bytes, start: bytes | None = None):
+        for item in scan(space, prefix, start):
+            reads["index"] += space == "index"
+            yield item
+
+    monkeypatch.setattr(store.engine, "get", counting_get)
+    monkeypatch.setattr(store.engine, "scan", counting_scan)
+    assert [t.process_version_after for t in store.versions.recent(h.address, 2, "/memory/n")] == [203, 202]
+    assert reads == {"transactions": 2, "index": 0}
+    assert [t.process_version_after for t in store.versions.recent(h.address, 4, "/memory/a")] == [201, 200, 199, 198]
+    assert reads == {"transactions": 2 + 6, "index": 0}
+    assert [t.process_version_after for t in store.versions.recent(h.address, 5)] == [203, 202, 201, 200, 199]
+    assert reads == {"transactions": 8 + 5, "index": 0}
+    # An old match: a bounded walk, then the path index for what lies below it.
+    reads.update(transactions=0, index=0)
+    assert [t.process_version_after for t in store.versions.recent(h.address, 3, "/memory/n")] == [203, 202, 1]
+    assert reads["transactions"] == 3 + versions_module._RECENT_WALK + 1
+    assert reads["index"] == 3
 
 
 def test_activation_script_and_output_are_summarised_and_bounded(store):
