@@ -35,6 +35,7 @@ from .errors import ReadOnlyEvaluation, ScriptFailed, SvitError
 from .lisp.errors import Frame, ReadError
 from .lisp.reader import read
 from .lisp.syntax import SPECIAL_FORMS
+from .prompt_history import kept_history
 
 __all__ = [
     "CONTINUATION",
@@ -407,7 +408,6 @@ def prompt_session(session: Session, history: Path | None, *, input: Any = None,
     """A ``prompt_toolkit`` prompt: Enter submits a complete entry and opens a new line in
     an unfinished one (shown with the continuation prompt); Tab completes."""
     from prompt_toolkit import PromptSession  # noqa: PLC0415 - only on a terminal
-    from prompt_toolkit.history import FileHistory, InMemoryHistory  # noqa: PLC0415 - as above
     from prompt_toolkit.key_binding import KeyBindings  # noqa: PLC0415 - as above
 
     keys = KeyBindings()
@@ -420,16 +420,8 @@ def prompt_session(session: Session, history: Path | None, *, input: Any = None,
         else:
             buffer.insert_text("\n")
 
-    kept: Any = InMemoryHistory()
-    if history is not None:
-        try:
-            history.parent.mkdir(parents=True, exist_ok=True)
-            history.touch(mode=0o600, exist_ok=True)  # what the person typed is theirs only
-            kept = FileHistory(str(history))
-        except OSError:
-            pass  # a read-only home: the history lasts for this run only
     return PromptSession(
-        PROMPT, multiline=True, prompt_continuation=CONTINUATION, history=kept, completer=completer(session),
+        PROMPT, multiline=True, prompt_continuation=CONTINUATION, history=kept_history(history), completer=completer(session),
         complete_while_typing=False, key_bindings=keys, input=input, output=output,
     )
 

@@ -209,21 +209,9 @@ def verify_chunk(digest: bytes, data: bytes) -> list[bytes]:
     The digest covers the bytes, so a match proves them to be what was stored; they are
     still decoded strictly, so that only a well-formed chunk names children.
     """
-    if blake3.blake3(data).digest() != digest:
-        raise ChunkError("content does not match its digest")
-    try:
-        decoded = cbor2.loads(data, tag_hook=_tag_hook, allow_indefinite=False, allow_duplicate_keys=False,
-                              str_errors="strict")
-    except Exception as exc:  # the decoder's and the hooks' errors alike: the bytes are not a chunk
-        raise ChunkError(f"malformed chunk ({type(exc).__name__})") from None
-    if type(decoded) is not list or len(decoded) != 2 or decoded[0] not in ("m", "a", "M", "A"):
-        raise ChunkError("malformed chunk record")
-    kind, body = decoded
+    kind, body = decode_chunk(digest, data)
     if kind in ("M", "A"):
-        if type(body) is not bytes or not body or len(body) % 32:
-            raise ChunkError("malformed inner chunk")
-        return [body[i:i + 32] for i in range(0, len(body), 32)]
-    values = body.values() if kind == "m" and type(body) is dict else body if kind == "a" and type(body) is list else None
-    if values is None:
-        raise ChunkError("malformed leaf chunk")
+        children: list[bytes] = body  # a fresh list of the child digests
+        return children
+    values = body.values() if kind == "m" else body
     return [value for value in values if type(value) is bytes]

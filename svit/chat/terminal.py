@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
+from ..prompt_history import kept_history
+
 __all__ = ["PROMPT", "LineReader", "PlainReader", "PromptReader", "history_path", "open_reader"]
 
 PROMPT = "you> "
@@ -41,17 +43,7 @@ class PlainReader:
 class PromptReader:
     def __init__(self, history: Path | None) -> None:
         from prompt_toolkit import PromptSession  # noqa: PLC0415 - the chat extra, only on a terminal
-        from prompt_toolkit.history import FileHistory, InMemoryHistory  # noqa: PLC0415 - as above
-
-        kept: Any = InMemoryHistory()
-        if history is not None:
-            try:
-                history.parent.mkdir(parents=True, exist_ok=True)
-                history.touch(mode=0o600, exist_ok=True)  # what the person typed is theirs only
-                kept = FileHistory(str(history))
-            except OSError:
-                pass  # a read-only home: the history lasts for this run only
-        self._session: Any = PromptSession(history=kept)
+        self._session: Any = PromptSession(history=kept_history(history))
 
     def read(self) -> str:
         while True:
