@@ -135,7 +135,10 @@ class HttpSource:
                     self._notes.put(Note(f"event:{data.get('session_id')}:{data.get('sequence')}", "event", text))
         except (ClientError, httpx.HTTPError, ValueError) as exc:
             if not self._stopped.is_set():
-                self._notes.put(Note(f"error:{uuid.uuid4().hex}", "error", f"event stream ended: {exc}"))
+                # A refusal in its own words; anything else by kind alone (an HTTP error's
+                # text carries the URL, which may hold credentials).
+                reason = f"{exc.code}: {exc.message}" if isinstance(exc, ClientError) else type(exc).__name__
+                self._notes.put(Note(f"error:{uuid.uuid4().hex}", "error", f"event stream ended: {reason}"))
 
     def head(self) -> int:
         return self._version

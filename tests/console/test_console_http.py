@@ -249,3 +249,40 @@ def test_over_http_long_mail_lists_and_long_diffs_say_how_much_was_left_out(serv
         assert [c.version for c in commits] == [1] and commits[0].source == "mailbox.deliver" and commits[0].committed_at > 0
     finally:
         source.close()
+
+
+def test_a_lost_event_stream_is_named_by_kind_never_by_its_url() -> None:
+    """An HTTP error's text carries the request URL, which may hold credentials: the
+    console's line names the failure's kind; a server refusal keeps its own words."""
+    import time as _time
+
+    import httpx as _httpx
+
+    from svit.client import ClientError
+    from svit.console.http_source import HttpSource
+
+    secret_url = "http://operator:hunter2@127.0.0.1:9/v1/events/x"
+
+    class LosingClient:
+        def __init__(self, error: Exception) -> None:
+            self.error = error
+
+        def process(self, address: str) -> dict[str, int]:
+            return {"version": 0}
+
+        def stream(self, *args: object, **kwargs: object) -> object:
+            raise self.error
+
+    for error, expected in (
+        (_httpx.ConnectError(f"cannot reach {secret_url}"), "event stream ended: ConnectError"),
+        (ClientError(403, "forbidden", "this token does not cover the address"),
+         "event stream ended: forbidden: this token does not cover the address"),
+    ):
+        source = HttpSource("http://127.0.0.1:9", "token", "svit://local/x/p", client=LosingClient(error))  # type: ignore[arg-type]
+        deadline = _time.monotonic() + 10
+        notes = source.conversation()
+        while not notes and _time.monotonic() < deadline:
+            _time.sleep(0.01)
+            notes = source.conversation()
+        assert [note.text for note in notes] == [expected]
+        assert "hunter2" not in notes[0].text
