@@ -15,7 +15,7 @@ from .errors import InternalError, LimitError
 from .memory import Meter
 from .values import Foreign, LispList, LispValue
 
-__all__ = ["LIST_UNIT", "UNITS_PER_STEP", "Context", "LispLimits", "active", "current", "enter", "leave"]
+__all__ = ["LIST_UNIT", "RUN_LOCAL", "UNITS_PER_STEP", "Context", "LispLimits", "active", "current", "enter", "leave"]
 
 #: Element types that hold guest memory of their own inside a list.
 _HOLDING = frozenset((tuple, str, bytes))
@@ -204,6 +204,9 @@ class _RunLocal(threading.local):
 
 
 _local = _RunLocal()
+#: The per-thread holder of the current context, for the interpreter's run guard, which
+#: enters and leaves a run with it directly (:func:`enter` and :func:`leave`, written out).
+RUN_LOCAL = _local
 
 
 def current() -> Context:

@@ -57,30 +57,31 @@ class _RecursionAllowance:
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._active = 0
-        self._saved: int | None = None
+        self.lock = threading.Lock()
+        self.active = 0
+        self.saved: int | None = None
 
     def acquire(self) -> None:
-        with self._lock:
-            if self._active == 0:
+        with self.lock:
+            if self.active == 0:
                 before = sys.getrecursionlimit()
                 if before < RUN_RECURSION_LIMIT:
                     sys.setrecursionlimit(RUN_RECURSION_LIMIT)
-                    self._saved = before
-            self._active += 1
+                    self.saved = before
+            self.active += 1
 
     def release(self) -> None:
-        with self._lock:
-            self._active -= 1
-            if self._active == 0 and self._saved is not None:
+        with self.lock:
+            self.active -= 1
+            if self.active == 0 and self.saved is not None:
                 # Unless the host changed it meanwhile, put back what it had set.
                 if sys.getrecursionlimit() == RUN_RECURSION_LIMIT:
-                    sys.setrecursionlimit(self._saved)
-                self._saved = None
+                    sys.setrecursionlimit(self.saved)
+                self.saved = None
 
 
 _recursion = _RecursionAllowance()
+_RUN_LOCAL = run_context.RUN_LOCAL
 
 _NOARG = object()
 
@@ -210,8 +211,12 @@ def _stack_exceeded(depth: int, max_call_stack: int) -> Any:
     raise LimitError("value stack")
 
 
-_BASE: dict[str, Any] = {
-    "__builtins__": {},
+#: The language's own helpers and system functions, the same for every namespace. Generated
+#: code finds them as its builtins (a global it does not define itself), so a namespace's
+#: own dict holds only what is its own and a renewal restores a few entries, not hundreds.
+#: Nothing writes to it after import: guest code stores globals in its namespace's dict, and
+#: nothing of Python's own builtins is in it.
+_SHARED: dict[str, Any] = {
     "_type": type,
     "_int": int,
     "_NOARG": _NOARG,
@@ -236,8 +241,11 @@ _BASE: dict[str, Any] = {
     "_ge2": ge2,
 }
 for _name, _spec in SYSTEM_FUNCTIONS.items():
-    _BASE["_S_" + mangle(_name)] = _spec.fn
-    _BASE["_F_" + mangle(_name)] = _system_wrapper(_name)
+    _SHARED["_S_" + mangle(_name)] = _spec.fn
+    _SHARED["_F_" + mangle(_name)] = _system_wrapper(_name)
+
+#: What every namespace starts from: no Python builtins, the shared helpers beneath.
+_BASE: dict[str, Any] = {"__builtins__": _SHARED}
 
 
 #: Compiled programs with the steps compiling them took, by source, file name, limits and names.
@@ -777,7 +785,7 @@ class Interpreter:
         return _Guard(self, compiled)
 
 
-_SYSTEM_CALLABLES = frozenset(id(_BASE["_F_" + mangle(_name)]) for _name in SYSTEM_FUNCTIONS)
+_SYSTEM_CALLABLES = frozenset(id(_SHARED["_F_" + mangle(_name)]) for _name in SYSTEM_FUNCTIONS)
 
 
 def _compile_time_value(value: Any) -> Any:
@@ -809,10 +817,32 @@ class _Guard:
         self.interp = interp
         self.compiled = compiled
 
+    # Entered and left once per run: the recursion allowance, the context switch and the
+    # meter's bookkeeping are written out here (_RecursionAllowance.acquire and release,
+    # context.enter and leave, Meter.open and close), the same steps in the same order.
     def __enter__(self) -> None:
-        _recursion.acquire()
-        self.previous = run_context.enter(self.interp.context)
-        self.interp.context.meter.open(self.interp, sys._getframe(1))  # noqa: SLF001 (CPython's documented frame access)
+        allowance = _recursion
+        with allowance.lock:
+            if allowance.active == 0:
+                before = sys.getrecursionlimit()
+                if before < RUN_RECURSION_LIMIT:
+                    sys.setrecursionlimit(RUN_RECURSION_LIMIT)
+                    allowance.saved = before
+            allowance.active += 1
+        interp = self.interp
+        context = interp.context
+        self.previous = _RUN_LOCAL.context
+        _RUN_LOCAL.context = context
+        meter = context.meter
+        if meter.depth == 0:
+            meter.entry = sys._getframe(1)  # noqa: SLF001 (CPython's documented frame access)
+        meter.depth += 1
+        spaces = meter.spaces
+        found = spaces.get(id(interp))
+        if found is None:
+            spaces[id(interp)] = [interp, 1]
+        else:
+            found[1] += 1
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> Literal[False]:
         interp = self.interp
@@ -821,9 +851,29 @@ class _Guard:
         if unused > 0:
             interp.budget.remaining += unused  # Budget.give_back, written out
         g["_s"] = 0
-        interp.context.meter.close(interp)
-        run_context.leave(self.previous)
-        _recursion.release()
+        meter = interp.context.meter
+        meter.depth -= 1
+        spaces = meter.spaces
+        found = spaces.get(id(interp))
+        if found is not None:
+            found[1] -= 1
+            if found[1] <= 0:
+                del spaces[id(interp)]
+        if meter.depth <= 0:
+            meter.depth = 0
+            meter.entry = None
+            if meter.records:
+                meter.records = {}
+            if meter.leaves:
+                meter.leaves = {}
+        _RUN_LOCAL.context = self.previous
+        allowance = _recursion
+        with allowance.lock:
+            allowance.active -= 1
+            if allowance.active == 0 and allowance.saved is not None:
+                if sys.getrecursionlimit() == RUN_RECURSION_LIMIT:
+                    sys.setrecursionlimit(allowance.saved)
+                allowance.saved = None
         if exc is None:
             return False
         if interp.passthrough and isinstance(exc, interp.passthrough):

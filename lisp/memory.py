@@ -96,7 +96,10 @@ class Meter:
 
     # ------------------------------------------------------------------ runs
     def open(self, space: Any, frame: FrameType) -> None:
-        """A run in ``space`` starts at ``frame`` (nested runs share the outermost entry)."""
+        """A run in ``space`` starts at ``frame`` (nested runs share the outermost entry).
+
+        The interpreter's run guard does the same, written out (so does its exit, for :meth:`close`).
+        """
         if self.depth == 0:
             self.entry = frame
         self.depth += 1

@@ -58,7 +58,6 @@ class Activation:
     never looks at it does not pay for hashing the new root.
     """
 
-    __slots__ = ("output", "logs", "messages", "version", "_root", "changed", "committed")
     __match_args__ = ("output", "logs", "messages", "version", "root_hash", "changed", "committed")
 
     output: Any
@@ -73,14 +72,10 @@ class Activation:
 
     def __init__(self, output: Any, logs: list[dict[str, Any]], messages: list[dict[str, Any]], version: int,
                  root_hash: str | Node, changed: list[str], committed: bool = True) -> None:
-        put = object.__setattr__
-        put(self, "output", output)
-        put(self, "logs", logs)
-        put(self, "messages", messages)
-        put(self, "version", version)
-        put(self, "_root", root_hash)
-        put(self, "changed", changed)
-        put(self, "committed", committed)
+        # Every field in one assignment (one is made for every activation).
+        object.__setattr__(self, "__dict__", {
+            "output": output, "logs": logs, "messages": messages, "version": version, "_root": root_hash,
+            "changed": changed, "committed": committed})
 
     @property
     def root_hash(self) -> str:

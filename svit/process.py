@@ -124,7 +124,7 @@ class CommitReceipt(Protocol):
     def complete(self, activation: Activation) -> None: ...
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Transition:
     """A validated candidate: ``root_after`` is ``mutations`` applied to ``root_before``.
 
@@ -148,6 +148,16 @@ class Transition:
     script: str | None = None
     #: An activation's output (what a history may summarise); None for every other transition.
     output: Node | None = None
+
+    def __init__(self, address: str, version_before: int, version_after: int, root_before: Node, root_after: Node,
+                 mutations: tuple[Mutation, ...], source: str, annex: object = None,
+                 receipt: CommitReceipt | None = None, script: str | None = None, output: Node | None = None) -> None:
+        # Every field in one assignment (frozen: the generated __init__ sets them one by one,
+        # and one is made for every commit).
+        object.__setattr__(self, "__dict__", {
+            "address": address, "version_before": version_before, "version_after": version_after,
+            "root_before": root_before, "root_after": root_after, "mutations": mutations, "source": source,
+            "annex": annex, "receipt": receipt, "script": script, "output": output})
 
 
 class CommitSink(Protocol):

@@ -456,12 +456,24 @@ def _copy(chunk: Chunk, index: int, chunk_items: tuple[Any, ...], old: Any, new:
     return copy
 
 
+#: The aggregates of a number, truth or null (what _item_aggregates says of them).
+_PLAIN_AGGREGATES = (1, 0, 0, -1)
+_PLAIN_TYPES = frozenset((int, float, bool, type(None)))
+
+
 def _replace(code: int, path: list[Chunk], route: Route, leaf: Chunk, position: int, item: Any) -> Chunk:
     """A new root with one leaf entry's item replaced: no boundary moves, and each chunk on
     the way up changes in one place."""
     old = leaf.items[position]
+    # _item_aggregates, written out for the items most edits replace (a container or a number).
+    t = type(old)
+    old_aggregates = (old.count, old.text, old.height, old.max_script) if t is Node else (
+        _PLAIN_AGGREGATES if t in _PLAIN_TYPES else _item_aggregates(old))
+    t = type(item)
+    new_aggregates = (item.count, item.text, item.height, item.max_script) if t is Node else (
+        _PLAIN_AGGREGATES if t in _PLAIN_TYPES else _item_aggregates(item))
     chunk = _copy(leaf, position, leaf.items[:position] + (item,) + leaf.items[position + 1:], old, item,
-                  _item_aggregates(old), _item_aggregates(item))
+                  old_aggregates, new_aggregates)
     for parent, i in zip(reversed(path), reversed(route)):
         before = parent.items[i]
         chunk = _copy(parent, i, parent.items[:i] + (chunk,) + parent.items[i + 1:], before, chunk,

@@ -93,9 +93,17 @@ def test_functions_are_opaque_values() -> None:
 
 
 def test_generated_code_has_no_builtins() -> None:
+    # Generated code's builtins are the language's own shared helpers: no name of
+    # Python's builtins, nothing a run can add to, and the same for every namespace.
+    import builtins
+
     interp = Interpreter(LIMITS)
-    interp.run("(define x 1)")
-    assert interp.globals["__builtins__"] == {}
+    shared = interp.globals["__builtins__"]
+    before = dict(shared)
+    assert not set(shared) & set(dir(builtins))
+    assert all(name.startswith("_") and not name.startswith("__") for name in shared)
+    interp.run("(define x 1) (define (f y) y) (define _type 3) (f x)")
+    assert shared == before and shared is Interpreter(LIMITS).globals["__builtins__"]
 
 
 def test_path_and_bytes_literals_are_inert() -> None:
