@@ -5,6 +5,8 @@ not its input, not its limits."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from svit import Limits, Process
 from svit.activation import NAMESPACES, NamespacePool, WorkingState
@@ -138,3 +140,60 @@ def test_activations_use_the_shared_pool() -> None:
         assert interp.owner is state and not interp.has("main")
     finally:
         NAMESPACES.give_back(interp)
+
+
+def test_a_namespace_holds_only_its_own_entries_over_the_shared_helpers() -> None:
+    # Renewing restores what is the namespace's own (a few entries), not every system
+    # function: those are found beneath it, in one dict no run writes to.
+    p = counter("svit://local/test/pool-own")
+    p.exec("/lib/counter", {"by": 1})
+    state = WorkingState(p)
+    interp = NAMESPACES.take(state, "/lib/counter.svit-script", 0)
+    try:
+        own = interp.globals
+        shared = own["__builtins__"]
+        assert not any(name.startswith(("_F_", "_S_")) for name in own)
+        assert "_F_len" in shared and "_S_len" in shared
+        assert len(own) < 32
+    finally:
+        NAMESPACES.give_back(interp)
+    assert p.exec("/lib/counter", {"by": 2}).output == 3
+
+
+_IDENT = st.from_regex(r"[a-z][a-z0-9]{0,6}", fullmatch=True).filter(
+    lambda n: n not in {"main", "input", "if", "let", "do", "define", "lambda", "quote", "list"})
+
+
+def _host_entries(limits: Limits) -> int:
+    """How many names a sealed activation namespace holds before any script runs."""
+    state = WorkingState(counter("svit://local/test/pool-count", 0, limits))
+    pool = NamespacePool(size=1)
+    interp = pool.take(state, "/lib/count.svit-script", 0)
+    try:
+        return len(interp.defined)
+    finally:
+        pool.give_back(interp)
+
+
+@given(names=st.lists(_IDENT, min_size=1, max_size=40, unique=True), values=st.lists(st.integers(-5, 5), min_size=40))
+@settings(max_examples=25, deadline=None)
+def test_a_run_never_sees_what_an_earlier_run_in_its_namespace_defined(names: list[str], values: list[int]) -> None:
+    # Both scripts run inline, so the second is served by the namespace the first ran in,
+    # renewed. The first defines many globals and shadows the host's read and write; the
+    # second defines as many of its own with no room to spare (each script alone fits
+    # max_namespace_entries exactly): a name the first left behind would push the second
+    # past the limit, and a stale read or write would answer with the first run's functions.
+    host = _host_entries(Limits())
+    limits = Limits(max_namespace_entries=host + len(names) + 1)  # the script's names and main
+    p = counter("svit://local/test/pool-leak", 10, limits)
+    first = " ".join(f"(define x{name} {values[i]})" for i, name in enumerate(names))
+    first += ' (define (read p) 99) (define (write p v) 98) (define (main input) (list (read "/memory/count") (write 1 2)))'
+    assert p.exec_inline(first).output == [99, 98]
+    assert p.read("/memory/count") == 10
+    second = " ".join(f"(define y{name} 1)" for name in names)
+    second += ' (define (main input) (do (write "/memory/count" (+ 1 (read "/memory/count"))) (read "/memory/count")))'
+    assert p.exec_inline(second).output == 11
+    assert p.read("/memory/count") == 11
+    # One name more than the limit allows is refused: the bound the test leans on holds.
+    with pytest.raises(SvitError, match="namespace"):
+        p.exec_inline(second.replace("(define (main", "(define zextra 1) (define (main"))
