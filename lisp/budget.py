@@ -41,7 +41,8 @@ class Budget:
 
     def draw(self) -> int:
         """Hand out the next slice of steps, or raise when fuel or time has run out."""
-        self.check_clock()
+        if self.deadline is not None and self.clock() > self.deadline:  # check_clock, written out
+            raise BudgetExhausted("time")
         if self.remaining <= 0:
             raise BudgetExhausted("steps")
         grant = SLICE if self.remaining > SLICE else self.remaining

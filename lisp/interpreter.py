@@ -569,12 +569,14 @@ class Interpreter:
             # (both depend on the key alone): charge its steps and reuse it, with no
             # run context to enter. One whose steps do not fit (or a compile inside a
             # run holding a slice of steps) takes the guarded path below, unchanged.
-            names = self.installed_names()
+            names = self._host_names
+            if names is None or len(self.defined) != self._names_seen:
+                names = self.installed_names()
             last = self._last_compile
             if last is not None and last[0] is source and last[1] is names and last[3] <= budget.remaining:
                 # The very text compiled last here (a renewed namespace running its script
                 # again): the same key, so the same program, without hashing the text.
-                budget.take(last[3])
+                budget.remaining -= last[3]  # Budget.take, written out: it fits
                 return last[2]
             known = self._compile_key(source, names)
             with _compile_lock:
@@ -733,13 +735,8 @@ class Interpreter:
         g = self.globals
         pending = self.pending
         if pending:
-            # Walk the shorter side: a script names a few of the many pending functions.
-            referenced = compiled.referenced
-            if len(referenced) < len(pending):
-                used = [name for name in referenced if name in pending]
-            else:
-                used = [name for name in pending if name in referenced]
-            for gname in used:
+            # The pending functions the script names (a few of many; the order is immaterial).
+            for gname in pending.keys() & compiled.referenced:
                 self._materialize(gname)
         g[compiled.constants_name] = compiled.constants
         g["_last"] = None

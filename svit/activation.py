@@ -14,6 +14,7 @@ import json
 import threading
 import time
 from dataclasses import FrozenInstanceError
+from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
 from svit.lisp import context as lisp_context
@@ -178,15 +179,15 @@ def script_compiler(limits: Any, budget: Budget | None = None) -> Callable[[str,
 
     Validating a root compiles every changed script; together they get one budget
     (``budget``, or one under ``limits`` made at the first compile), never one each.
+    (A partial: every commit makes one, and most compile nothing.)
     """
-    shared: list[Budget] = [budget] if budget is not None else []
+    return partial(_compile_shared, limits, [budget] if budget is not None else [])
 
-    def compile_script(name: str, script: Any) -> None:
-        if not shared:
-            shared.append(Budget(limits.max_steps, limits.max_execution_millis))
-        compile_check(name, script.source, limits, shared[0])
 
-    return compile_script
+def _compile_shared(limits: Any, shared: list[Budget], name: str, script: Any) -> None:
+    if not shared:
+        shared.append(Budget(limits.max_steps, limits.max_execution_millis))
+    compile_check(name, script.source, limits, shared[0])
 
 
 class NamespacePool:
@@ -253,11 +254,12 @@ def _text(value: Any, what: str) -> str:
 class WorkingState(GuestHelpers):
     """The private, transactional state of one activation and its nested execs."""
 
-    def __init__(self, process: Process, *, dry_run: bool = False) -> None:
+    def __init__(self, process: Process, *, dry_run: bool = False, base: Node | None = None) -> None:
         self.process = process
-        self.limits = process.limits
-        #: The committed root the activation started from.
-        self.base: Node = process.root
+        self.limits = limits = process.limits
+        #: The committed root the activation started from (``base``, when the caller
+        #: holding the process's lock has it at hand).
+        self.base: Node = process.root if base is None else base
         #: The working ``/memory`` and ``/lib``: the base's, with every mutation below
         #: applied once each, in order (``apply_below``); :meth:`working_root` splices them in.
         self._base_memory: Node = section(self.base, "memory")
@@ -273,8 +275,9 @@ class WorkingState(GuestHelpers):
         self.port_calls = 0
         self.exec_depth = 0
         self.dry_run = dry_run
-        self.budget = Budget(self.limits.max_steps, self.limits.max_execution_millis)
-        self.lisp_limits = lisp_limits(self.limits)
+        self.budget = Budget(limits.max_steps, limits.max_execution_millis)
+        last = _LAST_LISP_LIMITS  # lisp_limits' own first check, written out
+        self.lisp_limits = last[1] if last is not None and last[0] is limits else lisp_limits(limits)
         self._lib_view: Node | None = None
 
     # ------------------------------------------------------------------ checkpoints
@@ -324,7 +327,8 @@ class WorkingState(GuestHelpers):
     def run(self, name: str, source: str, input_node: Node) -> Node:
         """Run ``main(input)`` of one script in a fresh namespace; returns the output node."""
         input_value = to_lisp(input_node)
-        interp = NAMESPACES.take(self, script_filename(name), input_value)
+        interp = NAMESPACES.take(self, f"/lib/{name}.svit-script" if name != INLINE_NAME else script_filename(name),
+                                 input_value)
         try:
             # Compiling draws on the activation's own budget, like everything it runs.
             found, result = interp.run_and_call(source, "main", input_value, compile_budget=self.budget)
@@ -468,7 +472,8 @@ class WorkingState(GuestHelpers):
         segments = parse(text)
         if segments and segments[0] == "memory":
             # A parsed path that is not the root is its own canonical text.
-            change = Set(text, to_node(value, self.limits))
+            # The run's budget is this activation's own (nested runs share it).
+            change = Set(text, to_node(value, self.limits, self.budget))
             memory = tree.set_at(self.memory, segments[1:], change.value)  # change.apply_below(memory, 1)
             tree.validate_value(memory, self.limits, scripts_allowed=False)
             self.memory = memory

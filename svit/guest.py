@@ -143,7 +143,7 @@ def to_node(value: Any, limits: Limits, budget: Budget | None = None) -> Node:
             and limits.max_value_depth >= 0:
         # One entry, no text, no depth: what Measure charges, within every value limit.
         (budget if budget is not None else current().budget).charge(1)
-        return tree.leaf_node(value)
+        return Node(tree.INTEGER, value, None, 1, 0, 0, -1)  # tree.leaf_node, its range checked above
     node = _convert(value, limits, budget)
     tree.validate_value(node, limits, scripts_allowed=False)
     return node

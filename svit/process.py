@@ -786,7 +786,7 @@ class Process:
     ) -> Activation:
         input_node = tree.from_value(input, scripts_allowed=False)
         tree.validate_value(input_node, self._limits, scripts_allowed=False)
-        ws = WorkingState(self, dry_run=dry_run)
+        ws = WorkingState(self, dry_run=dry_run, base=self._state[1])
         if inline_source is None:
             # The name is valid: exec and exec_inbox_item took it from a /lib path, and a
             # hook's rewrite is checked where it is made.
@@ -842,7 +842,10 @@ class Process:
         def complete(transition: Transition) -> None:
             # Everything the caller is told is known here, mount-write paths included.
             # (output, logs, messages, version, root (hashed when read), changed)
-            activation = Activation(output.to_value(), ws.logs, messages, transition.version_after,
+            # A scalar output is its node's own value (Node.to_value, written out for it).
+            code = output.code
+            value = output.to_value() if code == tree.MAP or code == tree.ARRAY else output.value
+            activation = Activation(value, ws.logs, messages, transition.version_after,
                                     transition.root_after, sorted(changed))
             result.append(activation)
             if receipt is not None:

@@ -103,6 +103,23 @@ def key_rank(key: str) -> int:
     return _rank_of(crc32(key.encode("utf-8")))
 
 
+#: Ranks of short keys seen lately: a small map built again and again (an activation's
+#: input, a record) ends on the same key each time. Bounded in entries and key length.
+_RANKS: dict[str, int] = {}
+_RANKS_KEPT, _RANK_KEY_CHARS = 4096, 64
+
+
+def _last_key_rank(key: str) -> int:
+    rank = _RANKS.get(key)
+    if rank is None:
+        rank = _rank_of(crc32(key.encode("utf-8")))
+        if len(key) <= _RANK_KEY_CHARS:
+            if len(_RANKS) >= _RANKS_KEPT:
+                _RANKS.clear()
+            _RANKS[key] = rank
+    return rank
+
+
 def _rank_of(code: int) -> int:
     if code & 31 != 31:
         return 0
@@ -165,9 +182,10 @@ def make_leaf(code: int, keys: tuple[str, ...] | None, chunk_items: tuple[Any, .
 def scalar_leaf(code: int, keys: tuple[str, ...] | None, chunk_items: tuple[Any, ...], text: int,
                 rank: int | None) -> Chunk:
     """A leaf of scalars other than scripts whose text bytes the builder already counted."""
-    if code == MAP:
+    if code == MAP and rank is None and keys:
+        rank = _RANKS.get(keys[-1])
         if rank is None:
-            rank = key_rank(keys[-1]) if keys else 0
+            rank = _last_key_rank(keys[-1])
     size = len(chunk_items)
     return Chunk(code, 0, keys, chunk_items, None, size, size, text, 0 if size else -1, -1,
                  rank if rank is not None else 0, False)

@@ -68,6 +68,8 @@ def get(node: Node, segments: Segments) -> Node | None:
 def find(node: Node, segments: Segments) -> Any:
     """What is stored at ``segments`` below ``node``: a container node, a raw scalar (no
     node is made for it), ``node`` itself for no segments, or ``ABSENT``."""
+    if len(segments) == 1 and type(node) is Node and node.code == MAP:
+        return map_find(node.value, segments[0])  # one key of a map (_step, written out)
     current: Any = node
     for i, segment in enumerate(segments):
         current = _step(current, segment, segments, i)
@@ -140,7 +142,8 @@ def set_at(root: Node, segments: Segments, node: Node) -> Node:
         return node
     if len(segments) == 1 and root.code == MAP:
         # One key of a map (a section of the root, a top-level memory entry): no walk.
-        return make_container(MAP, map_set(root.value, segments[0], stored_item(node)))
+        item = node if node.code == MAP or node.code == ARRAY else node.value  # stored_item
+        return make_container(MAP, map_set(root.value, segments[0], item))
     stack = _walk_to_parent(root, segments)
     parent, segment = stack[-1]
     updated = _with_child(parent, segment, node, segments, len(segments) - 1)
