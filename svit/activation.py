@@ -36,8 +36,9 @@ from .errors import (
     SvitError,
 )
 from .guest import NULL_VALUE, Measure, SvitValue, charge_copy, item_to_lisp, plain_to_lisp, to_lisp, to_node, to_plain
+from .limits import Limits
 from .mutation import Mutation, Remove, Set
-from .namespace import compile_error_to_svit, section, stat_record
+from .namespace import ROOT_KEYS, compile_error_to_svit, section, stat_record
 from .paths import format_path, lib_name, parse, validate_address
 from .redact import redact
 from .tree import Node
@@ -110,6 +111,7 @@ class Activation:
 
 
 _LISP_LIMITS: dict[Any, LispLimits] = {}
+_MEMORY_INDEX, _LIB_INDEX = ROOT_KEYS.index("memory"), ROOT_KEYS.index("lib")
 #: The guest functions, prepared once: every activation and write-time check installs them.
 GUEST_TABLE = HostFunctionTable(GUEST_FUNCTIONS)
 
@@ -254,16 +256,26 @@ def _text(value: Any, what: str) -> str:
 class WorkingState(GuestHelpers):
     """The private, transactional state of one activation and its nested execs."""
 
-    def __init__(self, process: Process, *, dry_run: bool = False, base: Node | None = None) -> None:
+    def __init__(self, process: Process, *, dry_run: bool = False, base: Node | None = None,
+                 limits: Limits | None = None) -> None:
         self.process = process
-        self.limits = limits = process.limits
-        #: The committed root the activation started from (``base``, when the caller
-        #: holding the process's lock has it at hand).
-        self.base: Node = process.root if base is None else base
+        self.limits = limits = process.limits if limits is None else limits
+        #: The committed root the activation started from (``base`` and ``limits``, when
+        #: the caller holding the process's lock has them at hand).
+        if base is None:
+            base = process.root
+        self.base: Node = base
         #: The working ``/memory`` and ``/lib``: the base's, with every mutation below
         #: applied once each, in order (``apply_below``); :meth:`working_root` splices them in.
-        self._base_memory: Node = section(self.base, "memory")
-        self._base_lib: Node = section(self.base, "lib")
+        chunk = base.value
+        if base.code == tree.MAP and chunk.level == 0 and chunk.keys == ROOT_KEYS:
+            # The nine sections in one leaf, in order (namespace.section, written out:
+            # /memory and /lib are always maps, so stored as nodes).
+            self._base_memory: Node = chunk.items[_MEMORY_INDEX]
+            self._base_lib: Node = chunk.items[_LIB_INDEX]
+        else:
+            self._base_memory = section(base, "memory")
+            self._base_lib = section(base, "lib")
         self.memory: Node = self._base_memory
         self.lib: Node = self._base_lib
         self.staged: list[tuple[str, Script | None]] = []
@@ -477,7 +489,8 @@ class WorkingState(GuestHelpers):
             memory = tree.set_at(self.memory, segments[1:], change.value)  # change.apply_below(memory, 1)
             tree.validate_value(memory, self.limits, scripts_allowed=False)
             self.memory = memory
-            self._record(change)
+            self.mutations.append(change)  # _record, written out
+            self.changed[text] = None
             return None
         name = lib_name(segments)
         if name is not None:

@@ -786,7 +786,7 @@ class Process:
     ) -> Activation:
         input_node = tree.from_value(input, scripts_allowed=False)
         tree.validate_value(input_node, self._limits, scripts_allowed=False)
-        ws = WorkingState(self, dry_run=dry_run, base=self._state[1])
+        ws = WorkingState(self, dry_run=dry_run, base=self._state[1], limits=self._limits)
         if inline_source is None:
             # The name is valid: exec and exec_inbox_item took it from a /lib path, and a
             # hook's rewrite is checked where it is made.
