@@ -8,6 +8,7 @@ fork check everything. Whole-tree limits come from the cached node counts.
 from __future__ import annotations
 
 import json
+from operator import is_not
 from typing import Any, Callable
 
 from svit.lisp.errors import BudgetExhausted, LimitError, LispError
@@ -140,6 +141,8 @@ def section(root: Node, key: str) -> Node:
 
 
 _UNCHANGED: Any = object()
+#: Which root sections are not the previous root's own when only /memory is new.
+_MEMORY_ONLY = tuple(key == "memory" for key in ROOT_KEYS)
 
 
 def _same(old: Any, item: Any) -> bool:
@@ -174,6 +177,12 @@ def validate_root(
     if previous is None:
         differ = dict(zip(keys, items))
     elif old_root is not None and old_root.level == 0 and old_root.keys == ROOT_KEYS:
+        if tuple(map(is_not, items, old_root.items)) == _MEMORY_ONLY:
+            # The common commit (an activation's or a host write's): a new /memory, every
+            # other section the previous root's own. The check below, in one comparison.
+            memory = items[_ROOT_INDEX["memory"]]
+            tree.validate_value(memory if type(memory) is Node else tree.leaf_node(memory), limits, scripts_allowed=False)
+            return
         # Only the sections that are not the previous root's own (or equal to them) are checked.
         # A new /memory is checked, never compared: its check is O(1), its hash is not.
         differ = {key: item for key, item, old in zip(keys, items, old_root.items)

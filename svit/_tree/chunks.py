@@ -591,6 +591,20 @@ def _splice(code: int, root: Chunk, route: Route, edit: Callable[[list[Any]], li
 
 def map_set(root: Chunk, key: str, item: Any) -> Chunk:
     """A new root with ``key`` set to ``item`` (inserted when absent)."""
+    if root.level == 0:
+        # A map of one leaf (a record, the root's sections, a small memory) whose key is
+        # there: _map_route and _replace, written out for it.
+        keys: Any = root.keys
+        position = bisect_left(keys, key)
+        if position < len(keys) and keys[position] == key:
+            items = root.items
+            old = items[position]
+            if type(old) in _PLAIN_TYPES and type(item) in _PLAIN_TYPES:
+                # A number, truth or null for another: every aggregate stays (_copy of
+                # two items with _PLAIN_AGGREGATES, which derives nothing in a leaf).
+                return Chunk(MAP, 0, keys, items[:position] + (item,) + items[position + 1:], None, root.size,
+                             root.count, root.text, root.height, root.max_script, root.rank, root.nested)
+            return _replace(MAP, [], [], root, position, item)
     path, route, leaf, position, found = _map_route(root, key)
     if found:
         return _replace(MAP, path, route, leaf, position, item)

@@ -250,3 +250,31 @@ def test_the_rank_reads_the_crc_of_the_key():
             while code & 7 == 7 and expected < 10:
                 expected, code = expected + 1, code >> 3
         assert chunks.key_rank(key) == expected
+
+
+SMALL_VALUES = st.none() | st.booleans() | st.integers(-5, 5) | st.floats(-2, 2) | st.text(max_size=3) | \
+    st.lists(st.integers(0, 3), max_size=2) | st.dictionaries(st.text(max_size=2), st.integers(0, 3), max_size=2)
+
+
+def aggregates(chunk):
+    return (chunk.code, chunk.level, chunk.keys, chunk.size, chunk.count, chunk.text, chunk.height,
+            chunk.max_script, chunk.rank, chunk.nested)
+
+
+@given(st.dictionaries(st.text(max_size=3), SMALL_VALUES, min_size=1, max_size=7), st.data())
+@settings(max_examples=200, deadline=None)
+def test_replacing_an_entry_of_a_one_leaf_map_equals_building_the_result(mapping, data):
+    # One-leaf maps (records, the root's sections) take a shortcut when a key is replaced:
+    # its chunk must be the one building the edited map makes, aggregates and bytes alike.
+    node = build(mapping)
+    assert node.value.level == 0
+    key = data.draw(st.sampled_from(sorted(mapping)))
+    value = data.draw(SMALL_VALUES)
+    edited = tree.set_at(node, (key,), build(value))
+    expected = build({**mapping, key: value})
+    assert aggregates(edited.value) == aggregates(expected.value)
+    assert edited.value.items == expected.value.items
+    assert edited.digest == expected.digest and edited.value.data == expected.value.data
+    assert (edited.count, edited.text, edited.height, edited.max_script) == \
+        (expected.count, expected.text, expected.height, expected.max_script)
+    assert node.to_value() == mapping  # the original is untouched
