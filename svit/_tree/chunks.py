@@ -604,6 +604,20 @@ def map_set(root: Chunk, key: str, item: Any) -> Chunk:
                 # two items with _PLAIN_AGGREGATES, which derives nothing in a leaf).
                 return Chunk(MAP, 0, keys, items[:position] + (item,) + items[position + 1:], None, root.size,
                              root.count, root.text, root.height, root.max_script, root.rank, root.nested)
+            if type(old) is Node and type(item) is Node and old.height == item.height \
+                    and old.max_script == item.max_script:
+                # A container for one as tall and with scripts as long (a new /memory in the
+                # root): the maxima stay, the sums move by the difference, and the copy
+                # derives from the base as _copy records it.
+                copy = Chunk(MAP, 0, keys, items[:position] + (item,) + items[position + 1:], None, root.size,
+                             root.count - old.count + item.count, root.text - old.text + item.text, root.height,
+                             root.max_script, root.rank, root.nested)
+                derived = root.derived
+                if derived is None or root.encoded:
+                    copy.derived = (root, position, old, item)
+                elif derived[1] == position:
+                    copy.derived = (derived[0], position, derived[2], item)
+                return copy
             return _replace(MAP, [], [], root, position, item)
     path, route, leaf, position, found = _map_route(root, key)
     if found:
