@@ -144,7 +144,11 @@ def verify(store: ProcessStore, prefix: str, expected: int) -> None:
 
 
 def stopped(pid: int) -> bool:
-    """True once process ``pid`` is stopped (SIGSTOP): its state in ``/proc`` is ``T``."""
+    """True once process ``pid`` is stopped (SIGSTOP): its state in ``/proc`` is ``T``
+    (without ``/proc``, the host's word: it stops itself right after naming the address)."""
+    if not Path("/proc").is_dir():
+        time.sleep(0.2)
+        return True
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
