@@ -2,9 +2,14 @@
 prefix and reports its counters to a JSON file (rewritten atomically ~10 times a second).
 
 Usage: python -m tests.host.drill_host STORE PREFIX STATS_FILE [--workers N] [--ttl SECONDS] [--dwell SECONDS]
+       [--hold FILE]
 
 ``--dwell`` makes every handled item take that long before its commit (as a handler
 waiting on a slow port would), so a pause of this host almost surely lands mid-slot.
+``--hold FILE``: once FILE exists, the next handled item removes it, writes its address
+to ``FILE.held`` and stops this whole process (SIGSTOP) before its commit, so the pause
+certainly lands mid-slot: the lease was renewed for the slot and its commit, carrying
+that lease as its fence, is still to come. SIGCONT resumes it there.
 
 STORE is a RocksDB directory or a postgresql:// URL. SIGTERM stops the host with a drain
 and writes the final counters; SIGKILL is what the drill uses to crash it.
@@ -40,6 +45,19 @@ def write_stats(path: str, host: Host, idle: bool, final: bool) -> None:
     os.replace(temporary, path)
 
 
+def hold_mid_slot(trigger: str, address: str) -> None:
+    """Stop this process here when the drill asked for it (``trigger`` exists; see above)."""
+    try:
+        os.unlink(trigger)  # exactly one handler takes the request
+    except FileNotFoundError:
+        return
+    held = trigger + ".held"
+    with open(held + ".tmp", "w", encoding="utf-8") as out:
+        out.write(address)
+    os.replace(held + ".tmp", held)
+    os.kill(os.getpid(), signal.SIGSTOP)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("store")
@@ -48,11 +66,14 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--ttl", type=float, default=1.0)
     parser.add_argument("--dwell", type=float, default=0.0)
+    parser.add_argument("--hold", default=None)
     args = parser.parse_args()
-    if args.dwell > 0:
+    if args.dwell > 0 or args.hold:
         handle_item = DurableProcess.exec_inbox_item
 
         def slow_handle_item(self: DurableProcess, path: str, item: Any) -> Any:
+            if args.hold:
+                hold_mid_slot(args.hold, self.address)
             time.sleep(args.dwell)
             return handle_item(self, path, item)
 

@@ -2,8 +2,9 @@
 messages; afterwards every message arrived exactly once and in per-sender order, and
 every address's history validates on resume.
 
-(a) PostgreSQL: three hosts share the store; one is also paused past its lease TTL and
-    resumed, so a stale owner's commit is refused (the drill requires at least one).
+(a) PostgreSQL: three hosts share the store; one is also paused mid-slot until another
+    host has taken the address over, and resumed, so a stale owner's commit is refused
+    (the drill requires at least one, and waits to see it).
 (b) RocksDB: one host, the whole process killed and restarted.
 """
 
@@ -33,12 +34,18 @@ SEEDS = 4  # per address
 HOPS = 8  # each seed message is forwarded this many times
 EXPECTED = PEERS * SEEDS * (HOPS + 1)  # 1,080 messages through the mailbox
 LEASE_TTL = 2.0
-#: How long the drill pauses a host: past its lease TTL, so the others take its addresses over.
+#: The least time the drill pauses a host: past its lease TTL, so the others take its
+#: addresses over (it stays paused until one of them committed on the held address).
 PAUSE = LEASE_TTL * 2.5
+#: Bounds of each step of a pause: the paused host's takeover, then its refusal seen.
+TAKEOVER_SECONDS = 30
+REFUSAL_SECONDS = 20
 #: The drill disrupts for at most this long, then waits for the hosts to finish (bounds
 #: in seconds from the start; a loaded machine makes PostgreSQL commits slow).
 DISRUPT_SECONDS = 35
 DRAIN_SECONDS = 120
+#: The kills' own time after a pause that ran long (on a loaded machine).
+KILL_SECONDS = 15
 
 
 @dataclass
@@ -51,6 +58,8 @@ class Worker:
     name: str
     #: Seconds each handled item waits before its commit (``drill_host --dwell``).
     dwell: float = 0.0
+    #: The file that asks this host to stop itself mid-slot (``drill_host --hold``).
+    hold: Path | None = None
     process: subprocess.Popen[bytes] | None = None
     files: list[Path] = field(default_factory=list)
 
@@ -60,7 +69,7 @@ class Worker:
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tests.host.drill_host", self.store, self.prefix, str(stats), "--ttl", str(LEASE_TTL),
-             "--dwell", str(self.dwell)],
+             "--dwell", str(self.dwell), *(["--hold", str(self.hold)] if self.hold is not None else [])],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
     def kill(self) -> None:
@@ -134,6 +143,19 @@ def verify(store: ProcessStore, prefix: str, expected: int) -> None:
     assert [t for t in store.mailbox.targets() if t.startswith(prefix)] == []
 
 
+def stopped(pid: int) -> bool:
+    """True once process ``pid`` is stopped (SIGSTOP): its state in ``/proc`` is ``T``
+    (without ``/proc``, the host's word: it stops itself right after naming the address)."""
+    if not Path("/proc").is_dir():
+        time.sleep(0.2)
+        return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state in ("T", "t")
+
+
 def wait_until(condition: Callable[[], bool], deadline: float) -> bool:
     while not condition():
         if time.monotonic() >= deadline:
@@ -200,10 +222,13 @@ def test_drill_postgresql_three_hosts_killed_and_paused(postgresql_url: str, tmp
     store = ProcessStore.open(postgresql_url)
     try:
         seed(store, prefix)
+        hold = tmp_path / "hold"
         for n in range(3):
-            # The first host's handlers are slow, so the pause below lands while it has
-            # commits in flight, whose fences then no longer hold.
-            workers.append(Worker(postgresql_url, prefix, tmp_path, f"w{n}", dwell=0.05 if n == 0 else 0.0))
+            # The first host's handlers are slow, and it stops itself mid-slot when asked
+            # (``hold``), so the pause below lands while it has a commit in flight, whose
+            # fence then no longer holds.
+            workers.append(Worker(postgresql_url, prefix, tmp_path, f"w{n}", dwell=0.05 if n == 0 else 0.0,
+                                  hold=hold if n == 0 else None))
         rng = random.Random(14)
         began = time.monotonic()
         kills = pauses = extra = restarts = 0
@@ -223,30 +248,47 @@ def test_drill_postgresql_three_hosts_killed_and_paused(postgresql_url: str, tmp
                     started += 1
             return started
 
-        # The first host starts alone and takes every address; the moment the other two
-        # start, it is paused (SIGSTOP) with slots in flight, until they have taken its
-        # addresses over (its leases ran out). Resumed, its in-flight commits carry fences
-        # that moved: each must be refused.
+        # The first host starts alone and takes every address; once the other two run,
+        # it is asked to stop itself (SIGSTOP) in the middle of handling an item, after
+        # renewing that address's lease and before the commit carrying it. It stays
+        # paused past the lease TTL and until another host has committed on that address
+        # (so took its lease over); resumed, its commit carries a fence that moved and
+        # must be refused, and the drill waits to see that refusal before going on.
         first = workers[0]
         first.start()
         wait_until(lambda: turns(first) >= 20, began + 20)
         for worker in workers[1:]:
             worker.start()
-        while stale() == 0 and pauses < 5 and time.monotonic() < began + DISRUPT_SECONDS:
+        held = Path(f"{hold}.held")
+        while stale() == 0 and pauses < 3 and time.monotonic() < began + DISRUPT_SECONDS:
             assert first.process is not None
-            os.kill(first.process.pid, signal.SIGSTOP)
+            hold.write_text("")
+            asked = time.monotonic()
+            while not (held.exists() and stopped(first.process.pid)) and time.monotonic() < asked + TAKEOVER_SECONDS:
+                if first.process.poll() is not None:
+                    restarts += restart_exited()
+                elif quiet(store, prefix):  # no item to stop in: more traffic
+                    for index in rng.sample(range(PEERS), 4):
+                        extra += reseed(store, f"{prefix}{index}", count=3, hops=6)
+                time.sleep(0.05)
+            hold.unlink(missing_ok=True)  # withdrawn unless a handler took it (it removes it first)
+            if not wait_until(lambda: held.exists() and stopped(first.process.pid), time.monotonic() + 1):
+                continue
+            address = held.read_text()
+            held.unlink()
             paused_at = time.monotonic()
-            wait_until(lambda: all(turns(w) >= 10 for w in workers[1:]), paused_at + 20)
+            before = store.stored_head(address)
+            taken = wait_until(lambda: store.stored_head(address) != before, paused_at + TAKEOVER_SECONDS)
             time.sleep(max(0.0, paused_at + PAUSE - time.monotonic()))
             os.kill(first.process.pid, signal.SIGCONT)
             pauses += 1
-            wait_until(lambda: stale() > 0, time.monotonic() + 2)
-            if stale() == 0 and quiet(store, prefix):
-                for index in rng.sample(range(PEERS), 4):
-                    extra += reseed(store, f"{prefix}{index}", count=3, hops=6)
-        # Kills: the other hosts are SIGKILLed and restarted at random.
+            if taken:
+                wait_until(lambda: stale() > 0, time.monotonic() + REFUSAL_SECONDS)
+        # Kills: the other hosts are SIGKILLed and restarted at random (with time for them
+        # however long the pause took on a loaded machine).
+        kills_until = max(began + DISRUPT_SECONDS, time.monotonic() + KILL_SECONDS)
         next_kill = time.monotonic() + rng.uniform(1.0, 2.0)
-        while kills < 3 and time.monotonic() < began + DISRUPT_SECONDS:
+        while kills < 3 and time.monotonic() < kills_until:
             restarts += restart_exited()
             if quiet(store, prefix):
                 # The traffic ran out before the kills (a fast or a loaded machine): more of
@@ -261,7 +303,8 @@ def test_drill_postgresql_three_hosts_killed_and_paused(postgresql_url: str, tmp
                 next_kill = time.monotonic() + rng.uniform(1.0, 2.5)
             time.sleep(0.05)
         # Drain: the hosts finish the traffic.
-        while time.monotonic() < began + DRAIN_SECONDS and not quiet(store, prefix):
+        drain_until = max(began + DRAIN_SECONDS, time.monotonic() + DRAIN_SECONDS / 2)
+        while time.monotonic() < drain_until and not quiet(store, prefix):
             restarts += restart_exited()
             time.sleep(0.1)
         for worker in workers:
