@@ -46,6 +46,7 @@ from .values import Keyword, Name
 __all__ = [
     "CODE_CHARS_PER_STEP",
     "CODE_MEMORY_PER_CHAR",
+    "COMPACT_INT",
     "FORMS_PER_STEP",
     "MIN_CODE_CHARS",
     "SPECIALISE",
@@ -99,6 +100,10 @@ TYPED_BODY_MAX_FORMS = 48
 #: (the reference the tests compare them with).
 SPECIALISE = True
 TYPED_PARAM_BOUND = (1 << 30) - 1
+#: CPython 3.11 runs an int comparison on its fast path only when both sides are
+#: "compact" (of magnitude below this): a result is first tested against it, and only
+#: a bigger one against the integer bound (see :meth:`Compiler.within_bound`).
+COMPACT_INT = 1 << 30
 #: Code that may always be compiled in one piece, whatever the guest memory limit.
 MIN_CODE_CHARS = 32 * 1024
 
@@ -725,6 +730,7 @@ class Compiler:
         # Evaluate both operands (in order) before testing either type.
         if self.is_int_literal(a) and self.is_int_literal(b):
             return Expr(self.at(form, f"{slow}({a.code}, {b.code})"))
+        in_bound = self.within_bound(result, f"{a1} {op} {b1}")
         if a.ints and b.ints:
             # Both known ints: no type test, and no overflow test when the intervals exclude one.
             (alo, ahi), (blo, bhi) = a.ints, b.ints
@@ -738,14 +744,14 @@ class Compiler:
             if -bound < lo and hi < bound:
                 return Expr(f"({a.code} {op} {b.code})", ints=(lo, hi))
             return Expr(
-                f"({result} if {-bound} < ({result} := {a1} {op} {b1}) < {bound} else {self.at(form, f'{slow}({a2}, {b2})')})",
+                f"({result} if {in_bound} else {self.at(form, f'{slow}({a2}, {b2})')})",
                 ints=(1 - bound, bound - 1),
             )
         if a.ints or b.ints:
             checks.append(self.other_is_int(a, b, a1, a2, b1, b2))
         else:
             checks.append(f"_type({a1}) is _type({b1}) is _int")
-        checks.append(f"{-bound} < ({result} := {a2} {op} {b2}) < {bound}")
+        checks.append(self.within_bound(result, f"{a2} {op} {b2}"))
         return Expr(f"({result} if {' and '.join(checks)} else {self.at(form, f'{slow}({a2}, {b2})')})")
 
     def inline_compare(self, form: Form, name: str, args: list[Expr]) -> Expr:
@@ -776,6 +782,18 @@ class Compiler:
         # A computed known int: bind both operands before the test, which may fail.
         first = [f"({x1}) is {x2}" for x, x1, x2 in ((a, a1, a2), (b, b1, b2)) if not x.simple]
         return " and ".join(first + [f"_type({b2 if known is a else a2}) is _int"])
+
+    def within_bound(self, result: str, value: str | None = None) -> str:
+        """The test that ``result`` (assigned ``value`` first, when given) is within the integer bound.
+
+        Exactly the verdict of ``-bound < result < bound``, parenthesised; a compact
+        result (the common case) is decided by two fast-path comparisons.
+        """
+        bound = self.int_bound
+        first = f"({result} := {value})" if value is not None else result
+        if bound < COMPACT_INT:
+            return f"({-bound} < {first} < {bound})"
+        return f"({first} < {COMPACT_INT} and {result} > {-COMPACT_INT} or {-bound} < {result} < {bound})"
 
     @staticmethod
     def is_int_literal(e: Expr) -> bool:

@@ -190,6 +190,45 @@ def test_the_specialised_code_is_generated_for_the_benchmark_shapes() -> None:
     assert f"-{compiler.TYPED_PARAM_BOUND} < " in source  # fib's typed body guard
 
 
+def test_checked_arithmetic_tests_compact_results_first() -> None:
+    # CPython 3.11 compares ints on its fast path only when both are below 2**30 in magnitude.
+    interp = Interpreter(LispLimits())
+    interp.run("(define (f a b) (+ a b))")
+    assert interp.compiled is not None
+    assert f"< {compiler.COMPACT_INT} and " in interp.compiled.python_source
+
+
+@pytest.mark.parametrize("bits", [64, 40, 31, 30, 29, 20])
+@pytest.mark.parametrize("op", ["+", "-", "*"])
+def test_the_integer_bound_is_exact_around_the_compact_range(bits: int, op: str) -> None:
+    # The compact test decides most results, the exact bound the rest: the verdict at and
+    # next to 2**30 and 2**bits must be that of the bound alone, in every kind of body.
+    bound = 2**bits
+    apply = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}[op]
+    edges = {2**30 - 1, 2**30, 2**30 + 1, bound - 1, bound, bound + 1}
+    limits = LispLimits(max_steps=100, max_integer_bits=bits)
+    sources = (
+        f"(define (f a b) ({op} a b))",  # generic operands
+        f"(define (f a b) (if (< a 5) ({op} a b) ({op} (* a 1) (* b 1))))",  # typed operands
+    )
+    for target in edges:
+        for sign in (1, -1):
+            want = sign * target
+            a = {"+": want - 7, "-": want + 7, "*": want}[op]
+            b = {"+": 7, "-": 7, "*": 1}[op]
+            if op == "*" and abs(a) >= bound:
+                continue  # an operand that big cannot be passed in
+            if abs(a) >= bound:
+                continue
+            assert apply(a, b) == want
+            for source in sources:
+                result, _used = same_both_ways(source, (a, b), limits)
+                if abs(want) >= bound:
+                    assert result[:2] == ("error", "LimitError"), (source, a, b)
+                else:
+                    assert result == ("value", "int", want), (source, a, b)
+
+
 # ---------------------------------------------------------------- adversarial cases
 
 LOOP = "(define (f n acc) (if (= n 0) acc (f (- n 1) (+ acc 1))))"
