@@ -19,6 +19,9 @@ the checked forms into Python (it checks nothing itself). The generated module:
   small ints, in which the tests those bounds make unnecessary are left out, and self
   tail loops an integer fast path (:mod:`lisp.fast_loop`); both charge the generic
   code's steps at the same points;
+* gives a typed entry whose recursion a ranking proof bounds a ranked copy (see
+  :meth:`Compiler.ranked_copy`), with no depth argument and its fuel charged ahead,
+  which on any error gives way to the typed body from where it started;
 * builds closures through module-level factories, so a closure captures values,
   never a variable that a loop later changes.
 
@@ -46,7 +49,9 @@ from .values import Keyword, Name
 __all__ = [
     "CODE_CHARS_PER_STEP",
     "CODE_MEMORY_PER_CHAR",
+    "COMPACT_INT",
     "FORMS_PER_STEP",
+    "INLINED_CALLS_MAX",
     "MIN_CODE_CHARS",
     "SPECIALISE",
     "TYPED_BODY_MAX_FORMS",
@@ -81,7 +86,7 @@ _MARK_END = "\x03"
 # is tracked, the values held by the callers above them.
 _VALUE_SHIFT = 24
 _DEPTH_MASK = (1 << _VALUE_SHIFT) - 1
-_STACK_MARK = re.compile("\x01([GD])([0-9]+)\x01")
+_STACK_MARK = re.compile("\x01([GDR])([0-9]+)(?::([^\x01]*))?\x01")
 
 #: Compiled code charges one more step for every this many forms of a function body.
 FORMS_PER_STEP = 16
@@ -99,6 +104,12 @@ TYPED_BODY_MAX_FORMS = 48
 #: (the reference the tests compare them with).
 SPECIALISE = True
 TYPED_PARAM_BOUND = (1 << 30) - 1
+#: CPython 3.11 runs an int comparison on its fast path only when both sides are
+#: "compact" (of magnitude below this): a result is first tested against it, and only
+#: a bigger one against the integer bound (see :meth:`Compiler.within_bound`).
+COMPACT_INT = 1 << 30
+#: A ranked copy writes its self calls out one level deep when it has at most this many.
+INLINED_CALLS_MAX = 3
 #: Code that may always be compiled in one piece, whatever the guest memory limit.
 MIN_CODE_CHARS = 32 * 1024
 
@@ -127,6 +138,34 @@ class TypedBody:
     entry: str | None = None  # the module global holding the typed entry
     identity: str | None = None  # the module global holding the function it belongs to
     entry_lines: list[str] = field(default_factory=list)
+    #: The ranked copy's entry (see :meth:`Compiler.ranked_copy`) and its body.
+    ranked: str | None = None
+    ranked_lines: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RankedCopy:
+    """What the compiler tracks while it generates a typed entry's ranked copy.
+
+    The copy passes no call depth and charges the fuel of its self calls ahead of
+    them: ``pending`` counts the self calls of the statement being generated, charged
+    together before it.
+    """
+
+    entry: str  # the module global holding the copy's entry
+    cost: int  # the fuel of one call
+    #: The parameters of the call being generated (the function's, or those of a call
+    #: written out in its body: see :meth:`Compiler.inline_call`).
+    frame_params: tuple[str, ...]
+    positions: tuple[int, ...]  # the typed parameter positions
+    #: (body, parameter names, the scope around the function) when the copy writes out
+    #: its self calls one level deep; ``inlining`` while it does.
+    inline: tuple[Any, tuple[str, ...], Scope | None] | None = None
+    inlining: bool = False
+    pending: int = 0
+    #: By typed parameter position: (least decrement, least lower bound) over the self
+    #: calls so far, or ``None`` once a call passes that parameter anything but ``(- p c)``.
+    ranks: dict[int, tuple[int, int] | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -239,6 +278,8 @@ class Compiler:
         #: Whether every value the typed body being generated returns is a known int.
         self.returns_ints = True
         self.function_params: tuple[str, ...] = ()
+        #: While a typed entry's ranked copy is generated (see :meth:`ranked_copy`).
+        self.ranked: RankedCopy | None = None
         #: Whether functions get typed bodies and fast loops (off while a form too big with
         #: them is generated again, and for a reference compile: see :data:`SPECIALISE`).
         self.typing = SPECIALISE
@@ -374,6 +415,15 @@ class Compiler:
         def fill(match: Any) -> str:
             kind, fid = match.group(1), int(match.group(2))
             size = self.frame_sizes[fid]
+            if kind == "R":
+                # Calls nested up to ``depth`` deeper than this frame pass every entry check.
+                depth = match.group(3)
+                if not tracked:
+                    return f"_d + {depth} <= {limit_c}"
+                return (
+                    f"(_d & {_DEPTH_MASK}) + {depth} <= {limit_c} and "
+                    f"(_d >> {_VALUE_SHIFT}) + {depth} * {size} <= {limit_v - size}"
+                )
             if kind == "G":
                 if not tracked:
                     return f"if _d > {limit_c}: _deep()"
@@ -516,6 +566,10 @@ class Compiler:
                 # The typed entry first, under the same name (Lisp stacks show the function).
                 entry = [f"def {pyname}({', '.join(sig)}):", "    global _s"]
                 entry += [f"    {f}" for f in fuel] + [guard[0][len(indent):], "    if True:"] + typed.entry_lines
+                if typed.ranked is not None:
+                    entry = [f"def {pyname}({', '.join(sig[1:])}):", "    global _s"] + [
+                        line[4:] for line in typed.ranked_lines
+                    ] + [f"{typed.ranked} = {pyname}"] + entry
                 lines = entry + [f"{typed.entry} = {pyname}"] + lines + [f"{typed.identity} = {pyname}"]
         return lines
 
@@ -557,9 +611,67 @@ class Compiler:
                 identity = self.fresh("self") + self.constants_name
                 # Looked up without failing: a host may have removed the name meanwhile.
                 checks.append(f"_self_get({pyname!r}) is {identity}")
-                return TypedBody([f"    if {' and '.join(checks)}:"] + typed, entry, identity, typed)
+                cost = 1 + self.own_forms // FORMS_PER_STEP
+                ranked, root, ranked_lines = self.ranked_copy(
+                    pyname, body, scope, ctx, frame, params, (self_global, entry, positions), cost)
+                return TypedBody(
+                    [f"    if {' and '.join(checks)}:"] + root + typed, entry, identity, typed, ranked, ranked_lines
+                )
         typed = self.typed_tail(pyname, body, scope, ctx, frame, params)
         return TypedBody([f"    if {' and '.join(checks)}:"] + typed)
+
+    def ranked_copy(
+        self, pyname: str, body: Any, scope: Scope, ctx: FunctionContext, frame: int, params: list[str],
+        typed: tuple[str, str, tuple[int, ...]], cost: int,
+    ) -> tuple[str | None, list[str], list[str]]:
+        """A typed entry's ranked copy: (its entry, the lines that run it first, its body).
+
+        When every self call passes some integer parameter ``p`` as ``(- p c)`` (``c`` at
+        least 1) where the tests on the way prove ``p`` at least ``L``, calls nest at
+        most ``(v - L) // c + 1`` deeper than a frame where ``p`` is ``v``: a frame at
+        depth ``k`` has ``p <= v - k * c``, and calls again only where ``p >= L``. When
+        that many more frames pass every entry check, the copy runs instead of the typed
+        body: it passes no call depth, writes its self calls out one level deep (when
+        it has at most :data:`INLINED_CALLS_MAX`), and charges the fuel of each
+        statement's self calls together before the statement (those in a part of an
+        expression that may not run, when that part runs: see :meth:`branch`). As every
+        call it charges runs, a run that returns has charged what the typed body charges; any
+        error stops the copy, puts the fuel counter and the budget back where they were,
+        and runs the typed body instead, which raises the error at its own point with
+        its own steps and stack. So values, errors, stacks and steps are the typed body's.
+        """
+        entry = self.fresh("ranked") + self.constants_name
+        copy = RankedCopy(entry, cost, ctx.params, typed[2], ranks=dict.fromkeys(typed[2], (1 << 62, 1 << 62)))
+        names = tuple(scope.names)
+        if len(names) == len(ctx.params) and self.self_typed_calls <= INLINED_CALLS_MAX:
+            copy.inline = (body, names, scope.parent)
+        saved = self.self_typed, self.self_typed_calls, self.returns_ints
+        self.self_typed, self.ranked = typed, copy
+        try:
+            lines = self.typed_tail(pyname, body, scope, ctx, frame, params)
+        finally:
+            self.self_typed, self.self_typed_calls, self.returns_ints = saved
+            self.ranked = None
+        ranked = [(position, rank) for position, rank in copy.ranks.items() if rank is not None]
+        if not ranked or any(re.search(r"\b_d\b", line) for line in lines):
+            return None, [], []
+        # The first parameter whose bound lets a call with it at 0 run the copy, if any
+        # (a bound proved only near -TYPED_PARAM_BOUND would never let it run).
+        usable = [(position, rank) for position, rank in ranked if -rank[1] // rank[0] < self.max_call_stack]
+        if not usable:
+            return None, [], []
+        position, (step, least) = usable[0]
+        p = ctx.params[position]
+        depth = f"({p} - {least - 1})" if step == 1 else f"(({p} - {least}) // {step} + 1)"
+        root = [
+            f"        if \x01R{frame}:{depth}\x01:",
+            "            _fuel_mark()",
+            "            try:",
+            *[f"        {line}" for line in lines],
+            "            except _Replay:",
+            "                _fuel_rewind()",
+        ]
+        return entry, root, lines
 
     def typed_tail(
         self, pyname: str, body: Any, scope: Scope, ctx: FunctionContext, frame: int, params: list[str]
@@ -667,6 +779,14 @@ class Compiler:
             ):
                 # The typed entry: its parameters are proved small ints, it returns an int.
                 self.self_typed_calls += 1
+                ranked = self.ranked
+                if ranked is not None:
+                    self.note_rank(ranked, form[1:], scope)
+                    ranked.pending += 1  # charged with its statement or its branch
+                    if ranked.inline is not None and not ranked.inlining:
+                        return self.inline_call(ranked, args)
+                    code = f"{ranked.entry}({', '.join(a.code for a in args)})"
+                    return Expr(self.at(form, code), ints=(1 - self.int_bound, self.int_bound - 1))
                 step = f"\x01D{self.frames[-1]}\x01"
                 code = f"{typed[1]}({', '.join([f'_d + {step}'] + [a.code for a in args])})"
                 return Expr(self.at(form, code), ints=(1 - self.int_bound, self.int_bound - 1))
@@ -680,6 +800,56 @@ class Compiler:
             return Expr(self.at(form, over))
         step = f"\x01D{self.frames[-1]}\x01" if self.frames else "1"
         return Expr(self.at(form, f"{callee.code}({', '.join([f'_d + {step}'] + [a.code for a in args])})"))
+
+    def inline_call(self, ranked: RankedCopy, args: list[Expr]) -> Expr:
+        """A self call in a ranked copy, written out: the body once more, its parameters bound
+        to the arguments (in order), its own self calls calling the copy.
+
+        The call's step is charged with its statement like a call's; the body returns an
+        int, as the typed entry does (see :meth:`typed_body`).
+        """
+        assert ranked.inline is not None
+        body, names, outer = ranked.inline
+        params = [self.fresh_local(name) for name in names]
+        inner = Scope(outer, dict(zip(names, params)), boundary=True)
+        saved = ranked.frame_params, self.known_ints
+        ranked.inlining, ranked.frame_params = True, tuple(params)
+        self.known_ints = {**self.known_ints, **{py: a.ints for py, a in zip(params, args) if a.ints is not None}}
+        try:
+            e = self.expr(body, inner, None)
+        finally:
+            ranked.inlining = False
+            ranked.frame_params, self.known_ints = saved
+        binds = " and ".join(f"(({py} := {a.code}) is {py})" for py, a in zip(params, args))
+        return Expr(f"({e.code} if {binds} else None)", ints=(1 - self.int_bound, self.int_bound - 1))
+
+    def note_rank(self, ranked: RankedCopy, args: Form, scope: Scope) -> None:
+        """Narrow each typed parameter's ranking by a self call's arguments (see :meth:`ranked_copy`)."""
+        for position in ranked.positions:
+            rank = ranked.ranks[position]
+            if rank is None:
+                continue
+            arg, py = args[position], ranked.frame_params[position]
+            if (
+                type(arg) is tuple and len(arg) == 3 and type(arg[0]) is Name and arg[0].name == "-"
+                and self.is_system("-", scope) and type(arg[1]) is Name and scope.lookup(arg[1].name) == py
+                and type(arg[2]) is int and arg[2] >= 1 and py in self.known_ints
+            ):
+                ranked.ranks[position] = (min(rank[0], arg[2]), min(rank[1], self.known_ints[py][0]))
+            else:
+                ranked.ranks[position] = None
+
+    def is_system(self, name: str, scope: Scope) -> bool:
+        """Whether ``name`` at the head of a form names the system function."""
+        return scope.lookup(name) is None and name in SYSTEM_FUNCTIONS and name not in self.consts and name not in self.shadowed
+
+    def charge_pending(self, indent: str) -> list[str]:
+        """In a ranked copy: the fuel of the self calls of the statement about to be written."""
+        ranked = self.ranked
+        if ranked is None or not ranked.pending:
+            return []
+        steps, ranked.pending = ranked.pending * ranked.cost, 0
+        return [f"{indent}if (_s := _s - {steps}) < 0: _tick()"]
 
     def system_call(self, name: str, form: Form, scope: Scope, ctx: FunctionContext | None) -> Expr:
         spec = SYSTEM_FUNCTIONS[name]
@@ -725,6 +895,7 @@ class Compiler:
         # Evaluate both operands (in order) before testing either type.
         if self.is_int_literal(a) and self.is_int_literal(b):
             return Expr(self.at(form, f"{slow}({a.code}, {b.code})"))
+        in_bound = self.within_bound(result, f"{a1} {op} {b1}")
         if a.ints and b.ints:
             # Both known ints: no type test, and no overflow test when the intervals exclude one.
             (alo, ahi), (blo, bhi) = a.ints, b.ints
@@ -737,15 +908,19 @@ class Compiler:
                 lo, hi = min(corners), max(corners)
             if -bound < lo and hi < bound:
                 return Expr(f"({a.code} {op} {b.code})", ints=(lo, hi))
+            if self.ranked is not None:
+                # A ranked copy only needs to stop (the typed body then raises the error).
+                in_bound = self.within_bound(result, f"{a.code} {op} {b.code}")
+                return Expr(f"({result} if {in_bound} else _too_big())", ints=(1 - bound, bound - 1))
             return Expr(
-                f"({result} if {-bound} < ({result} := {a1} {op} {b1}) < {bound} else {self.at(form, f'{slow}({a2}, {b2})')})",
+                f"({result} if {in_bound} else {self.at(form, f'{slow}({a2}, {b2})')})",
                 ints=(1 - bound, bound - 1),
             )
         if a.ints or b.ints:
             checks.append(self.other_is_int(a, b, a1, a2, b1, b2))
         else:
             checks.append(f"_type({a1}) is _type({b1}) is _int")
-        checks.append(f"{-bound} < ({result} := {a2} {op} {b2}) < {bound}")
+        checks.append(self.within_bound(result, f"{a2} {op} {b2}"))
         return Expr(f"({result} if {' and '.join(checks)} else {self.at(form, f'{slow}({a2}, {b2})')})")
 
     def inline_compare(self, form: Form, name: str, args: list[Expr]) -> Expr:
@@ -776,6 +951,18 @@ class Compiler:
         # A computed known int: bind both operands before the test, which may fail.
         first = [f"({x1}) is {x2}" for x, x1, x2 in ((a, a1, a2), (b, b1, b2)) if not x.simple]
         return " and ".join(first + [f"_type({b2 if known is a else a2}) is _int"])
+
+    def within_bound(self, result: str, value: str | None = None) -> str:
+        """The test that ``result`` (assigned ``value`` first, when given) is within the integer bound.
+
+        Exactly the verdict of ``-bound < result < bound``, parenthesised; a compact
+        result (the common case) is decided by two fast-path comparisons.
+        """
+        bound = self.int_bound
+        first = f"({result} := {value})" if value is not None else result
+        if bound < COMPACT_INT:
+            return f"({-bound} < {first} < {bound})"
+        return f"({first} < {COMPACT_INT} and {result} > {-COMPACT_INT} or {-bound} < {result} < {bound})"
 
     @staticmethod
     def is_int_literal(e: Expr) -> bool:
@@ -837,10 +1024,10 @@ class Compiler:
         cond = self.condition(form, 1, scope)
         if_true, if_false = self.refinements(form[1], scope)
         saved = self.refine(if_true)
-        then = self.expr(form[2], scope, None)
+        then = self.branch(form[2], scope)
         self.known_ints = saved
         saved = self.refine(if_false)
-        other = self.expr(form[3], scope, None) if len(form) == 4 else Expr("None", simple=True)
+        other = self.branch(form[3], scope) if len(form) == 4 else Expr("None", simple=True)
         self.known_ints = saved
         return Expr(f"({then.code} if {cond} else {other.code})", is_bool=then.is_bool and other.is_bool)
 
@@ -888,13 +1075,16 @@ class Compiler:
     def form_cond(self, form: Form, scope: Scope, ctx: Any) -> Expr:
         code = "None"
         all_bool = False
-        for clause in reversed(form[1:]):
+        for index in range(len(form) - 1, 0, -1):
+            clause = form[index]
             pred, body = clause
-            e = self.expr(body, scope, None)
+            e = self.branch(body, scope)
             if pred is ELSE:
                 code, all_bool = e.code, e.is_bool
             else:
-                code = f"({e.code} if {self.condition(clause, 0, scope)} else {code})"
+                # Every test but the first may not run.
+                test = self.condition(clause, 0, scope) if index == 1 else self.branch_condition(clause, 0, scope)
+                code = f"({e.code} if {test} else {code})"
                 all_bool = all_bool and e.is_bool
         return Expr(code, is_bool=all_bool)
 
@@ -909,25 +1099,67 @@ class Compiler:
         key = self.fresh("k")
         code = "None"
         for literals, body in reversed(clauses):
-            e = self.expr(body, scope, None)
+            e = self.branch(body, scope)
             code = e.code if literals is ELSE else f"({e.code} if {self.case_test(key, literals)} else {code})"
         return Expr(f"({code} if (({key} := {key_expr.code}) is {key} or True) else None)")
 
     def form_and(self, form: Form, scope: Scope, ctx: Any) -> Expr:
         *init, last = form[1:]
-        last_e = self.expr(last, scope, None)
         if not init:
-            return last_e
-        tests = " and ".join(self.condition(form, i, scope) for i in range(1, len(form) - 1))
+            return self.expr(last, scope, None)
+        last_e, tests = self.short_circuit(form, scope, " and ")
         return Expr(f"({last_e.code} if {tests} else False)", is_bool=last_e.is_bool)
 
     def form_or(self, form: Form, scope: Scope, ctx: Any) -> Expr:
         *init, last = form[1:]
-        last_e = self.expr(last, scope, None)
         if not init:
-            return last_e
-        tests = " or ".join(self.condition(form, i, scope) for i in range(1, len(form) - 1))
+            return self.expr(last, scope, None)
+        last_e, tests = self.short_circuit(form, scope, " or ")
         return Expr(f"(True if {tests} else {last_e.code})", is_bool=last_e.is_bool)
+
+    def short_circuit(self, form: Form, scope: Scope, joiner: str) -> tuple[Expr, str]:
+        """An ``and``/``or``'s last operand and its other operands as tests joined by ``joiner``.
+
+        The last operand is generated first; all but the first operand may not run.
+        """
+        last_e = self.branch(form[-1], scope)
+        first = self.condition(form, 1, scope)
+        later = [self.branch_condition(form, i, scope) for i in range(2, len(form) - 1)]
+        return last_e, joiner.join([first, *later])
+
+    def branch(self, form: Any, scope: Scope) -> Expr:
+        """A part of an expression that may not run (an ``if``'s branch, a later ``and`` operand).
+
+        In a ranked copy it charges the fuel of its own self calls when it runs.
+        """
+        ranked = self.ranked
+        if ranked is None:
+            return self.expr(form, scope, None)
+        saved, ranked.pending = ranked.pending, 0
+        try:
+            e = self.expr(form, scope, None)
+        finally:
+            steps, ranked.pending = ranked.pending * ranked.cost, saved
+        if not steps:
+            return e
+        return Expr(self.charged(e.code, steps), is_bool=e.is_bool, ints=e.ints)
+
+    def branch_condition(self, parent: Form, index: int, scope: Scope) -> str:
+        """:meth:`condition` for a test that may not run (see :meth:`branch`)."""
+        ranked = self.ranked
+        if ranked is None:
+            return self.condition(parent, index, scope)
+        saved, ranked.pending = ranked.pending, 0
+        try:
+            code = self.condition(parent, index, scope)
+        finally:
+            steps, ranked.pending = ranked.pending * ranked.cost, saved
+        return self.charged(code, steps) if steps else code
+
+    @staticmethod
+    def charged(code: str, steps: int) -> str:
+        """``code``, charging ``steps`` of fuel first (refilled as needed: never false)."""
+        return f"({code} if (_s := _s - {steps}) >= 0 or _tick() or True else None)"
 
     def form_do(self, form: Form, scope: Scope, ctx: Any) -> Expr:
         parts = [self.expr(f, scope, None) for f in form[1:]]
@@ -997,7 +1229,8 @@ class Compiler:
         if type(form) is tuple and type(form[0]) is Name and scope.lookup(form[0].name) is None:
             head = form[0].name
             if head == "if":
-                lines = [f"{indent}if {self.condition(form, 1, scope)}:"]
+                test = self.condition(form, 1, scope)
+                lines = self.charge_pending(indent) + [f"{indent}if {test}:"]
                 if_true, if_false = self.refinements(form[1], scope)
                 saved = self.refine(if_true)
                 lines += self.tail(form[2], scope, ctx, indent + "    ")
@@ -1018,7 +1251,8 @@ class Compiler:
                         pred, body = clause
                         if pred is ELSE:
                             return lines + self.tail(body, scope, ctx, indent)
-                        lines.append(f"{indent}if {self.condition(clause, 0, scope)}:")
+                        test = self.condition(clause, 0, scope)
+                        lines += self.charge_pending(indent) + [f"{indent}if {test}:"]
                         if_true, if_false = self.refinements(pred, scope)
                         before = self.refine(if_true)
                         lines += self.tail(body, scope, ctx, indent + "    ")
@@ -1030,7 +1264,8 @@ class Compiler:
                     self.known_ints = outer
             if head == "case":
                 key = self.fresh("k")
-                lines = [f"{indent}{key} = {self.expr(form[1], scope, None).code}"]
+                value = self.expr(form[1], scope, None).code
+                lines = self.charge_pending(indent) + [f"{indent}{key} = {value}"]
                 for literals, body in form[2:]:
                     if literals is ELSE:
                         return lines + self.tail(body, scope, ctx, indent)
@@ -1039,16 +1274,21 @@ class Compiler:
                 self.returns_ints = False
                 return lines + [f"{indent}return None"]
             if head == "do":
-                lines = [f"{indent}{self.expr(f, scope, None).code}" for f in form[1:-1]]
+                lines = []
+                for statement in form[1:-1]:
+                    code = self.expr(statement, scope, None).code
+                    lines += self.charge_pending(indent) + [f"{indent}{code}"]
                 return lines + self.tail(form[-1], scope, ctx, indent)
             if head == "let":
                 inner, bindings = self.let_bindings(form, scope)
-                lines = [f"{indent}{py} = {value.code}" for py, value in bindings]
+                # The bindings run one after another: their self calls are charged together.
+                lines = self.charge_pending(indent) + [f"{indent}{py} = {value.code}" for py, value in bindings]
                 return lines + self.tail(form[2], inner, ctx, indent)
             if head in ("and", "or") and len(form) >= 3:
                 lines = []
                 for i in range(1, len(form) - 1):
                     test = self.condition(form, i, scope)
+                    lines += self.charge_pending(indent)
                     if head == "and":
                         lines.append(f"{indent}if not {test}: return False")
                     else:
@@ -1069,7 +1309,7 @@ class Compiler:
         returned = self.expr(form, scope, None)
         if returned.ints is None:
             self.returns_ints = False
-        return [f"{indent}return {returned.code}"]
+        return self.charge_pending(indent) + [f"{indent}return {returned.code}"]
 
 
 def _typed_params(body: Any, scope: Scope, params: tuple[str, ...]) -> list[str]:

@@ -193,7 +193,7 @@ class _FastLoop:
         lines = []
         for temp, code in checked:
             # Out of range: the generic loop runs the iteration and reports the overflow.
-            lines += [f"{indent}{temp} = {code}", f"{indent}if not {-self.compiler.int_bound} < {temp} < {self.compiler.int_bound}:"]
+            lines += [f"{indent}{temp} = {code}", f"{indent}if not {self.compiler.within_bound(temp)}:"]
             lines += self.deoptimise(indent + "    ")
         if targets:
             lines.append(f"{indent}{', '.join(targets)} = {', '.join(values)}")

@@ -200,6 +200,10 @@ def _deep() -> Any:
     raise LimitError("call stack")
 
 
+def _too_big() -> Any:
+    raise LimitError("integer bits")
+
+
 def _value_stack() -> Any:
     raise LimitError("value stack")
 
@@ -230,6 +234,9 @@ _SHARED: dict[str, Any] = {
     "_deep": _deep,
     "_value_stack": _value_stack,
     "_stack_exceeded": _stack_exceeded,
+    # What stops a ranked copy and runs the typed body instead (lisp.compiler.Compiler.ranked_copy).
+    "_Replay": Exception,
+    "_too_big": _too_big,
     "_quoted": make_quoted,
     "_equal": equal,
     "_add2": add2,
@@ -313,6 +320,9 @@ class Interpreter:
         #: How a typed body checks that its global still names its function (lisp.compiler).
         self.globals["_self_get"] = self.globals.get
         self.globals["_tick"] = self._tick
+        self.globals["_fuel_mark"] = self._fuel_mark
+        self.globals["_fuel_rewind"] = self._fuel_rewind
+        self._mark = (0, 0)
         self.globals["_define_check"] = self._define_check
         self.globals["_define_global"] = self._define_global
         self.defined: set[str] = set()
@@ -537,6 +547,22 @@ class Interpreter:
         while steps < 0:
             steps += self.budget.draw()
         g["_s"] = steps
+
+    def _fuel_mark(self) -> None:
+        """Note the step counter and the budget's remaining steps, for :meth:`_fuel_rewind`.
+
+        One mark at a time is enough: a ranked copy (lisp.compiler) marks before it runs
+        and calls nothing but itself, so no other mark is made until it has finished.
+        """
+        self._mark = (self.globals["_s"], self.budget.remaining)
+
+    def _fuel_rewind(self) -> None:
+        """Put the step counter and the budget back to the mark: the steps since were not spent.
+
+        Only a ranked copy rewinds, after an error stopped it: it runs no guest code but
+        its own pure arithmetic, and the typed body then runs in its place.
+        """
+        self.globals["_s"], self.budget.remaining = self._mark
 
     def _define_check(self, gname: str) -> None:
         if gname not in self.defined:

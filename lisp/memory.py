@@ -218,7 +218,7 @@ class Meter:
 
 
 #: Module globals the compiler adds besides the guest's (see lisp.compiler.TypedBody).
-_COMPILER_OWN = ("_typed", "_self")
+_COMPILER_OWN = ("_typed", "_self", "_ranked")
 _OPTIMIZED = 0x0001  # CO_OPTIMIZED: a function frame (a module frame's locals are its globals)
 
 

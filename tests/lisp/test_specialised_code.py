@@ -190,6 +190,45 @@ def test_the_specialised_code_is_generated_for_the_benchmark_shapes() -> None:
     assert f"-{compiler.TYPED_PARAM_BOUND} < " in source  # fib's typed body guard
 
 
+def test_checked_arithmetic_tests_compact_results_first() -> None:
+    # CPython 3.11 compares ints on its fast path only when both are below 2**30 in magnitude.
+    interp = Interpreter(LispLimits())
+    interp.run("(define (f a b) (+ a b))")
+    assert interp.compiled is not None
+    assert f"< {compiler.COMPACT_INT} and " in interp.compiled.python_source
+
+
+@pytest.mark.parametrize("bits", [64, 40, 31, 30, 29, 20])
+@pytest.mark.parametrize("op", ["+", "-", "*"])
+def test_the_integer_bound_is_exact_around_the_compact_range(bits: int, op: str) -> None:
+    # The compact test decides most results, the exact bound the rest: the verdict at and
+    # next to 2**30 and 2**bits must be that of the bound alone, in every kind of body.
+    bound = 2**bits
+    apply = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}[op]
+    edges = {2**30 - 1, 2**30, 2**30 + 1, bound - 1, bound, bound + 1}
+    limits = LispLimits(max_steps=100, max_integer_bits=bits)
+    sources = (
+        f"(define (f a b) ({op} a b))",  # generic operands
+        f"(define (f a b) (if (< a 5) ({op} a b) ({op} (* a 1) (* b 1))))",  # typed operands
+    )
+    for target in edges:
+        for sign in (1, -1):
+            want = sign * target
+            a = {"+": want - 7, "-": want + 7, "*": want}[op]
+            b = {"+": 7, "-": 7, "*": 1}[op]
+            if op == "*" and abs(a) >= bound:
+                continue  # an operand that big cannot be passed in
+            if abs(a) >= bound:
+                continue
+            assert apply(a, b) == want
+            for source in sources:
+                result, _used = same_both_ways(source, (a, b), limits)
+                if abs(want) >= bound:
+                    assert result[:2] == ("error", "LimitError"), (source, a, b)
+                else:
+                    assert result == ("value", "int", want), (source, a, b)
+
+
 # ---------------------------------------------------------------- adversarial cases
 
 LOOP = "(define (f n acc) (if (= n 0) acc (f (- n 1) (+ acc 1))))"
@@ -348,7 +387,8 @@ def test_a_function_calling_only_itself_gets_a_typed_entry() -> None:
     interp.run(FIB)
     assert interp.compiled is not None
     source = interp.compiled.python_source
-    assert source.count("def g_fib(") == 2 and "_typed" in source and "_self_get('g_fib') is _self" in source
+    assert source.count("def g_fib(") == 3  # the ranked copy, the typed entry and the function
+    assert "_typed" in source and "_ranked" in source and "_self_get('g_fib') is _self" in source
     assert interp.call("fib", 20) == 6765
 
 
@@ -464,3 +504,233 @@ def test_typed_entries_take_no_guest_memory(offset: int) -> None:
             compiler.SPECIALISE = saved
     assert outcomes[0] == outcomes[1]
     assert (outcomes[0] == "ran") == (offset >= 0)
+
+
+# ---------------------------------------------------------------- ranked copies
+
+
+def counting_ranked_runs(interp: Interpreter) -> dict[str, int]:
+    """Count the ranked copies started (``mark``) and stopped by an error (``rewind``)."""
+    counts = {"mark": 0, "rewind": 0}
+    mark, rewind = interp.globals["_fuel_mark"], interp.globals["_fuel_rewind"]
+
+    def counted_mark() -> None:
+        counts["mark"] += 1
+        mark()
+
+    def counted_rewind() -> None:
+        counts["rewind"] += 1
+        rewind()
+
+    interp.globals["_fuel_mark"], interp.globals["_fuel_rewind"] = counted_mark, counted_rewind
+    return counts
+
+
+def ranked_run(source: str, args: tuple[Any, ...], limits: LispLimits) -> tuple[Any, dict[str, int]]:
+    """The outcome of ``f`` (specialised) and how its ranked copy ran."""
+    interpreter._compile_cache.clear()
+    interp = Interpreter(limits, Budget(limits.max_steps, 60_000))
+    interp.run(source, compile_budget=Budget(10**9, 60_000))
+    counts = counting_ranked_runs(interp)
+    try:
+        return ("value", interp.call("f", *args)), counts
+    except LispError as error:
+        return ("error", str(error)), counts
+
+
+def test_fib_runs_its_ranked_copy_and_charges_the_same_steps() -> None:
+    interp = Interpreter(LispLimits(max_steps=10**6), Budget(10**6, 60_000))
+    interp.run(FIB)
+    assert interp.compiled is not None and "_ranked" in interp.compiled.python_source
+    counts = counting_ranked_runs(interp)
+    before = interp.budget.used
+    assert interp.call("fib", 20) == 6765
+    assert counts == {"mark": 1, "rewind": 0}
+    assert interp.budget.used - before == 21_891  # one step per call: 2 * fib(21) - 1
+
+
+@pytest.mark.parametrize(
+    ("source", "max_call_stack"),
+    [
+        ("(define (f n) (if (< n 1) 0 (+ 1 (f (- n 1)))))", 6),
+        ("(define (f n) (if (< n 1) 0 (+ 1 (f (- n 1)))))", 32),
+        ("(define (f n) (if (>= n 3) (+ 1 (f (- n 3))) n))", 32),
+        ("(define (f n) (if (< n 2) n (+ (f (- n 1)) (f (- n 2)))))", 6),
+        ("(define (f n) (if (< n 2) n (+ (f (- n 1)) (f (- n 2)))))", 12),
+        ("(define (f n) (if (<= n -5) 0 (+ 1 (f (- n 2)))))", 32),
+    ],
+)
+def test_a_ranked_copy_runs_exactly_up_to_the_call_stack_limit(source: str, max_call_stack: int) -> None:
+    # The ranking bound is tight: the deepest input that fits runs the ranked copy (and
+    # needs no error to stop it); one deeper leaves it to the typed body, which fails
+    # with the same error at the same depth as the generic code.
+    limits = LispLimits(max_steps=100_000, max_call_stack=max_call_stack)
+    deepest = None
+    for n in range(-8, 3 * max_call_stack + 8):
+        result, _used = same_both_ways(source, (n,), limits)
+        if result[0] == "value":
+            deepest = n
+        else:
+            assert result[:2] == ("error", "LimitError") and "call stack" in result[2]
+            break
+    assert deepest is not None
+    outcome_, counts = ranked_run(source, (deepest,), limits)
+    assert outcome_[0] == "value" and counts == {"mark": 1, "rewind": 0}
+    outcome_, counts = ranked_run(source, (deepest + 1,), limits)
+    assert outcome_[0] == "error" and "call stack" in outcome_[1] and counts["rewind"] == 0
+
+
+def test_a_ranked_copy_keeps_the_value_stack_limit() -> None:
+    # Three parameters and a let per frame: the depth argument tracks the values held,
+    # and the value stack runs out long before the call depth.
+    source = "(define (f n a b) (if (< n 1) (+ a 1) (let ((x (f (- n 1) a b))) (+ x b))))"
+    limits = LispLimits(max_steps=10_000, max_call_stack=64, max_value_stack=64)
+    deepest = -1
+    for n in range(40):
+        result, _used = same_both_ways(source, (n, 1, 2), limits)
+        if result[0] == "error":
+            assert result[:2] == ("error", "LimitError") and "value stack" in result[2]
+            break
+        assert result == ("value", "int", 2 + 2 * n)
+        deepest = n
+    assert 0 < deepest < 30
+    outcome_, counts = ranked_run(source, (deepest, 1, 2), limits)
+    assert outcome_[0] == "value" and counts == {"mark": 1, "rewind": 0}
+    outcome_, counts = ranked_run(source, (deepest + 1, 1, 2), limits)
+    assert "value stack" in outcome_[1] and counts["rewind"] == 0
+
+
+FIB_STEPS_15 = 1_973  # 2 * fib(16) - 1 calls
+
+
+@pytest.mark.parametrize("max_steps", [1, 2, 3, 4, 5, 17, 100, 1_023, 1_024, 1_025, 1_500, 1_972, 1_973, 1_974])
+def test_a_ranked_copy_stops_at_exactly_the_budget(max_steps: int) -> None:
+    # The ranked copy charges a statement's calls before it, ahead of the typed body; a run
+    # that exhausts the budget is run again by the typed body from the same fuel.
+    result, used = same_both_ways(FIB.replace("fib", "f"), (15,), LispLimits(max_steps=max_steps))
+    if max_steps < FIB_STEPS_15:
+        assert result[1] == "BudgetExhausted" and used == max_steps
+        assert len(result[3]) > 1  # the Lisp stack at the call that ran out
+    else:
+        assert result == ("value", "int", 610) and used == FIB_STEPS_15
+    outcome_, counts = ranked_run(FIB.replace("fib", "f"), (15,), LispLimits(max_steps=max_steps))
+    assert counts == {"mark": 1, "rewind": 1 if max_steps < FIB_STEPS_15 else 0}
+
+
+def test_a_ranked_copy_overflows_where_the_generic_code_does() -> None:
+    source = "(define (f n) (if (< n 2) n (+ (f (- n 1)) (* 100 (f (- n 2))))))"
+    limits = LispLimits(max_steps=100_000, max_integer_bits=20)
+    values = []
+    for n in range(12):
+        result, _used = same_both_ways(source, (n,), limits)
+        values.append(result)
+    assert values[3] == ("value", "int", 101)
+    assert values[-1][:2] == ("error", "LimitError")
+    outcome_, counts = ranked_run(source, (11,), limits)
+    assert "integer bits" in outcome_[1] and counts == {"mark": 1, "rewind": 1}
+
+
+CONDITIONAL = [
+    "(define (f n b) (if (< n 1) (+ b 1)"
+    " (if (and (> n 3) (< (f (- n 3) b) 5)) (let ((x (f (- n 1) b))) (+ x 1)) (* 2 (f (- n 2) b)))))",
+    "(define (f n b) (if (< n 1) (+ b 1)"
+    " (if (or (< n 3) (< (f (- n 3) b) 5) (= b 7)) (+ 1 (f (- n 1) b)) (* 2 (f (- n 2) b)))))",
+]
+
+
+@pytest.mark.parametrize("max_steps", [*range(1, 40), 100, 500, 1_000, 10_000])
+@pytest.mark.parametrize("n", [6, 12])
+@pytest.mark.parametrize("source", CONDITIONAL)
+def test_a_self_call_that_may_not_run_is_charged_when_it_runs(source: str, max_steps: int, n: int) -> None:
+    # The calls in the `and` and `or` run only when the tests before them let them: they are
+    # charged when their operand runs, the others with their statement (or with the branch
+    # of a call written out). Every budget gives the generic code's outcome.
+    interp = Interpreter(LispLimits())
+    interp.run(source)
+    assert interp.compiled is not None and "or _tick() or True" in interp.compiled.python_source
+    result, used = same_both_ways(source, (n, 1), LispLimits(max_steps=max_steps))
+    if result[0] == "value":
+        _outcome, counts = ranked_run(source, (n, 1), LispLimits(max_steps=max_steps))
+        assert counts == {"mark": 1, "rewind": 0}
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "(define (f n) (if (< n 1) 0 (+ 1 (f n))))",  # no decrease
+        "(define (f n) (if (< n 1) 0 (+ 1 (f (+ n -1)))))",  # not written (- n c)
+        "(define (f n) (if (< n 1) 0 (+ (f (- n 1)) (f (- n 0)))))",  # one call steps by 0
+        "(define (f n m) (if (< m 1) (+ n 0) (+ 1 (f (- m 1) (+ n 0)))))",  # m steps down into n's place
+    ],
+)
+def test_no_ranked_copy_without_a_proved_bound(source: str) -> None:
+    # A typed entry, but no parameter every self call steps down.
+    interp = Interpreter(LispLimits())
+    interp.run(source)
+    assert interp.compiled is not None
+    assert "_typed" in interp.compiled.python_source and "_ranked" not in interp.compiled.python_source
+
+
+@st.composite
+def ranked_calls(draw: st.DrawFn, depth: int) -> str:
+    """An integer expression of self calls, mostly stepping ``a`` down."""
+    kind = draw(st.sampled_from(["call", "call", "call", "arith", "arith", "let", "leaf"] if depth > 0 else ["call", "leaf"]))
+    sub = ranked_calls(depth - 1)
+    if kind == "call":
+        first = draw(st.sampled_from(["(- a 1)", "(- a 1)", "(- a 1)", "(- a 2)", "(- a 2)", "(- a 3)", "(- a 1)", "a", "(+ a 1)", "b"]))
+        rest = [draw(st.sampled_from(["b", "c", "0", "1", "(- a 1)"])) for _ in PARAMS[1:]]
+        return f"(f {first} {' '.join(rest)})"
+    if kind == "arith":
+        return f"({draw(st.sampled_from('+-*'))} {draw(sub)} {draw(sub)})"
+    if kind == "let":
+        return f"(let ((x {draw(sub)})) (+ x {draw(sub)}))"
+    return draw(st.sampled_from(["a", "b", "c", "1", "2"]))
+
+
+@st.composite
+def ranked_tails(draw: st.DrawFn, depth: int) -> str:
+    """A tail that returns integers, with self calls in tests that may not run."""
+    kind = draw(st.sampled_from(["return", "if", "if", "let"] if depth > 0 else ["return"]))
+    sub, tail = ranked_calls(2), ranked_tails(depth - 1)
+    if kind == "if":
+        test = draw(st.sampled_from([
+            "(< {0} 3)", "(and (> a 3) (< {0} 5))", "(or (= b 1) (> {0} 0))", "(not (< {0} 2))", "(and (< {0} 9) (> {0} 2))", "(or (= b 1) (> {0} 0) (< a 2))",
+        ])).format(draw(sub))
+        return f"(if {test} {draw(tail)} {draw(tail)})"
+    if kind == "let":
+        return f"(let ((y {draw(sub)})) (+ y {draw(tail)}))"
+    return f"(+ {draw(sub)} 0)"  # not a tail call (that would make a loop)
+
+
+@st.composite
+def ranked_programs(draw: st.DrawFn) -> str:
+    k = draw(st.integers(-3, 3))
+    guard = draw(st.sampled_from([
+        f"(< a {k})", f"(<= a {k})", f"(> {k} a)", f"(not (>= a {k}))",  # where it fails, a >= k (or k + 1)
+        f"(= a {k})", f"(< b {k})",  # prove nothing of a
+    ]))
+    base = draw(st.sampled_from(["a", "1", "(+ b c)", "(- a 1)"]))
+    recursive = draw(ranked_tails(2))
+    if draw(st.booleans()):
+        body = f"(if {guard} {base} {recursive})"
+    else:
+        body = f"(if (not {guard}) {recursive} {base})"
+    return f"(define (f {' '.join(PARAMS)}) {body})"
+
+
+RANKED_LIMITS = st.builds(
+    LispLimits,
+    max_steps=st.one_of(st.integers(1, 60), st.integers(1, 2_000)),
+    max_call_stack=st.sampled_from([4, 8, 32, 32]),
+    max_value_stack=st.sampled_from([4_096, 40]),
+    max_integer_bits=st.sampled_from([64, 20]),
+)
+RANKED_INPUTS = st.one_of(st.integers(-4, 12), st.integers(-4, 12), st.sampled_from([2**30 - 2, 2**19, 30, 1.5, "s"]))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(ranked_programs(), st.tuples(RANKED_INPUTS, st.integers(-3, 5), st.integers(-3, 5)), RANKED_LIMITS)
+def test_random_ranked_recursion_gives_the_same_outcome_and_steps(source: str, args: tuple[Any, ...], limits: LispLimits) -> None:
+    # Decreasing self recursion, with guards that prove a bound and guards that do not,
+    # calls that may not run, overflow, exhaustion and both stack limits.
+    same_both_ways(source, args, limits)
