@@ -187,6 +187,36 @@ def test_no_commit_is_acknowledged_while_its_write_is_held(store):
     assert all(h.version == 1 for h in handles)
 
 
+def test_a_write_wakes_only_its_own_committers_and_the_next_leader(store, monkeypatch):
+    """Seven commits queued behind a held write each sleep once: the held write's return
+    wakes one of them to lead, and that write wakes the rest (nobody wakes to find its
+    batch still queued and sleep again)."""
+    lock = store.engine.lock
+    handles = [store.create(counter(address(n))) for n in range(THREADS)]
+    sleeps: list[int] = []
+    original = lock._sleep
+
+    def counted(*args: Any) -> None:
+        sleeps.append(threading.get_ident())
+        original(*args)
+
+    monkeypatch.setattr(lock, "_sleep", counted)
+    with RecordingWriter(store, hold_first=True) as writer:
+        first = threading.Thread(target=handles[0].exec, args=("/lib/counter",))
+        first.start()
+        assert writer.entered.wait(10)
+        others = [threading.Thread(target=h.exec, args=("/lib/counter",)) for h in handles[1:]]
+        for thread in others:
+            thread.start()
+        wait_until(lambda: len(sleeps) == THREADS - 1)
+        writer.release.set()
+        for thread in [first, *others]:
+            thread.join(10)
+    assert [h.version for h in handles] == [1] * THREADS
+    assert writer.writes == 2
+    assert len(sleeps) == THREADS - 1 and len(set(sleeps)) == THREADS - 1
+
+
 def test_a_failed_sync_fails_every_member_of_its_group(store):
     handles = [store.create(counter(address(n))) for n in range(THREADS)]
     for handle in handles:
