@@ -213,6 +213,11 @@ class GroupCommit(Generic[B]):
                         self._gatherers.remove(ticket)
                 else:
                     self._lead()
+        except BaseException:
+            # Interrupted (it may have been woken to lead): another queued committer leads.
+            if not self._leading:
+                self._wake_next_leader()
+            raise
         finally:
             state.release()
         error = ticket.error
@@ -296,11 +301,14 @@ class GroupCommit(Generic[B]):
                 ticket.done = True
                 wake(ticket)
             self._in_flight -= len(group)
-            # The batches queued meanwhile need a leader: the first of their committers
-            # already asleep (one still on its way to wait leads when it arrives).
-            for ticket in self._queue:
-                if ticket.waker is not None:
-                    wake(ticket)
-                    break
+            self._wake_next_leader()
             for drainer in self._drainers:
                 wake(drainer)
+
+    def _wake_next_leader(self) -> None:
+        """Batches queued with no write in progress need a leader: wake the first of their
+        committers already asleep (one still on its way to wait leads when it arrives)."""
+        for ticket in self._queue:
+            if ticket.waker is not None:
+                self._wake(ticket)
+                return

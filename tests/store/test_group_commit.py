@@ -217,6 +217,53 @@ def test_a_write_wakes_only_its_own_committers_and_the_next_leader(store, monkey
     assert len(sleeps) == THREADS - 1 and len(set(sleeps)) == THREADS - 1
 
 
+def test_a_committer_interrupted_when_woken_to_lead_hands_the_lead_on(store, monkeypatch):
+    """The committer woken to lead the queued batches is interrupted instead: another
+    queued committer leads them, so nobody sleeps forever; the interrupted commit's batch,
+    already accepted, is written with them."""
+    lock = store.engine.lock
+    handles = [store.create(counter(address(n))) for n in range(4)]
+    original = lock._sleep
+    interrupted: list[int] = []
+    held = threading.Event()
+
+    def sleep(*args: Any) -> None:
+        original(*args)
+        if held.is_set() and not interrupted:
+            interrupted.append(threading.get_ident())
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(lock, "_sleep", sleep)
+    with RecordingWriter(store, hold_first=True) as writer:
+        first = threading.Thread(target=handles[0].exec, args=("/lib/counter",))
+        first.start()
+        assert writer.entered.wait(10)
+        outcomes: dict[int, BaseException | None] = {}
+
+        def commit(n: int) -> None:
+            try:
+                handles[n].exec("/lib/counter")
+                outcomes[n] = None
+            except BaseException as exc:  # reported to the test
+                outcomes[n] = exc
+
+        others = [threading.Thread(target=commit, args=(n,)) for n in range(1, 4)]
+        for thread in others:
+            thread.start()
+        wait_until(lambda: lock.pending == 4)
+        time.sleep(0.05)  # the three queued committers are asleep behind the held write
+        held.set()
+        writer.release.set()
+        for thread in [first, *others]:
+            thread.join(10)
+            assert not thread.is_alive()
+    assert len(interrupted) == 1
+    assert sorted(type(exc).__name__ for exc in outcomes.values() if exc is not None) == ["KeyboardInterrupt"]
+    assert lock.pending == 0
+    store = reopen(store)
+    assert [store.resume(h.address).version for h in handles] == [1, 1, 1, 1]
+
+
 def test_a_failed_sync_fails_every_member_of_its_group(store):
     handles = [store.create(counter(address(n))) for n in range(THREADS)]
     for handle in handles:
