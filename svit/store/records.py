@@ -10,7 +10,7 @@ the record, and a record of another format is refused naming the format it claim
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +18,6 @@ import blake3
 
 from .. import cbor, mutation
 from .. import snapshot as snapshot_module
-from .. import tree as tree_module
 from ..errors import InvalidPersistence, ResourceLimitExceeded
 from ..limits import Limits
 from ..process import Process
@@ -167,11 +166,11 @@ def head_record(address: str, base_hash: str, head: Head, version: int, root_has
     return _sealed(7, before, "head_check", after)[0]
 
 
-def _mutation_bytes(item: mutation.Mutation) -> bytes:
+def _mutation_bytes(item: mutation.Mutation, text: Callable[[str], bytes] = cbor.encode_text) -> bytes:
     record = item.record()
     if record.keys() == _SET_FIELDS and record["operation"] == "set":
         # the common case, sealed without sorting: "operation" < "path" < "value"
-        return _SET_PREFIX + cbor.encode_text(record["path"]) + _KEY["value"] + cbor.encode(record["value"])
+        return _SET_PREFIX + text(record["path"]) + _KEY["value"] + cbor.encode(record["value"])
     return cbor.encode(record)
 
 
@@ -227,9 +226,7 @@ def commit_records(address: str, base_hash: str, position: int, previous_hash: s
     position_bytes = _u64(position)
     after_bytes = _u64(version_after)
     root_text = text(resulting_root_hash)
-    mutation_parts = [
-        _SET_PREFIX + _text_once(item.path) + _KEY["value"] + tree_module.node_cbor(item.value)
-        if type(item) is mutation.Set else _mutation_bytes(item) for item in mutations]
+    mutation_parts = [_mutation_bytes(item, _text_once) for item in mutations]
     body = (_KEY["address"] + address_text + _KEY["committed_at"] + _u64(committed_at) + _EVENT_FORMAT_PAIR,
             b"".join((
                 _KEY["mutations"], cbor.head(4, len(mutations)), *mutation_parts,
