@@ -197,16 +197,21 @@ def transaction_record(address: str, position: int, previous_hash: str, version_
 
 
 #: Texts a commit encodes again and again (addresses, base hashes, sources, script
-#: names, paths), by their text; the memory starts over past :data:`_TEXT_MEMORY` entries.
+#: names, paths), by their text; the memory starts over past :data:`_TEXT_MEMORY` entries
+#: and keeps no text longer than :data:`_TEXT_REMEMBERED` characters (at most ~2 MB).
 _TEXTS: dict[str, bytes] = {}
 _TEXT_MEMORY = 4096
+_TEXT_REMEMBERED = 256
 
 
 def _text_once(value: str) -> bytes:
-    """:func:`svit.cbor.encode_text` of ``value``, remembered (a refused text is not)."""
+    """:func:`svit.cbor.encode_text` of ``value``, remembered when short (a refused text
+    is not)."""
     encoded = _TEXTS.get(value)
     if encoded is None:
         encoded = cbor.encode_text(value)
+        if len(value) > _TEXT_REMEMBERED:
+            return encoded
         if len(_TEXTS) >= _TEXT_MEMORY:
             _TEXTS.clear()
         _TEXTS[value] = encoded

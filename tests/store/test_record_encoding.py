@@ -104,3 +104,17 @@ def test_commit_records_refuse_what_the_record_encoders_refuse():
             records.commit_records("svit://local/x\ud800", "b", 0, "p", 0, 1, items, ["/memory/a"], "(main)", "r", 0)
     with pytest.raises(ValueError):
         records.commit_records("svit://local/x", "b", 2**64, "p", 0, 1, items, ["/memory/a"], "(main)", "r", 0)
+
+
+def test_commit_records_remember_only_short_texts_and_a_bounded_number(monkeypatch):
+    """The memory of encoded texts stays bounded: a long text (an inline source) is
+    encoded each time, never kept, and a full memory starts over."""
+    monkeypatch.setattr(records, "_TEXT_MEMORY", 8)
+    records._TEXTS.clear()
+    items = [mutation.Remove("/memory/a")]
+    long_source = "(main)" + " " * 300
+    for n in range(20):
+        records.commit_records(f"svit://local/t{n}", "b", 0, "p", 0, 1, items, ["/memory/a"], long_source, "r", 0)
+        assert len(records._TEXTS) <= 8
+    assert long_source not in records._TEXTS
+    assert "svit://local/t19" in records._TEXTS
