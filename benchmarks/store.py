@@ -267,7 +267,8 @@ def main() -> None:
         print(f"store's own cost per durable counter activation (log sync left out, CPU time): {added:.1f} us "
               f"on top of the in-memory activation's {in_memory:.1f} us (printed, no target)")
         print(f"  the same commit's phases with the log sync left out, wall us: {unsynced_phases} (after a sync "
-              "the same work runs slower: the processor idled while the log synced)")
+              "the same work runs slower: while the log synced the core idled or ran other work, and its caches "
+              "went cold)")
 
         # 1b. 8 processes from 8 threads vs one writer (alternating rounds), syncs counted
         group = [store.create(build(f"svit://local/bench/group{n}")) for n in range(8)]
