@@ -191,6 +191,8 @@ class GroupCommit(Generic[B]):
         share its sync, instead of one committer being synced alone while the others
         queue for the sync after it. A lone committer (the last group was its own commit)
         leads at once; so does a thread holding the store lock (no one else could queue).
+        One committer at a time waits for company: those that queue meanwhile sleep
+        until the write carrying them (a wait each would only wake them all at once).
 
         Each sleeping committer is woken alone, by the write holding its batch or to lead
         the next one: no committer wakes for another's write."""
@@ -199,7 +201,9 @@ class GroupCommit(Generic[B]):
         state.acquire()
         try:
             while not ticket.done:
-                if self._leading or not self._queue:
+                if self._leading or not self._queue or (self._gatherers and not gathered):
+                    # A write in progress, or a committer already gathering company: this
+                    # batch goes with its group (one gatherer; the others sleep until written).
                     self._sleep(ticket, None)
                 elif (not gathered and len(self._queue) < self._last_group and self._last_write
                       and not self.owned()):

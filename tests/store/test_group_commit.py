@@ -513,6 +513,37 @@ def test_a_leader_waits_for_the_committers_of_the_last_group(store, monkeypatch)
     assert lock.writes - writes == 1
 
 
+def test_one_committer_at_a_time_waits_for_company(store, monkeypatch):
+    """While one committer waits for the last group's committers to queue again, the
+    others that queue meanwhile do not start waits of their own: they sleep until the
+    write carrying them (one bounded wait per group, one write for the three)."""
+    handles = [store.create(counter(address(n))) for n in range(3)]
+    _group_of(store, handles)
+    lock = store.engine.lock
+    monkeypatch.setattr(group_module, "GATHER_SECONDS", 30.0)
+    lock._last_write = 30.0
+    sleeps: list[float | None] = []
+    original = lock._sleep
+
+    def counted(ticket: Any, timeout: float | None) -> None:
+        sleeps.append(timeout)
+        original(ticket, timeout)
+
+    monkeypatch.setattr(lock, "_sleep", counted)
+    writes = lock.writes
+    threads = [threading.Thread(target=h.exec, args=("/lib/counter",)) for h in handles]
+    for n, thread in enumerate(threads[:2]):
+        thread.start()
+        wait_until(lambda n=n: len(sleeps) == n + 1)
+    threads[2].start()
+    for thread in threads:
+        thread.join(10)
+        assert not thread.is_alive()
+    assert [h.version for h in handles] == [2, 2, 2]
+    assert lock.writes - writes == 1
+    assert sum(1 for timeout in sleeps if timeout is not None) == 1
+
+
 def test_a_leader_waits_for_company_at_most_once_and_not_when_alone(store, monkeypatch):
     handles = [store.create(counter(address(n))) for n in range(3)]
     _group_of(store, handles)
