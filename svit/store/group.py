@@ -215,6 +215,10 @@ class GroupCommit(Generic[B]):
                     finally:
                         self._gathering -= 1
                         self._gatherers.remove(ticket)
+                        if ticket.done and not self._leading:
+                            # Another write carried its batch: the committers that slept
+                            # behind it while it gathered need a leader now.
+                            self._wake_next_leader()
                 else:
                     self._lead()
         except BaseException:

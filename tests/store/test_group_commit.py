@@ -563,3 +563,66 @@ def test_a_leader_waits_for_company_at_most_once_and_not_when_alone(store, monke
     alone.join(10)
     assert not alone.is_alive()
     assert lock.writes - writes == 2 and handles[0].version == 3
+
+
+class _DelayedLock:
+    """A lock whose next acquire by one chosen thread waits first (to hold a woken
+    thread back before it re-enters, as a busy scheduler can)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.delay_thread: int | None = None
+        self.delay = 0.0
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if threading.get_ident() == self.delay_thread:
+            self.delay_thread = None
+            time.sleep(self.delay)
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+def test_a_gatherer_whose_batch_another_write_carried_hands_the_lead_on(monkeypatch):
+    """A committer waiting for company whose batch a drain wrote meanwhile, and that has
+    not run since, still counts as gathering: a commit queued then sleeps behind it, and
+    is led once the gatherer leaves (it does not sleep until some later commit)."""
+    written: list[list[str]] = []
+
+    def write_group(batches: list[str]) -> list[BaseException | None]:
+        written.append(list(batches))
+        return [None] * len(batches)
+
+    lock: group_module.GroupCommit[str] = group_module.GroupCommit(write_group)
+    state = _DelayedLock()
+    monkeypatch.setattr(lock, "_state", state)
+    monkeypatch.setattr(group_module, "GATHER_SECONDS", 30.0)
+    lock._last_group, lock._last_write = 2, 30.0
+
+    def commit(batch: str) -> Callable[[], None]:
+        def run() -> None:
+            with lock.committing():
+                ticket = lock.submit(batch)
+            lock.wait(ticket)
+        return run
+
+    gatherer = threading.Thread(target=commit("a"))
+    gatherer.start()
+    wait_until(lambda: lock._gathering == 1)
+    state.delay_thread, state.delay = gatherer.ident, 0.3
+    with lock:  # drains: writes "a" and wakes its committer, which is held back
+        pass
+    assert written == [["a"]] and lock._gathering == 1
+    follower = threading.Thread(target=commit("b"))
+    follower.start()
+    for thread in (gatherer, follower):
+        thread.join(10)
+        assert not thread.is_alive()
+    assert written == [["a"], ["b"]] and lock.pending == 0
