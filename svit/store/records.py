@@ -232,20 +232,20 @@ def commit_records(address: str, base_hash: str, position: int, previous_hash: s
     after_bytes = _u64(version_after)
     root_text = text(resulting_root_hash)
     mutation_parts = [_mutation_bytes(item, _text_once) for item in mutations]
-    body = (_KEY["address"] + address_text + _KEY["committed_at"] + _u64(committed_at) + _EVENT_FORMAT_PAIR,
-            b"".join((
-                _KEY["mutations"], cbor.head(4, len(mutations)), *mutation_parts,
-                _KEY["output_summary"], _NULL if output_summary is None else text(output_summary),
-                _KEY["position"], position_bytes,
-                _KEY["previous_hash"], text(previous_hash),
-                _KEY["process_version_after"], after_bytes,
-                _KEY["process_version_before"], _u64(version_before),
-                _KEY["resulting_root_hash"], root_text,
-                _KEY["script"], _NULL if script is None else _text_once(script),
-                _KEY["source"], _text_once(source),
-                _KEY["touched_paths"], cbor.head(4, len(touched_paths)), *map(_text_once, touched_paths),
-            )))
-    before, after = body
+    # The body, split where the hash field sorts ("event_hash" comes after "event_format").
+    before = _KEY["address"] + address_text + _KEY["committed_at"] + _u64(committed_at) + _EVENT_FORMAT_PAIR
+    after = b"".join((
+        _KEY["mutations"], cbor.head(4, len(mutations)), *mutation_parts,
+        _KEY["output_summary"], _NULL if output_summary is None else text(output_summary),
+        _KEY["position"], position_bytes,
+        _KEY["previous_hash"], text(previous_hash),
+        _KEY["process_version_after"], after_bytes,
+        _KEY["process_version_before"], _u64(version_before),
+        _KEY["resulting_root_hash"], root_text,
+        _KEY["script"], _NULL if script is None else _text_once(script),
+        _KEY["source"], _text_once(source),
+        _KEY["touched_paths"], cbor.head(4, len(touched_paths)), *map(_text_once, touched_paths),
+    ))
     event_hash = blake3.blake3(_MAP_13 + before + after).hexdigest()
     event_text = text(event_hash)
     transaction = _MAP_14 + before + _KEY["event_hash"] + event_text + after
