@@ -4,6 +4,9 @@
    10 small keys per second (the floor every durable commit pays), single writer.
    Target ratio >= 0.7. Also printed: the same raw batches written and then synced with
    SyncWAL, the two calls the store makes (so the ratio against the method is visible).
+1c. Where one durable commit's wall time goes: medians per phase (the activation, the
+   store's preparation of the batch, the group's coordination, building the native batch,
+   the unsynced write, the log sync, the acknowledgement), beside a raw synced batch.
 1a. The store's own cost: CPU microseconds a durable counter activation adds to the
    in-memory one when the log sync is left out (alternating rounds, medians). Printed.
 1b. Group commit: 8 processes committing counter activations from 8 threads, total
@@ -99,9 +102,10 @@ class _UnsyncedLog:
         return getattr(self._db, name)
 
 
-def store_cost(path: str, repeat: int) -> tuple[float, float]:
+def store_cost(path: str, repeat: int) -> tuple[float, float, str]:
     """(median CPU us a durable counter activation adds, with the log sync left out, to
-    the in-memory one; median CPU us of the in-memory one), in alternating rounds."""
+    the in-memory one; median CPU us of the in-memory one, in alternating rounds; the
+    wall-time phases of one such commit)."""
     store = ProcessStore.open(path)
     store.engine._db = _UnsyncedLog(store.engine._db)
     durable = store.create(build("svit://local/bench/nosync"))
@@ -120,9 +124,81 @@ def store_cost(path: str, repeat: int) -> tuple[float, float]:
     for _ in range(max(repeat, 5)):
         durable_us.append(cpu_us(lambda: durable.exec("/lib/counter")))
         memory_us.append(cpu_us(lambda: memory.exec("/lib/counter")))
+    clock = PhaseClock(store)
+    for _ in range(max(repeat, 5) * 50):
+        clock.run(lambda: durable.exec("/lib/counter"))
+    clock.close()
     store.close()
     in_memory = statistics.median(memory_us)
-    return statistics.median(durable_us) - in_memory, in_memory
+    return statistics.median(durable_us) - in_memory, in_memory, clock.line()
+
+
+class PhaseClock:
+    """Wall-clock marks around each phase of one durable commit (this benchmark only):
+    wraps the store's commit, the group wait, the engine's writer and the RocksDB handle's
+    two calls, so one activation's wall time splits into where it went."""
+
+    PHASES = ("activation", "store preparation", "group coordination", "native batch", "unsynced write",
+              "log sync", "acknowledgement")
+
+    def __init__(self, store: ProcessStore) -> None:
+        self.marks: dict[str, int] = {}
+        self.samples: dict[str, list[int]] = {phase: [] for phase in self.PHASES}
+        self.samples["total"] = []
+        engine, lock, clock, marks = store.engine, store.engine.lock, time.perf_counter_ns, self.marks
+        commit, wait, writer, db = store.commit, lock.wait, engine.writer, engine._db
+
+        def timed(name, fn):
+            def call(*args):
+                marks[name + "<"] = clock()
+                try:
+                    return fn(*args)
+                finally:
+                    marks[name + ">"] = clock()
+            return call
+
+        class Handle:
+            write = staticmethod(timed("write", db.write))
+            flush_wal = staticmethod(timed("sync", db.flush_wal))
+
+            def __getattr__(self, name: str):
+                return getattr(db, name)
+
+        self._restore = (store, writer, db)
+        store.commit = timed("commit", commit)
+        lock.wait = timed("wait", wait)
+        engine.writer = timed("writer", writer)
+        engine._db = Handle()
+
+    def close(self) -> None:
+        store, writer, db = self._restore
+        del store.commit, store.engine.lock.wait
+        store.engine.writer = writer
+        store.engine._db = db
+
+    def run(self, fn) -> None:
+        m = self.marks
+        m.clear()
+        m["exec<"] = time.perf_counter_ns()
+        fn()
+        m["exec>"] = time.perf_counter_ns()
+        sync = m["sync>"] - m["sync<"]
+        spans = {
+            "activation": m["commit<"] - m["exec<"] + m["exec>"] - m["commit>"],
+            "store preparation": m["wait<"] - m["commit<"],
+            "group coordination": m["writer<"] - m["wait<"] + m["wait>"] - m["writer>"] + m["writer>"] - m["sync>"],
+            "native batch": m["write<"] - m["writer<"],
+            "unsynced write": m["write>"] - m["write<"],
+            "log sync": sync,
+            "acknowledgement": m["commit>"] - m["wait>"],
+            "total": m["exec>"] - m["exec<"],
+        }
+        for phase, ns in spans.items():
+            self.samples[phase].append(ns)
+
+    def line(self) -> str:
+        medians = {phase: statistics.median(ns) / 1000 for phase, ns in self.samples.items()}
+        return " | ".join(f"{phase} {medians[phase]:.0f}" for phase in (*self.PHASES, "total"))
 
 
 def concurrent_rate(handles: list, per_thread: int) -> float:
@@ -170,10 +246,29 @@ def main() -> None:
               f"-> ratio {durable / raw:.2f} (target >= 0.7); raw batches written then synced with SyncWAL "
               f"(as the store does): {wal:.0f}/s -> ratio {durable / wal:.2f}")
 
+        # 1c. where one durable commit's wall time goes, phase by phase, beside a raw synced batch
+        clock = PhaseClock(store)
+        raw_db, raw_one = raw_batch_writer(f"{work}/raw-phases")
+        raw_times = []
+        for _ in range(args.repeat):
+            for _ in range(50):
+                clock.run(lambda: handle.exec("/lib/counter"))
+            for _ in range(50):
+                began = time.perf_counter_ns()
+                raw_one()
+                raw_times.append(time.perf_counter_ns() - began)
+        raw_db.close()
+        clock.close()
+        print(f"one durable commit, wall us by phase (medians): {clock.line()}; raw synced batch "
+              f"{statistics.median(raw_times) / 1000:.0f}")
+
         # 1a. what the store itself adds to an activation, the log sync left out
-        added, in_memory = store_cost(f"{work}/nosync", args.repeat)
+        added, in_memory, unsynced_phases = store_cost(f"{work}/nosync", args.repeat)
         print(f"store's own cost per durable counter activation (log sync left out, CPU time): {added:.1f} us "
               f"on top of the in-memory activation's {in_memory:.1f} us (printed, no target)")
+        print(f"  the same commit's phases with the log sync left out, wall us: {unsynced_phases} (after a sync "
+              "the same work runs slower: while the log synced the core idled or ran other work, and its caches "
+              "went cold)")
 
         # 1b. 8 processes from 8 threads vs one writer (alternating rounds), syncs counted
         group = [store.create(build(f"svit://local/bench/group{n}")) for n in range(8)]

@@ -6,7 +6,11 @@ outside it, so other commits can prepare and queue while a sync is in progress. 
 :meth:`GroupCommit.wait`: the first waiter that finds no write in progress becomes the
 **leader**, takes every queued batch, writes them as one synced batch and wakes the
 others (the **followers**); each commit is acknowledged only once the write holding it
-has returned. A lone committer leads at once: nobody waits for company. A leader whose
+has returned. Each waiting committer sleeps on a lock of its own, released only by
+the write holding its batch or to make it lead the next one: a write wakes its own
+committers and at most one more, never every waiter (with eight committers, waking all
+of them at each write cost more of the one interpreter lock than the commits).
+A lone committer leads at once: nobody waits for company. A leader whose
 group is smaller than the last one waits, once and briefly (at most the last write's
 duration, never over :data:`GATHER_SECONDS`), for the last group's committers to queue
 again, so concurrent committers keep sharing syncs instead of alternating between a
@@ -46,12 +50,14 @@ B = TypeVar("B")
 class Ticket(Generic[B]):
     """One queued batch: done once the write holding it returned, with the error if it failed."""
 
-    __slots__ = ("batch", "done", "error")
+    __slots__ = ("batch", "done", "error", "waker")
 
     def __init__(self, batch: B) -> None:
         self.batch = batch
         self.done = False
         self.error: BaseException | None = None
+        #: The lock its committer sleeps on (held; released to wake it), while it sleeps.
+        self.waker: threading.Lock | None = None
 
 
 class _Committing:
@@ -89,12 +95,14 @@ class GroupCommit(Generic[B]):
         #: How deep the calling thread holds the lock (for :meth:`owned`).
         self._holding = threading.local()
         self._committing = _Committing(self._lock, self._holding)
-        self._state = threading.Condition(threading.Lock())
+        self._state = threading.Lock()
         self._queue: list[Ticket[B]] = []
         self._in_flight = 0
         self._leading = False
-        #: Threads waiting on ``_state`` right now.
-        self._sleeping = 0
+        #: Queued committers waiting for company before they lead, and threads waiting
+        #: for the queue to empty (:meth:`drain`): woken by a submit or a write.
+        self._gatherers: list[Ticket[B]] = []
+        self._drainers: list[Ticket[Any]] = []
         #: Leaders waiting for company, and the size of the last group and how long its
         #: write took (seconds).
         self._gathering = 0
@@ -165,10 +173,12 @@ class GroupCommit(Generic[B]):
         """Queue ``batch`` (call while holding the lock, after its compare-and-swap)."""
         ticket = Ticket(batch)
         with self._state:
-            self._queue.append(ticket)
+            queue = self._queue
+            queue.append(ticket)
             self._in_flight += 1
-            if self._gathering and len(self._queue) >= self._last_group:
-                self._state.notify_all()
+            if self._gatherers and len(queue) >= self._last_group:
+                for gatherer in self._gatherers:
+                    self._wake(gatherer)
         return ticket
 
     def wait(self, ticket: Ticket[B]) -> None:
@@ -180,22 +190,44 @@ class GroupCommit(Generic[B]):
         long as the last group write took (and :data:`GATHER_SECONDS`), once: they then
         share its sync, instead of one committer being synced alone while the others
         queue for the sync after it. A lone committer (the last group was its own commit)
-        leads at once; so does a thread holding the store lock (no one else could queue)."""
+        leads at once; so does a thread holding the store lock (no one else could queue).
+        One committer at a time waits for company: those that queue meanwhile sleep
+        until the write carrying them (a wait each would only wake them all at once).
+
+        Each sleeping committer is woken alone, by the write holding its batch or to lead
+        the next one: no committer wakes for another's write."""
         gathered = False
-        with self._state:
+        state = self._state
+        state.acquire()
+        try:
             while not ticket.done:
-                if self._leading or not self._queue:
-                    self._sleep(None)
+                if self._leading or not self._queue or (self._gatherers and not gathered):
+                    # A write in progress, or a committer already gathering company: this
+                    # batch goes with its group (one gatherer; the others sleep until written).
+                    self._sleep(ticket, None)
                 elif (not gathered and len(self._queue) < self._last_group and self._last_write
                       and not self.owned()):
                     gathered = True
+                    self._gatherers.append(ticket)
                     self._gathering += 1
                     try:
-                        self._sleep(min(self._last_write, GATHER_SECONDS))
+                        self._sleep(ticket, min(self._last_write, GATHER_SECONDS))
                     finally:
                         self._gathering -= 1
+                        self._gatherers.remove(ticket)
+                        if ticket.done and not self._leading:
+                            # Another write carried its batch: the committers that slept
+                            # behind it while it gathered need a leader now.
+                            self._wake_next_leader()
                 else:
                     self._lead()
+        except BaseException:
+            # Interrupted (it may have been woken to lead): another queued committer leads.
+            if not self._leading:
+                self._wake_next_leader()
+            raise
+        finally:
+            state.release()
         error = ticket.error
         if error is None:
             return
@@ -208,7 +240,9 @@ class GroupCommit(Generic[B]):
         """Wait until no batch is queued or being written (leading a write if none is);
         False if ``timeout`` seconds passed first."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._state:
+        state = self._state
+        state.acquire()
+        try:
             while self._in_flight:
                 if not self._leading and self._queue:
                     self._lead()
@@ -216,16 +250,36 @@ class GroupCommit(Generic[B]):
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
-                self._sleep(left)
+                drainer: Ticket[B] = Ticket(None)  # type: ignore[arg-type]
+                self._drainers.append(drainer)
+                try:
+                    self._sleep(drainer, left)
+                finally:
+                    self._drainers.remove(drainer)
+        finally:
+            state.release()
         return True
 
-    def _sleep(self, timeout: float | None) -> None:
-        """Wait on ``_state`` (held), counted so a leader notifies only when someone sleeps."""
-        self._sleeping += 1
+    def _sleep(self, ticket: Ticket[Any], timeout: float | None) -> None:
+        """Sleep (``_state`` held, released meanwhile) until :meth:`_wake` wakes
+        ``ticket``'s thread or ``timeout`` seconds passed."""
+        waker = threading.Lock()
+        waker.acquire()
+        ticket.waker = waker
+        self._state.release()
         try:
-            self._state.wait(timeout)
+            waker.acquire(True, -1 if timeout is None else max(timeout, 0.0))
         finally:
-            self._sleeping -= 1
+            self._state.acquire()
+            ticket.waker = None
+
+    @staticmethod
+    def _wake(ticket: Ticket[Any]) -> None:
+        """Wake ``ticket``'s sleeping thread, if it sleeps (``_state`` held)."""
+        waker = ticket.waker
+        if waker is not None:
+            ticket.waker = None
+            waker.release()
 
     def _lead(self) -> None:
         """Write every queued batch as one synced write (called holding ``_state``)."""
@@ -249,9 +303,20 @@ class GroupCommit(Generic[B]):
             self._leading = False
             self.writes += 1
             self.batches += len(group)
+            wake = self._wake
             for ticket, result in zip(group, results):
                 ticket.error = error if error is not None else result
                 ticket.done = True
+                wake(ticket)
             self._in_flight -= len(group)
-            if self._sleeping:  # a lone committer wakes no one (and skips the condition's checks)
-                self._state.notify_all()
+            self._wake_next_leader()
+            for drainer in self._drainers:
+                wake(drainer)
+
+    def _wake_next_leader(self) -> None:
+        """Batches queued with no write in progress need a leader: wake the first of their
+        committers already asleep (one still on its way to wait leads when it arrives)."""
+        for ticket in self._queue:
+            if ticket.waker is not None:
+                self._wake(ticket)
+                return

@@ -10,7 +10,7 @@ the record, and a record of another format is refused naming the format it claim
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +34,7 @@ __all__ = [
     "head_record",
     "decode_head",
     "transaction_record",
+    "commit_records",
     "base_record",
     "decode_base",
     "fork_reference",
@@ -141,6 +142,7 @@ _SET_PREFIX = b"\xa3" + _KEY["operation"] + cbor.encode_text("set") + _KEY["path
 _SET_FIELDS = {"operation", "path", "value"}
 _NULL = b"\xf6"
 _U64_LIMIT = 2**64
+_MAP_7, _MAP_8, _MAP_13, _MAP_14 = (cbor.head(5, count) for count in (7, 8, 13, 14))
 
 
 def _u64(value: int) -> bytes:
@@ -164,11 +166,11 @@ def head_record(address: str, base_hash: str, head: Head, version: int, root_has
     return _sealed(7, before, "head_check", after)[0]
 
 
-def _mutation_bytes(item: mutation.Mutation) -> bytes:
+def _mutation_bytes(item: mutation.Mutation, text: Callable[[str], bytes] = cbor.encode_text) -> bytes:
     record = item.record()
     if record.keys() == _SET_FIELDS and record["operation"] == "set":
         # the common case, sealed without sorting: "operation" < "path" < "value"
-        return _SET_PREFIX + cbor.encode_text(record["path"]) + _KEY["value"] + cbor.encode(record["value"])
+        return _SET_PREFIX + text(record["path"]) + _KEY["value"] + cbor.encode(record["value"])
     return cbor.encode(record)
 
 
@@ -192,6 +194,66 @@ def transaction_record(address: str, position: int, previous_hash: str, version_
         _KEY["touched_paths"], cbor.head(4, len(touched_paths)), *map(text, touched_paths),
     ))
     return _sealed(13, before, "event_hash", after)
+
+
+#: Texts a commit encodes again and again (addresses, base hashes, sources, script
+#: names, paths), by their text; the memory starts over past :data:`_TEXT_MEMORY` entries
+#: and keeps no text longer than :data:`_TEXT_REMEMBERED` characters (at most ~2 MB).
+_TEXTS: dict[str, bytes] = {}
+_TEXT_MEMORY = 4096
+_TEXT_REMEMBERED = 256
+
+
+def _text_once(value: str) -> bytes:
+    """:func:`svit.cbor.encode_text` of ``value``, remembered when short (a refused text
+    is not)."""
+    encoded = _TEXTS.get(value)
+    if encoded is None:
+        encoded = cbor.encode_text(value)
+        if len(value) > _TEXT_REMEMBERED:
+            return encoded
+        if len(_TEXTS) >= _TEXT_MEMORY:
+            _TEXTS.clear()
+        _TEXTS[value] = encoded
+    return encoded
+
+
+def commit_records(address: str, base_hash: str, position: int, previous_hash: str, version_before: int,
+                   version_after: int, mutations: Sequence[mutation.Mutation], touched_paths: Sequence[str],
+                   source: str, resulting_root_hash: str, committed_at: int, script: str | None = None,
+                   output_summary: str | None = None) -> tuple[bytes, str, bytes]:
+    """``(sealed transaction record, its event hash, sealed head record naming it)``: one
+    commit's two records, exactly :func:`transaction_record` and :func:`head_record` of the
+    same fields, with each field shared by both encoded once (the event hash, the root
+    hash, the new version, the position, the address) and recurring texts remembered."""
+    text = cbor.encode_text
+    address_text = _text_once(address)
+    position_bytes = _u64(position)
+    after_bytes = _u64(version_after)
+    root_text = text(resulting_root_hash)
+    mutation_parts = [_mutation_bytes(item, _text_once) for item in mutations]
+    # The body, split where the hash field sorts ("event_hash" comes after "event_format").
+    before = _KEY["address"] + address_text + _KEY["committed_at"] + _u64(committed_at) + _EVENT_FORMAT_PAIR
+    after = b"".join((
+        _KEY["mutations"], cbor.head(4, len(mutations)), *mutation_parts,
+        _KEY["output_summary"], _NULL if output_summary is None else text(output_summary),
+        _KEY["position"], position_bytes,
+        _KEY["previous_hash"], text(previous_hash),
+        _KEY["process_version_after"], after_bytes,
+        _KEY["process_version_before"], _u64(version_before),
+        _KEY["resulting_root_hash"], root_text,
+        _KEY["script"], _NULL if script is None else _text_once(script),
+        _KEY["source"], _text_once(source),
+        _KEY["touched_paths"], cbor.head(4, len(touched_paths)), *map(_text_once, touched_paths),
+    ))
+    event_hash = blake3.blake3(_MAP_13 + before + after).hexdigest()
+    event_text = text(event_hash)
+    transaction = _MAP_14 + before + _KEY["event_hash"] + event_text + after
+    head_before = _KEY["address"] + address_text + _KEY["base_hash"] + _text_once(base_hash) + _KEY["hash"] + event_text
+    head_after = (_HEAD_FORMAT_PAIR + _KEY["position"] + position_bytes + _KEY["process_version"] + after_bytes
+                  + _KEY["root_hash"] + root_text)
+    check = blake3.blake3(_MAP_7 + head_before + head_after).hexdigest()
+    return transaction, event_hash, _MAP_8 + head_before + _KEY["head_check"] + text(check) + head_after
 
 
 def decode_head(raw: bytes, address: str) -> dict[str, Any]:

@@ -904,16 +904,16 @@ class ProcessStore:
             if position > U64_MAX:
                 raise ResourceLimitExceeded("persistence transaction position")
             touched = mutation_module.touched_paths(mutations)
+            base_hash = head["base_hash"]
             try:
-                encoded, event_hash = records.transaction_record(
-                    address, position, head["hash"], transition.version_before, version_after, mutations, touched,
-                    source, root_hash, int(time.time() * 1000), transition.script, summary)
+                encoded, event_hash, head_bytes = records.commit_records(
+                    address, base_hash, position, head["hash"], transition.version_before, version_after, mutations,
+                    touched, source, root_hash, int(time.time() * 1000), transition.script, summary)
             except ValueError:
                 raise InvalidPersistence("transaction cannot be encoded (text that is not Unicode)") from None
             if len(encoded) > MAX_TRANSACTION_BYTES:
                 raise ResourceLimitExceeded("persistence transaction bytes")
             new_head = Head(position, event_hash)
-            base_hash = head["base_hash"]
             head_key, transaction_prefix, path_prefix = self._address_keys(address)
             position_key = keys.u64(position)
             batch = self._batch()
@@ -924,7 +924,6 @@ class ProcessStore:
             self.mailbox.stage_commit(batch, transition)
             # A control receipt answering this commit is written by the same synced write.
             receipt = stage_commit_receipt(self, batch, transition)
-            head_bytes = self._head_record(address, base_hash, new_head, version_after, root_hash)
             batch.put(CF_RECORD, head_key, head_bytes)
             # The head this commit chains to, sealed again (head records are canonical).
             self._stage_head_expectation(batch, address, read=self._head_record(

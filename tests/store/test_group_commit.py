@@ -187,6 +187,83 @@ def test_no_commit_is_acknowledged_while_its_write_is_held(store):
     assert all(h.version == 1 for h in handles)
 
 
+def test_a_write_wakes_only_its_own_committers_and_the_next_leader(store, monkeypatch):
+    """Seven commits queued behind a held write each sleep once: the held write's return
+    wakes one of them to lead, and that write wakes the rest (nobody wakes to find its
+    batch still queued and sleep again)."""
+    lock = store.engine.lock
+    handles = [store.create(counter(address(n))) for n in range(THREADS)]
+    sleeps: list[int] = []
+    original = lock._sleep
+
+    def counted(*args: Any) -> None:
+        sleeps.append(threading.get_ident())
+        original(*args)
+
+    monkeypatch.setattr(lock, "_sleep", counted)
+    with RecordingWriter(store, hold_first=True) as writer:
+        first = threading.Thread(target=handles[0].exec, args=("/lib/counter",))
+        first.start()
+        assert writer.entered.wait(10)
+        others = [threading.Thread(target=h.exec, args=("/lib/counter",)) for h in handles[1:]]
+        for thread in others:
+            thread.start()
+        wait_until(lambda: len(sleeps) == THREADS - 1)
+        writer.release.set()
+        for thread in [first, *others]:
+            thread.join(10)
+    assert [h.version for h in handles] == [1] * THREADS
+    assert writer.writes == 2
+    assert len(sleeps) == THREADS - 1 and len(set(sleeps)) == THREADS - 1
+
+
+def test_a_committer_interrupted_when_woken_to_lead_hands_the_lead_on(store, monkeypatch):
+    """The committer woken to lead the queued batches is interrupted instead: another
+    queued committer leads them, so nobody sleeps forever; the interrupted commit's batch,
+    already accepted, is written with them."""
+    lock = store.engine.lock
+    handles = [store.create(counter(address(n))) for n in range(4)]
+    original = lock._sleep
+    interrupted: list[int] = []
+    held = threading.Event()
+
+    def sleep(*args: Any) -> None:
+        original(*args)
+        if held.is_set() and not interrupted:
+            interrupted.append(threading.get_ident())
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(lock, "_sleep", sleep)
+    with RecordingWriter(store, hold_first=True) as writer:
+        first = threading.Thread(target=handles[0].exec, args=("/lib/counter",))
+        first.start()
+        assert writer.entered.wait(10)
+        outcomes: dict[int, BaseException | None] = {}
+
+        def commit(n: int) -> None:
+            try:
+                handles[n].exec("/lib/counter")
+                outcomes[n] = None
+            except BaseException as exc:  # reported to the test
+                outcomes[n] = exc
+
+        others = [threading.Thread(target=commit, args=(n,)) for n in range(1, 4)]
+        for thread in others:
+            thread.start()
+        wait_until(lambda: lock.pending == 4)
+        time.sleep(0.05)  # the three queued committers are asleep behind the held write
+        held.set()
+        writer.release.set()
+        for thread in [first, *others]:
+            thread.join(10)
+            assert not thread.is_alive()
+    assert len(interrupted) == 1
+    assert sorted(type(exc).__name__ for exc in outcomes.values() if exc is not None) == ["KeyboardInterrupt"]
+    assert lock.pending == 0
+    store = reopen(store)
+    assert [store.resume(h.address).version for h in handles] == [1, 1, 1, 1]
+
+
 def test_a_failed_sync_fails_every_member_of_its_group(store):
     handles = [store.create(counter(address(n))) for n in range(THREADS)]
     for handle in handles:
@@ -436,6 +513,37 @@ def test_a_leader_waits_for_the_committers_of_the_last_group(store, monkeypatch)
     assert lock.writes - writes == 1
 
 
+def test_one_committer_at_a_time_waits_for_company(store, monkeypatch):
+    """While one committer waits for the last group's committers to queue again, the
+    others that queue meanwhile do not start waits of their own: they sleep until the
+    write carrying them (one bounded wait per group, one write for the three)."""
+    handles = [store.create(counter(address(n))) for n in range(3)]
+    _group_of(store, handles)
+    lock = store.engine.lock
+    monkeypatch.setattr(group_module, "GATHER_SECONDS", 30.0)
+    lock._last_write = 30.0
+    sleeps: list[float | None] = []
+    original = lock._sleep
+
+    def counted(ticket: Any, timeout: float | None) -> None:
+        sleeps.append(timeout)
+        original(ticket, timeout)
+
+    monkeypatch.setattr(lock, "_sleep", counted)
+    writes = lock.writes
+    threads = [threading.Thread(target=h.exec, args=("/lib/counter",)) for h in handles]
+    for n, thread in enumerate(threads[:2]):
+        thread.start()
+        wait_until(lambda n=n: len(sleeps) == n + 1)
+    threads[2].start()
+    for thread in threads:
+        thread.join(10)
+        assert not thread.is_alive()
+    assert [h.version for h in handles] == [2, 2, 2]
+    assert lock.writes - writes == 1
+    assert sum(1 for timeout in sleeps if timeout is not None) == 1
+
+
 def test_a_leader_waits_for_company_at_most_once_and_not_when_alone(store, monkeypatch):
     handles = [store.create(counter(address(n))) for n in range(3)]
     _group_of(store, handles)
@@ -455,3 +563,66 @@ def test_a_leader_waits_for_company_at_most_once_and_not_when_alone(store, monke
     alone.join(10)
     assert not alone.is_alive()
     assert lock.writes - writes == 2 and handles[0].version == 3
+
+
+class _DelayedLock:
+    """A lock whose next acquire by one chosen thread waits first (to hold a woken
+    thread back before it re-enters, as a busy scheduler can)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.delay_thread: int | None = None
+        self.delay = 0.0
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if threading.get_ident() == self.delay_thread:
+            self.delay_thread = None
+            time.sleep(self.delay)
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+def test_a_gatherer_whose_batch_another_write_carried_hands_the_lead_on(monkeypatch):
+    """A committer waiting for company whose batch a drain wrote meanwhile, and that has
+    not run since, still counts as gathering: a commit queued then sleeps behind it, and
+    is led once the gatherer leaves (it does not sleep until some later commit)."""
+    written: list[list[str]] = []
+
+    def write_group(batches: list[str]) -> list[BaseException | None]:
+        written.append(list(batches))
+        return [None] * len(batches)
+
+    lock: group_module.GroupCommit[str] = group_module.GroupCommit(write_group)
+    state = _DelayedLock()
+    monkeypatch.setattr(lock, "_state", state)
+    monkeypatch.setattr(group_module, "GATHER_SECONDS", 30.0)
+    lock._last_group, lock._last_write = 2, 30.0
+
+    def commit(batch: str) -> Callable[[], None]:
+        def run() -> None:
+            with lock.committing():
+                ticket = lock.submit(batch)
+            lock.wait(ticket)
+        return run
+
+    gatherer = threading.Thread(target=commit("a"))
+    gatherer.start()
+    wait_until(lambda: lock._gathering == 1)
+    state.delay_thread, state.delay = gatherer.ident, 0.3
+    with lock:  # drains: writes "a" and wakes its committer, which is held back
+        pass
+    assert written == [["a"]] and lock._gathering == 1
+    follower = threading.Thread(target=commit("b"))
+    follower.start()
+    for thread in (gatherer, follower):
+        thread.join(10)
+        assert not thread.is_alive()
+    assert written == [["a"], ["b"]] and lock.pending == 0

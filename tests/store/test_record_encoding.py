@@ -4,6 +4,7 @@ fields, and must decode through the strict record decoders."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -70,3 +71,50 @@ def test_direct_records_decode_strictly(position, previous, before, root, items,
     assert records.decode_transaction_root(address, position, raw)["committed_at"] == committed_at
     head = records.decode_head(records.head_record(address, previous, Head(position, event_hash), after, root), address)
     assert (head["position"], head["hash"], head["process_version"]) == (position, event_hash, after)
+
+
+@settings(max_examples=150, deadline=None)
+@given(texts, texts, u64s, texts, u64s, u64s, st.lists(mutations, max_size=5), st.text(min_size=1, max_size=60),
+       texts, u64s, st.none() | texts, st.none() | texts, st.integers(min_value=1, max_value=3))
+def test_commit_records_are_the_two_generic_seals(address, base_hash, position, previous, before, after, items, source,
+                                                  root, committed_at, script, summary, repeats):
+    """One commit's transaction and head, encoded together (texts remembered across calls),
+    are byte for byte the generic seals of their fields, however often the texts recur."""
+    touched = mutation.touched_paths(items)
+    transaction_values = {
+        "event_format": codec.TRANSACTION_FORMAT, "address": address, "position": position, "previous_hash": previous,
+        "process_version_before": before, "process_version_after": after, "mutations": [m.record() for m in items],
+        "touched_paths": touched, "source": source, "resulting_root_hash": root, "committed_at": committed_at,
+        "script": script, "output_summary": summary}
+    transaction, event_hash = codec.hashed_record(codec.TRANSACTION_FIELDS, transaction_values, "event_hash")
+    head_values = {"head_format": codec.HEAD_FORMAT, "address": address, "base_hash": base_hash, "position": position,
+                   "hash": event_hash, "process_version": after, "root_hash": root}
+    head = codec.hashed_record(codec.HEAD_FIELDS, head_values, "head_check")[0]
+    for _ in range(repeats):
+        assert records.commit_records(address, base_hash, position, previous, before, after, items, touched, source,
+                                      root, committed_at, script, summary) == (transaction, event_hash, head)
+
+
+def test_commit_records_refuse_what_the_record_encoders_refuse():
+    """A lone surrogate or an integer outside u64 is a ValueError, and a refused text is
+    not remembered (the next call refuses it again)."""
+    items = [mutation.Remove("/memory/a")]
+    for _ in range(2):
+        with pytest.raises(ValueError):
+            records.commit_records("svit://local/x\ud800", "b", 0, "p", 0, 1, items, ["/memory/a"], "(main)", "r", 0)
+    with pytest.raises(ValueError):
+        records.commit_records("svit://local/x", "b", 2**64, "p", 0, 1, items, ["/memory/a"], "(main)", "r", 0)
+
+
+def test_commit_records_remember_only_short_texts_and_a_bounded_number(monkeypatch):
+    """The memory of encoded texts stays bounded: a long text (an inline source) is
+    encoded each time, never kept, and a full memory starts over."""
+    monkeypatch.setattr(records, "_TEXT_MEMORY", 8)
+    records._TEXTS.clear()
+    items = [mutation.Remove("/memory/a")]
+    long_source = "(main)" + " " * 300
+    for n in range(20):
+        records.commit_records(f"svit://local/t{n}", "b", 0, "p", 0, 1, items, ["/memory/a"], long_source, "r", 0)
+        assert len(records._TEXTS) <= 8
+    assert long_source not in records._TEXTS
+    assert "svit://local/t19" in records._TEXTS
