@@ -521,7 +521,9 @@ class _Statements:
         up to :data:`LISTED_ROWS`), so it is composed once per shape, and prepared once per
         connection: its executions carry only the parameters, all byte strings in binary.
         The parameters returned are the part's; the marker's writer and token follow them."""
-        final = _final_operations(part)
+        final: dict[tuple[str, bytes], bytes | None] = {}
+        for space, key, value in part.operations:  # the last operation on each key wins
+            final[space, key] = value
         shape: list[tuple[str, str, int]] = []
         params: list[Any] = []
         for space, key, expected in part.expectations:
@@ -543,7 +545,19 @@ class _Statements:
             else:
                 shape.append(("lock", space, 1))
                 params += [key, expected]
-        deletes, puts = _by_space(final)
+        # Per key space, the keys to delete and the keys and values to put (alternating,
+        # as the listed statements take them).
+        deletes: dict[str, list[bytes]] = {}
+        puts: dict[str, list[bytes]] = {}
+        for (space, key), value in final.items():
+            if value is None:
+                deletes.setdefault(space, []).append(key)
+            else:
+                pairs = puts.get(space)
+                if pairs is None:
+                    pairs = puts[space] = []
+                pairs.append(key)
+                pairs.append(value)
         for space, keys_list in deletes.items():
             if len(keys_list) <= LISTED_ROWS:
                 shape.append(("delete", space, len(keys_list)))
@@ -551,14 +565,14 @@ class _Statements:
             else:
                 shape.append(("delete_array", space, 0))
                 params.append(_bytea_array(keys_list))
-        for space, (keys_list, values) in puts.items():
-            if len(keys_list) <= LISTED_ROWS:
-                shape.append(("put", space, len(keys_list)))
-                for pair in zip(keys_list, values):
-                    params += pair
+        for space, pairs in puts.items():
+            rows = len(pairs) >> 1
+            if rows <= LISTED_ROWS:
+                shape.append(("put", space, rows))
+                params += pairs
             else:
                 shape.append(("put_array", space, 0))
-                params += [_bytea_array(keys_list), _bytea_array(values)]
+                params += [_bytea_array(pairs[0::2]), _bytea_array(pairs[1::2])]
         key_shape = tuple(shape)
         found = self._singles.get(key_shape)
         if found is None:
