@@ -7,8 +7,15 @@ compares byte by byte, so ``ORDER BY key`` is the key order RocksDB keeps and a 
 scan is a key range. One more table, ``svit_writers``, holds one commit marker per open
 connection (see below).
 
-A write batch is ONE transaction of plain SQL, sent pipelined in one round trip (a batch
-of one commit is one statement, prepared once per connection, see :meth:`_Statements.single`):
+Commits are made on one connection the engine keeps from one commit to the next (the
+group commit's leader writes one batch at a time, so it needs no pool round trip per
+commit); one that fails is given back to the pool, which replaces it, and the next
+commit takes another, checked first. A batch of one commit is one statement, prepared
+once per connection (see :meth:`_Statements.single`) and handed straight to libpq
+(:class:`_Committer`): binary parameters as they are, the wait in libpq with the
+interpreter lock released, and only the reply's status and SQLSTATE read.
+
+A write batch is ONE transaction of plain SQL, sent pipelined in one round trip:
 ``BEGIN``, each part's expectations, its puts (``INSERT ... ON CONFLICT (key) DO
 UPDATE``) and deletes, the connection's commit marker, ``COMMIT``. An expectation of a
 value is a guard statement that locks the row holding it (``SELECT ... FOR UPDATE``: a
@@ -25,7 +32,7 @@ is resolved by reading back: every transaction also writes a fresh random token 
 the connection's row of ``svit_writers``; a new connection locks that row (which waits
 until the lost transaction has ended, committed or aborted) and compares the token.
 Present: the batch committed and the write succeeds. Absent: nothing was written, so the
-batch is sent once more on a fresh connection (a pooled connection the server had ended
+batch is sent once more on a fresh connection (a commit connection the server had ended
 looks the same); if that fails the same way the write raises ``PersistenceUnavailable``
 (reason ``interrupted``, "did not commit") and the engine stays healthy. If the server
 cannot be reached to tell within :data:`RESOLVE_SECONDS`, the engine is terminal.
