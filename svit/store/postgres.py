@@ -7,8 +7,15 @@ compares byte by byte, so ``ORDER BY key`` is the key order RocksDB keeps and a 
 scan is a key range. One more table, ``svit_writers``, holds one commit marker per open
 connection (see below).
 
-A write batch is ONE transaction of plain SQL, sent pipelined in one round trip (a batch
-of one commit is one statement, prepared once per connection, see :meth:`_Statements.single`):
+Commits are made on one connection the engine keeps from one commit to the next (the
+group commit's leader writes one batch at a time, so it needs no pool round trip per
+commit); one that fails is given back to the pool, which replaces it, and the next
+commit takes another, checked first. A batch of one commit is one statement, prepared
+once per connection (see :meth:`_Statements.single`) and handed straight to libpq
+(:class:`_Committer`): binary parameters as they are, the wait in libpq with the
+interpreter lock released, and only the reply's status and SQLSTATE read.
+
+A write batch is ONE transaction of plain SQL, sent pipelined in one round trip:
 ``BEGIN``, each part's expectations, its puts (``INSERT ... ON CONFLICT (key) DO
 UPDATE``) and deletes, the connection's commit marker, ``COMMIT``. An expectation of a
 value is a guard statement that locks the row holding it (``SELECT ... FOR UPDATE``: a
@@ -25,7 +32,7 @@ is resolved by reading back: every transaction also writes a fresh random token 
 the connection's row of ``svit_writers``; a new connection locks that row (which waits
 until the lost transaction has ended, committed or aborted) and compares the token.
 Present: the batch committed and the write succeeds. Absent: nothing was written, so the
-batch is sent once more on a fresh connection (a pooled connection the server had ended
+batch is sent once more on a fresh connection (a commit connection the server had ended
 looks the same); if that fails the same way the write raises ``PersistenceUnavailable``
 (reason ``interrupted``, "did not commit") and the engine stays healthy. If the server
 cannot be reached to tell within :data:`RESOLVE_SECONDS`, the engine is terminal.
@@ -41,6 +48,8 @@ or data): every failure is described from a fixed vocabulary by its SQLSTATE cla
 from __future__ import annotations
 
 import secrets
+import struct
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -147,6 +156,11 @@ class PostgreSQLEngine(StorageEngine):
         #: Lost commit replies resolved by reading back, and how each ended (for drills).
         self.resolved: list[str] = []
         self._statements = _Statements(self._tables)
+        #: The connection commits are made on, kept between commits (see :meth:`_committer`),
+        #: and the lock that holds one commit at a time on it (the group commit's leader
+        #: and the store lock already make them one at a time: this only makes sure).
+        self._kept: _Committer | None = None
+        self._committing = threading.Lock()
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -193,56 +207,93 @@ class PostgreSQLEngine(StorageEngine):
     # ------------------------------------------------------------------ writing
     def apply(self, batch: WriteBatch) -> None:
         parts = batch.split()
-        for attempt in (1, 2):
-            again = attempt == 1
-            token = secrets.token_bytes(16)
-            try:
-                with self._pool.connection() as conn:
-                    writer = _writer(self._engine_id, conn)
+        with self._committing:
+            for attempt in (1, 2):
+                again = attempt == 1
+                token = secrets.token_bytes(16)
+                try:
+                    committer = self._committer()
                     try:
-                        self._transaction(conn, parts, writer, token)
+                        self._transaction(committer, parts, token)
                     except _LostReply:
-                        if self._resolve(writer, token):
+                        self._let_go(committer)
+                        if self._resolve(committer.writer, token):
                             return
                         if again:
                             continue  # certainly not written: once more, on a fresh connection
                         raise NotWritten("the connection failed while the commit was in flight, and reading back "
                                          "shows it did not commit; nothing was written") from None
-                return
-            except (ExpectationFailed, NotWritten, StorageFailure):
-                raise
-            except psycopg.Error as exc:
-                reason, description = _classify(exc)
-                if reason != "unreachable":
-                    raise StorageFailure(reason, description) from None
-                if again and not isinstance(exc, psycopg_pool.PoolTimeout):
-                    continue  # nothing was committed (COMMIT was not reached): once more
-                raise NotWritten(f"{description}; nothing was committed", "unreachable") from None
+                    except BaseException:
+                        self._let_go(committer, unless_idle=True)
+                        raise
+                    return
+                except (ExpectationFailed, NotWritten, StorageFailure):
+                    raise
+                except psycopg.Error as exc:
+                    reason, description = _classify(exc)
+                    if reason != "unreachable":
+                        raise StorageFailure(reason, description) from None
+                    if again and not isinstance(exc, psycopg_pool.PoolTimeout):
+                        continue  # nothing was committed (COMMIT was not reached): once more
+                    raise NotWritten(f"{description}; nothing was committed", "unreachable") from None
 
-    def _transaction(self, conn: psycopg.Connection[Any], parts: list[BatchPart], writer: str, token: bytes) -> None:
-        """Write ``parts`` as one transaction on ``conn``, pipelined: one round trip.
+    def _committer(self) -> _Committer:
+        """The connection commits are made on, kept from one commit to the next (taken
+        from the pool when there is none: at the first commit, or after one failed).
+
+        A connection taken is checked first (one empty query, once per connection kept):
+        the one that just failed may not have been the only one the server ended, and a
+        commit's second attempt must not fail again on a connection known to be dead."""
+        committer = self._kept
+        if committer is not None:
+            return committer
+        for _attempt in range(self._pool.max_size):
+            conn = self._pool.getconn()
+            try:
+                self._pool.check_connection(conn)
+            except psycopg.OperationalError:
+                self._pool.putconn(conn)  # the pool drops it and opens another
+                continue
+            committer = self._kept = _Committer(conn, _writer(self._engine_id, conn))
+            return committer
+        conn = self._pool.getconn()
+        committer = self._kept = _Committer(conn, _writer(self._engine_id, conn))
+        return committer
+
+    def _let_go(self, committer: _Committer, *, unless_idle: bool = False) -> None:
+        """Give the commit connection back to the pool (which replaces it if broken) and
+        take a fresh one at the next commit; with ``unless_idle``, only when it is not
+        idle and healthy (an expectation failure leaves it so, ready for the next)."""
+        conn = committer.conn
+        if unless_idle and not conn.broken and not conn.closed \
+                and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            return
+        if self._kept is committer:
+            self._kept = None
+        try:
+            self._pool.putconn(conn)
+        except Exception:
+            pass  # the pool is closing, or the connection is beyond saving: it is dropped
+
+    def _transaction(self, committer: _Committer, parts: list[BatchPart], token: bytes) -> None:
+        """Write ``parts`` as one transaction on the commit connection, pipelined: one
+        round trip.
 
         A failed expectation aborts the transaction on the server (``COMMIT`` is then not
         run); with one part it is that part's, with several the parts are run again one
         statement at a time to find which (:meth:`_one_by_one`)."""
+        conn, writer = committer.conn, committer.writer
         statements = self._statements
-        single = statements.single(parts[0], writer, token) if len(parts) == 1 else None
+        single = statements.single(parts[0]) if len(parts) == 1 else None
         if single is not None:
-            try:
-                conn.execute(*single, prepare=True)
-            except EXPECTATION_ERRORS:
-                raise ExpectationFailed(0) from None
-            except psycopg.OperationalError as exc:
-                if _connection_lost(conn, exc):
-                    raise _LostReply() from None
-                raise
+            committer.run(*single, token)
             return
         try:
             with conn.pipeline() as pipeline:
                 conn.execute("BEGIN")
                 for part in parts:
-                    for query, params in statements.part(part):
-                        conn.execute(query, params)
+                    for query, part_params in statements.part(part):
+                        conn.execute(query, part_params)
                 conn.execute(statements.marker, [writer, token])
                 conn.execute("COMMIT")
                 pipeline.sync()
@@ -367,6 +418,9 @@ class PostgreSQLEngine(StorageEngine):
         }
 
     def _release(self) -> None:
+        with self._committing:
+            if self._kept is not None:
+                self._let_go(self._kept)
         if self.read_only:  # it wrote no marker rows
             self._pool.close(timeout=5)
             return
@@ -440,7 +494,7 @@ class _Statements:
         self.marker = sql.SQL("INSERT INTO {} (writer, token) VALUES (%s, %s) ON CONFLICT (writer) "
                               "DO UPDATE SET token = EXCLUDED.token").format(sql.Identifier(WRITERS_TABLE))
         self._scans: dict[tuple[str, bool, bool], sql.Composed] = {}
-        self._singles: dict[tuple[tuple[str, str, int], ...], bytes] = {}
+        self._singles: dict[tuple[tuple[str, str, int], ...], _Shape] = {}
         self._lasts: dict[tuple[str, bool], sql.Composed] = {}
 
     def part(self, part: BatchPart) -> Iterator[tuple[sql.Composed, list[Any]]]:
@@ -459,7 +513,7 @@ class _Statements:
         for space, (keys_list, values) in puts.items():
             yield self.upsert[space], [keys_list, values]
 
-    def single(self, part: BatchPart, writer: str, token: bytes) -> tuple[bytes, list[Any]] | None:
+    def single(self, part: BatchPart) -> tuple[_Shape, list[Any]] | None:
         """One part and the commit marker as ONE statement (data-modifying ``WITH``
         clauses, run in autocommit as its own transaction: one round trip), or None when
         the part cannot be said so (an expected-absent key it does not write).
@@ -472,8 +526,11 @@ class _Statements:
         those row counts, so one that is zero aborts it and nothing is written. The text
         depends only on the part's shape (with the number of rows written per key space,
         up to :data:`LISTED_ROWS`), so it is composed once per shape, and prepared once per
-        connection: its executions carry only the parameters, all byte strings in binary."""
-        final = _final_operations(part)
+        connection: its executions carry only the parameters, all byte strings in binary.
+        The parameters returned are the part's; the marker's writer and token follow them."""
+        final: dict[tuple[str, bytes], bytes | None] = {}
+        for space, key, value in part.operations:  # the last operation on each key wins
+            final[space, key] = value
         shape: list[tuple[str, str, int]] = []
         params: list[Any] = []
         for space, key, expected in part.expectations:
@@ -495,28 +552,42 @@ class _Statements:
             else:
                 shape.append(("lock", space, 1))
                 params += [key, expected]
-        deletes, puts = _by_space(final)
+        # Per key space, the keys to delete and the keys and values to put (alternating,
+        # as the listed statements take them).
+        deletes: dict[str, list[bytes]] = {}
+        puts: dict[str, list[bytes]] = {}
+        for (space, key), value in final.items():
+            if value is None:
+                deletes.setdefault(space, []).append(key)
+            else:
+                pairs = puts.get(space)
+                if pairs is None:
+                    pairs = puts[space] = []
+                pairs.append(key)
+                pairs.append(value)
         for space, keys_list in deletes.items():
             if len(keys_list) <= LISTED_ROWS:
                 shape.append(("delete", space, len(keys_list)))
                 params += keys_list
             else:
                 shape.append(("delete_array", space, 0))
-                params.append(keys_list)
-        for space, (keys_list, values) in puts.items():
-            if len(keys_list) <= LISTED_ROWS:
-                shape.append(("put", space, len(keys_list)))
-                for pair in zip(keys_list, values):
-                    params += pair
+                params.append(_bytea_array(keys_list))
+        for space, pairs in puts.items():
+            rows = len(pairs) >> 1
+            if rows <= LISTED_ROWS:
+                shape.append(("put", space, rows))
+                params += pairs
             else:
                 shape.append(("put_array", space, 0))
-                params += [keys_list, values]
-        params += [writer, token]
+                params += [_bytea_array(pairs[0::2]), _bytea_array(pairs[1::2])]
         key_shape = tuple(shape)
-        query = self._singles.get(key_shape)
-        if query is None:
-            query = self._singles[key_shape] = self._compose_single(key_shape)
-        return query, params
+        found = self._singles.get(key_shape)
+        if found is None:
+            # Every parameter is sent in binary (the marker's writer, text, is its UTF-8 bytes).
+            found = self._singles[key_shape] = _Shape(
+                f"svit_commit_{len(self._singles)}".encode(), _numbered(self._compose_single(key_shape)),
+                (1,) * (len(params) + 2))
+        return found, params
 
     def _compose_single(self, shape: tuple[tuple[str, str, int], ...]) -> bytes:
         # Every byte string is sent in binary (%b): no escaping on either side.
@@ -571,6 +642,104 @@ class _Statements:
                 self.tables[space])
             self._lasts[(space, bounded)] = found
         return found
+
+
+class _Shape:
+    """One shape of one-statement commit: its name when prepared, its text (with the
+    server's numbered placeholders), and the format of each parameter (all binary)."""
+
+    __slots__ = ("name", "text", "formats")
+
+    def __init__(self, name: bytes, text: bytes, formats: tuple[int, ...]) -> None:
+        self.name = name
+        self.text = text
+        self.formats = formats
+
+
+#: ``bytea``'s type id, as a binary array names the type of its elements.
+_BYTEA_OID = 17
+
+
+def _bytea_array(values: list[bytes]) -> bytes:
+    """``values`` as a one-dimensional ``bytea[]`` in PostgreSQL's binary array format:
+    dimensions, no nulls, element type, then each element's length and bytes."""
+    out = [struct.pack("!iiiii", 1, 0, _BYTEA_OID, len(values), 1)]
+    for value in values:
+        out.append(struct.pack("!i", len(value)))
+        out.append(value)
+    return b"".join(out)
+
+
+def _numbered(query: bytes) -> bytes:
+    """``query`` with its placeholders (``%b``, ``%s``) numbered as the server's ``$1``,
+    ``$2``... (the composed text holds no other ``%``: its identifiers are the fixed
+    table names)."""
+    pieces = query.split(b"%")
+    if any(piece[:1] not in (b"b", b"s") for piece in pieces[1:]):
+        raise AssertionError("a commit statement holds a % that is not a placeholder")  # pragma: no cover
+    return pieces[0] + b"".join(b"$%d%s" % (number, piece[1:]) for number, piece in enumerate(pieces[1:], 1))
+
+
+class _Committer:
+    """The connection commits are made on (kept from one commit to the next), its marker
+    row, and the one-statement commits prepared on it.
+
+    :meth:`run` hands a prepared commit's parameters straight to libpq and waits there
+    (with the interpreter lock released) for the one status it needs: no cursor, no
+    adaptation of the parameters, no row of the reply read."""
+
+    __slots__ = ("conn", "writer", "_writer_bytes", "_prepared")
+
+    def __init__(self, conn: psycopg.Connection[Any], writer: str) -> None:
+        self.conn = conn
+        self.writer = writer
+        self._writer_bytes = writer.encode()
+        self._prepared: set[bytes] = set()
+
+    def run(self, shape: _Shape, params: list[Any], token: bytes) -> None:
+        """Commit one statement of ``shape`` with ``params``, then the
+        marker's writer and ``token``; raise as :meth:`PostgreSQLEngine._transaction` does."""
+        pgconn = self.conn.pgconn
+        name = shape.name
+        params.append(self._writer_bytes)
+        params.append(token)
+        try:
+            if name not in self._prepared:
+                prepared = pgconn.prepare(name, shape.text)
+                # Already there: this pool's connection was the commit connection before
+                # (the name stands for the same text on every connection of the engine).
+                if prepared.error_field(_SQLSTATE) != _ALREADY_PREPARED:
+                    _outcome(pgconn, prepared)
+                self._prepared.add(name)
+            result = pgconn.exec_prepared(name, params, shape.formats)
+        except psycopg.OperationalError:
+            raise _LostReply() from None  # libpq could not send it (the connection is gone)
+        _outcome(pgconn, result)
+
+
+def _outcome(pgconn: psycopg.pq.abc.PGconn, result: psycopg.pq.abc.PGresult) -> None:
+    """Raise what a failed ``result`` of a commit means (as psycopg would have raised it):
+    the connection lost, a failed expectation, or the server's refusal by its SQLSTATE."""
+    if result.status in (_TUPLES_OK, _COMMAND_OK):
+        return
+    state = result.error_field(_SQLSTATE)
+    if pgconn.status == _BAD or state is None or state.startswith((b"08", b"57")):
+        raise _LostReply()
+    code = state.decode("ascii", "replace")
+    if code in (psycopg.errors.UniqueViolation.sqlstate, psycopg.errors.DivisionByZero.sqlstate):
+        raise ExpectationFailed(0)
+    try:
+        error: type[psycopg.Error] = psycopg.errors.lookup(code)
+    except KeyError:
+        error = psycopg.DatabaseError
+    raise error("the database server refused the commit")
+
+
+_TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
+_COMMAND_OK = psycopg.pq.ExecStatus.COMMAND_OK
+_SQLSTATE = psycopg.pq.DiagnosticField.SQLSTATE
+_BAD = psycopg.pq.ConnStatus.BAD
+_ALREADY_PREPARED = b"42P05"  # duplicate_prepared_statement
 
 
 def _final_operations(part: BatchPart) -> dict[tuple[str, bytes], bytes | None]:

@@ -178,6 +178,134 @@ def test_a_connection_the_server_ended_between_commits_is_replaced(postgresql_ur
         assert not store.terminal
 
 
+# ---------------------------------------------------------------------------- the commit connection
+
+
+def _commit_backends(url: str) -> list[int]:
+    """The server processes of this test's schema that ran the one-statement commit last."""
+    with psycopg.connect(url, autocommit=True) as admin:
+        rows = admin.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = current_setting('application_name') "
+            "AND pid <> pg_backend_pid() AND query LIKE 'WITH%%marker AS (%%'").fetchall()
+    return [int(row[0]) for row in rows]
+
+
+def test_commits_are_made_on_one_kept_connection_not_taken_from_the_pool_each_time(
+        postgresql_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    with ProcessStore.open(postgresql_url) as store:
+        handle = store.create(counter())
+        handle.exec("/lib/counter")
+        pool = store.engine._pool  # type: ignore[attr-defined]
+        taken: list[object] = []
+        getconn = pool.getconn
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            taken.append(args)
+            return getconn(*args, **kwargs)
+
+        monkeypatch.setattr(pool, "getconn", counted)
+        for _ in range(10):
+            handle.exec("/lib/counter")
+        assert taken == []
+        assert len(_commit_backends(postgresql_url)) == 1
+        assert stored_version(postgresql_url) == 11
+
+
+def test_the_one_statement_commit_is_handed_to_libpq_without_a_psycopg_cursor(
+        postgresql_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    executed: list[bytes] = []
+    execute = psycopg.Cursor.execute
+
+    def recorded(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        executed.append(query if isinstance(query, bytes) else str(query).encode())
+        return execute(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", recorded)
+    with ProcessStore.open(postgresql_url) as store:
+        handle = store.create(counter())
+        for _ in range(5):
+            handle.exec("/lib/counter")
+    assert not [query for query in executed if b"marker AS (" in query]
+    assert stored_version(postgresql_url) == 5
+
+
+def test_a_commit_connection_the_server_ended_mid_run_is_replaced_and_every_commit_stands(
+        postgresql_url: str) -> None:
+    with ProcessStore.open(postgresql_url) as store:
+        handle = store.create(counter())
+        handle.exec("/lib/counter")
+        ended = threading.Event()
+        failures: list[BaseException] = []
+        done = [0]
+
+        def commit_on() -> None:
+            after_end = 0
+            for _ in range(2000):
+                try:
+                    handle.exec("/lib/counter")
+                except BaseException as exc:
+                    failures.append(exc)
+                    return
+                done[0] += 1
+                after_end += ended.is_set()
+                if after_end >= 5:
+                    return
+
+        writer = threading.Thread(target=commit_on)
+        writer.start()
+        try:
+            while done[0] < 3 and writer.is_alive():
+                threading.Event().wait(0.001)
+            [before] = _commit_backends(postgresql_url)
+            with psycopg.connect(postgresql_url, autocommit=True) as admin:
+                assert admin.execute("SELECT pg_terminate_backend(%s)", [before]).fetchone() == (True,)
+        finally:
+            ended.set()
+            writer.join(60)
+        assert failures == [] and not writer.is_alive()
+        # The commit in flight (or the next one) found its connection gone, read back how
+        # it ended, and every commit then went on, on another connection.
+        assert len(store.engine.resolved) == 1  # type: ignore[attr-defined]
+        assert _commit_backends(postgresql_url) not in ([], [before])
+        assert handle.version == 1 + done[0] and not store.terminal
+    assert stored_version(postgresql_url) == 1 + done[0]
+
+
+def test_a_commit_connection_given_back_and_taken_again_keeps_its_prepared_commit(postgresql_url: str) -> None:
+    engine = PostgreSQLEngine.open(postgresql_url)
+    try:
+        for value in (b"1", b"2"):
+            batch = engine.batch()
+            batch.put(CF_DEFAULT, b"m/k", value)
+            engine.write(batch)
+            committer = engine._kept
+            assert committer is not None
+            pid = committer.conn.info.backend_pid
+            engine._let_go(committer)  # healthy: the pool keeps it, its statement prepared
+        batch = engine.batch()
+        batch.put(CF_DEFAULT, b"m/k", b"3")
+        engine.write(batch)
+        assert engine._kept is not None and engine._kept.conn.info.backend_pid == pid
+        assert engine.get(CF_DEFAULT, b"m/k") == b"3" and not engine.terminal
+    finally:
+        engine.close()
+
+
+def test_a_commit_the_server_refuses_is_named_by_its_sqlstate(postgresql_url: str) -> None:
+    with ProcessStore.open(postgresql_url) as store:
+        handle = store.create(counter())
+        handle.exec("/lib/counter")
+        with psycopg.connect(postgresql_url, autocommit=True) as admin:
+            admin.execute("CREATE FUNCTION full_disk() RETURNS trigger LANGUAGE plpgsql AS "
+                          "$$ BEGIN RAISE EXCEPTION 'no room at /secret/path' USING ERRCODE = 'disk_full'; END $$")
+            admin.execute("CREATE TRIGGER full_disk BEFORE INSERT ON svit_record FOR EACH ROW EXECUTE FUNCTION full_disk()")
+        with pytest.raises(PersistenceUnavailable) as caught:
+            handle.exec("/lib/counter")
+        assert caught.value.reason == "full" and "/secret/path" not in caught.value.message
+        assert store.terminal
+    assert stored_version(postgresql_url) == 1
+
+
 # ---------------------------------------------------------------------------- many writers
 
 
