@@ -5,7 +5,9 @@ in-memory process, against a host ``Process.write`` of the same value: the write
 commit alone, so the ratio is what running the script adds on top of committing.
 The two are timed alternately so both see the same machine conditions. A second row
 counts the calls one activation makes (Python functions and C functions, as
-``sys.setprofile`` sees them): a measure the machine's load cannot move.
+``sys.setprofile`` sees them): a measure the machine's load cannot move. A third times
+the activation with its script's top level run every time (``Interpreter.reuse_top_levels``
+off) against the same with it reused, alternately.
 
 Run: python benchmarks/activation.py [--repeat N]
 """
@@ -19,6 +21,7 @@ from typing import Any, Callable
 from common import paired_medians
 
 from svit import Process
+from svit.lisp.interpreter import Interpreter
 
 __all__ = ["COUNTER_BY", "calls_made", "counter_process", "main"]
 
@@ -68,6 +71,16 @@ def main() -> None:
           f" -> ratio {ours / base:.2f} (aim: about 25 us)")
     python_calls, c_calls = calls_made(lambda: process.exec("/lib/counter", by))
     print(f"calls per counter activation: {python_calls} Python, {c_calls} C")
+
+    def top_level_run() -> None:
+        Interpreter.reuse_top_levels = False
+        try:
+            process.exec("/lib/counter", by)
+        finally:
+            Interpreter.reuse_top_levels = True
+
+    reused, run = paired_medians(lambda: process.exec("/lib/counter", by), top_level_run, args.repeat)
+    print(f"top level reused: {reused * 1e6:.1f} us vs run every time {run * 1e6:.1f} us -> ratio {reused / run:.2f}")
 
 
 if __name__ == "__main__":

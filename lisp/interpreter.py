@@ -10,6 +10,7 @@ host's own exception types listed in ``passthrough``).
 
 from __future__ import annotations
 
+import dis
 import re
 import sys
 import threading
@@ -275,6 +276,55 @@ class HostFunctionTable:
         self.names = frozenset(self.arities)
 
 
+#: The value forms a top-level ``define`` may bind while its top level stays definitions only.
+_DEFINING_FORMS = frozenset(("lambda", "quote"))
+
+
+def definitions_only(forms: Any) -> bool:
+    """Whether every top-level form only defines: a function, a literal constant, a macro or a const.
+
+    The generated top level of such a program binds its globals to functions made from
+    its own code and to its own constants, and calls nothing else (macros and consts
+    were evaluated when it was compiled): running it has the same effect, and costs the
+    same, in any renewal of a namespace, whatever the input, the budget or the process.
+    """
+    for form in forms:
+        if type(form) is not tuple or not form or type(form[0]) is not Name:
+            return False
+        head = form[0].name
+        if head == "macro" or head == "const":
+            continue
+        if head != "define" or len(form) < 3:
+            return False
+        if type(form[1]) is tuple:
+            continue  # (define (name params) body): a function
+        value = form[-1]
+        if type(value) is Name:
+            return False  # another global's value, or a host function: not the program's own
+        if type(value) is tuple and (not value or type(value[0]) is not Name or value[0].name not in _DEFINING_FORMS):
+            return False
+    return True
+
+
+class _Prepared:
+    """A program's top level as it ran in a renewed namespace, to stand in for running it again.
+
+    ``added`` is every global the top level wrote (its functions, constants and its
+    compiler's own entries), ``defined`` the names it added to the namespace, ``steps``
+    what it charged. Valid for this compiled program in this sealed namespace only.
+    """
+
+    __slots__ = ("compiled", "installed", "added", "defined", "steps")
+
+    def __init__(self, compiled: Compiled, installed: _Installed, added: dict[str, Any], defined: tuple[str, ...],
+                 steps: int) -> None:
+        self.compiled = compiled
+        self.installed = installed
+        self.added = added
+        self.defined = defined
+        self.steps = steps
+
+
 class _Installed:
     """A sealed namespace: what :meth:`Interpreter.renew` restores."""
 
@@ -291,6 +341,10 @@ class _Installed:
 
 class Interpreter:
     """One guest namespace: install host names, run a source, call its functions."""
+
+    #: Whether a renewed namespace stands in for running a definitions-only top level it
+    #: ran before (see :meth:`run_and_call`). Off only to compare against, in tests and benchmarks.
+    reuse_top_levels = True
 
     def __init__(
         self,
@@ -334,6 +388,10 @@ class Interpreter:
         self._pending_taken: list[str] = []
         #: ``(source, names, compiled, steps)`` of the last compile served from the cache.
         self._last_compile: tuple[str, HostNames, Compiled, int] | None = None
+        #: Renewed and nothing run since: a top level run now starts from the sealed state.
+        self._renewed = False
+        #: The last definitions-only top level run in a renewed namespace (see run_and_call).
+        self._prepared: _Prepared | None = None
 
     # ------------------------------------------------------------------ host installation
     def define_function(self, name: str, fn: Callable[..., Any], min_args: int = 0, max_args: int | None = None) -> None:
@@ -500,6 +558,7 @@ class Interpreter:
         if budget is not self.budget:
             self.budget = budget
         self.context.rebind(budget)
+        self._renewed = True
 
     def vacate(self) -> None:
         """Drop what the last run left (its globals, its owner) until the next :meth:`renew`,
@@ -507,6 +566,7 @@ class Interpreter:
         self.globals.clear()
         self.owner = None
         self.compiled = None
+        self._renewed = False
 
     def installed_names(self) -> HostNames:
         """The names a script compiled here may use besides its own and the system's.
@@ -680,6 +740,7 @@ class Interpreter:
             self.filename,
             frozenset().union(*(referenced_globals(code) for code in codes)),
             compiler.constants_name,
+            definitions_only(expansion.program.forms),
         )
 
     def _evaluate_at_compile_time(self, kind: str, payload: Any, expander: Expander) -> Any:
@@ -738,14 +799,48 @@ class Interpreter:
             # The pending functions the script names (a few of many; the order is immaterial).
             for gname in pending.keys() & compiled.referenced:
                 self._materialize(gname)
+        renewed = self._renewed
+        self._renewed = False
+        if renewed and compiled.definitions_only and self._installed is not None and self.reuse_top_levels:
+            return self._prepare(compiled)
         g[compiled.constants_name] = compiled.constants
         g["_last"] = None
         for code in compiled.code:
             exec(code, g)
         return g.get("_last")
 
+    def _prepare(self, compiled: Compiled) -> Any:
+        """Run a definitions-only top level in a renewed namespace and remember what it did,
+        so the next run of the same program here can stand in for it (:meth:`run_and_call`).
+
+        Only a top level that held no guest memory and took no pending host function is
+        remembered (one of definitions only does neither), with the exact steps it charged.
+        """
+        g = self.globals
+        installed = self._installed
+        budget = self.budget
+        meter = self.context.meter
+        before = dict(g)
+        since, taken = len(self._defined_since), len(self._pending_taken)
+        fuel = budget.remaining + g["_s"]
+        memory, checks = meter.total, meter.checks
+        g[compiled.constants_name] = compiled.constants
+        g["_last"] = None
+        for code in compiled.code:
+            exec(code, g)
+        if installed is not None and meter.total == memory and meter.checks == checks and len(self._pending_taken) == taken:
+            # Every global the top level wrote, in the order it wrote them: those it bound
+            # (even to what they held before) and any it changed otherwise. Not the step slice.
+            written = _module_stores(compiled)
+            added = {name: value for name, value in g.items()
+                     if name != "_s" and (name in written or before.get(name, _NOARG) is not value)}
+            steps = fuel - budget.remaining - g["_s"]
+            self._prepared = _Prepared(compiled, installed, added, tuple(self._defined_since[since:]), steps)
+        return g.get("_last")
+
     def call(self, name: str, *args: Any) -> Any:
         """Call the guest global ``name`` with Lisp values."""
+        self._renewed = False
         gname = global_name(name)
         if gname in self.pending:
             self._materialize(gname)
@@ -766,7 +861,22 @@ class Interpreter:
         self.compiled = compiled
         gname = global_name(name)
         with _Guard(self, compiled):
-            self._execute(compiled)
+            prepared = self._prepared
+            if (self._renewed and prepared is not None and prepared.compiled is compiled and self.reuse_top_levels
+                    and prepared.installed is self._installed and prepared.steps <= self.budget.remaining):
+                # This program's top level ran in this namespace, renewed since to the same
+                # sealed state: binding what it bound, at the steps it charged, is running it.
+                # (Its pending host functions were made then, for every renewal.) A budget
+                # too small for it runs it for real, to fail where it fails.
+                self._renewed = False
+                if prepared.steps:
+                    self.budget.remaining -= prepared.steps
+                self.globals.update(prepared.added)
+                if prepared.defined:
+                    self.defined.update(prepared.defined)
+                    self._defined_since.extend(prepared.defined)
+            else:
+                self._execute(compiled)
             if gname in self.pending:
                 self._materialize(gname)
             fn = self.globals.get(gname)
@@ -783,6 +893,17 @@ class Interpreter:
 
 
 _SYSTEM_CALLABLES = frozenset(id(_SHARED["_F_" + mangle(_name)]) for _name in SYSTEM_FUNCTIONS)
+
+
+_STORES = frozenset(("STORE_NAME", "STORE_GLOBAL"))
+
+
+def _module_stores(compiled: Compiled) -> frozenset[str]:
+    """The globals a program's top level binds, read from its code (not the functions' inside)."""
+    names = {compiled.constants_name, "_last"}
+    for code in compiled.code:
+        names.update(op.argval for op in dis.get_instructions(code) if op.opname in _STORES)
+    return frozenset(names)
 
 
 def _compile_time_value(value: Any) -> Any:

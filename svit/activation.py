@@ -196,9 +196,11 @@ class NamespacePool:
     """Guest namespaces kept between activations, so an activation renews one instead of
     building an interpreter and installing the guest functions again.
 
-    A namespace holds nothing of a script (each run compiles its source, through the
-    compile cache, from the working ``/lib``), so no edit, rollback, fork or restore can
-    make one stale. One taken is renewed to exactly the state :meth:`WorkingState.install`
+    A namespace holds nothing of a script but, at most, the definitions of the last
+    definitions-only top level it ran, kept for that very compiled program (each run
+    compiles its source, through the compile cache, from the working ``/lib``; see
+    :meth:`Interpreter.run_and_call`), so no edit, rollback, fork or restore can make one
+    stale. One taken is renewed to exactly the state :meth:`WorkingState.install`
     makes (:meth:`Interpreter.renew`) and owned by one activation until given back;
     a given-back one is emptied (:meth:`Interpreter.vacate`). At most ``size`` are kept,
     shared by every process of the host.
