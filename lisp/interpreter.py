@@ -37,6 +37,7 @@ from .expand import Expander, nesting_depth
 from .functions import SYSTEM_FUNCTIONS
 from .functions.compare import equal, ge2, gt2, le2, lt2
 from .functions.numbers import add2, mul2, sub2
+from .memory import Meter
 from .names import global_name, lisp_name_of, mangle
 from .reader import Program, as_code, as_data, read
 from .resolve import HostNames, host_names, resolve
@@ -557,7 +558,15 @@ class Interpreter:
         self.compiled = None
         if budget is not self.budget:
             self.budget = budget
-        self.context.rebind(budget)
+        # Context.rebind, written out (once per activation).
+        context = self.context
+        context.budget = budget
+        if context.sizes:
+            context.sizes.clear()
+        meter = budget.meter
+        if meter is None or meter.limit != context.max_memory:
+            meter = budget.meter = Meter(context.max_memory)
+        context.meter = meter
         self._renewed = True
 
     def vacate(self) -> None:

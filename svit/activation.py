@@ -255,6 +255,11 @@ def _text(value: Any, what: str) -> str:
     return value
 
 
+#: ``(/lib node, name, script)`` of the last script found: most activations run the script
+#: the one before ran, from the same committed /lib.
+_LAST_SCRIPT: tuple[Node, str, Script] | None = None
+
+
 class WorkingState(GuestHelpers):
     """The private, transactional state of one activation and its nested execs."""
 
@@ -333,9 +338,15 @@ class WorkingState(GuestHelpers):
 
     # ------------------------------------------------------------------ scripts
     def find_script(self, name: str) -> Script:
-        found = tree.find(self.lib, (name,))  # staged_lib(), the working /lib
+        global _LAST_SCRIPT
+        lib = self.lib  # staged_lib(), the working /lib
+        last = _LAST_SCRIPT
+        if last is not None and last[0] is lib and last[1] == name:
+            return last[2]  # the same (immutable) /lib node as the last look: the same script
+        found = tree.find(lib, (name,))
         if type(found) is not Script:
             raise ScriptNotFound(name)
+        _LAST_SCRIPT = (lib, name, found)
         return found
 
     def run(self, name: str, source: str, input_node: Node) -> Node:
