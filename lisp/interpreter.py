@@ -10,7 +10,6 @@ host's own exception types listed in ``passthrough``).
 
 from __future__ import annotations
 
-import dis
 import re
 import sys
 import threading
@@ -391,8 +390,10 @@ class Interpreter:
         self._last_compile: tuple[str, HostNames, Compiled, int] | None = None
         #: Renewed and nothing run since: a top level run now starts from the sealed state.
         self._renewed = False
-        #: The last definitions-only top level run in a renewed namespace (see run_and_call).
+        #: The last definitions-only top level run in a renewed namespace (see run_and_call),
+        #: and the last such program run here without being recorded.
         self._prepared: _Prepared | None = None
+        self._ran_once: Compiled | None = None
 
     # ------------------------------------------------------------------ host installation
     def define_function(self, name: str, fn: Callable[..., Any], min_args: int = 0, max_args: int | None = None) -> None:
@@ -811,7 +812,11 @@ class Interpreter:
         renewed = self._renewed
         self._renewed = False
         if renewed and compiled.definitions_only and self._installed is not None and self.reuse_top_levels:
-            return self._prepare(compiled)
+            # Recorded at its second run here: a program run once (most inline sources)
+            # never pays for the record.
+            if self._ran_once is compiled:
+                return self._prepare(compiled)
+            self._ran_once = compiled
         g[compiled.constants_name] = compiled.constants
         g["_last"] = None
         for code in compiled.code:
@@ -838,9 +843,10 @@ class Interpreter:
         for code in compiled.code:
             exec(code, g)
         if installed is not None and meter.total == memory and meter.checks == checks and len(self._pending_taken) == taken:
-            # Every global the top level wrote, in the order it wrote them: those it bound
-            # (even to what they held before) and any it changed otherwise. Not the step slice.
-            written = _module_stores(compiled)
+            # Every global the top level wrote, in the order it wrote them: those its code
+            # names (so one bound to the very value it held is bound again) and any it
+            # changed otherwise. Not the step slice.
+            written = _module_names(compiled)
             added = {name: value for name, value in g.items()
                      if name != "_s" and (name in written or before.get(name, _NOARG) is not value)}
             steps = fuel - budget.remaining - g["_s"]
@@ -904,14 +910,16 @@ class Interpreter:
 _SYSTEM_CALLABLES = frozenset(id(_SHARED["_F_" + mangle(_name)]) for _name in SYSTEM_FUNCTIONS)
 
 
-_STORES = frozenset(("STORE_NAME", "STORE_GLOBAL"))
+def _module_names(compiled: Compiled) -> frozenset[str]:
+    """Every global a program's top-level code mentions (not the code of its functions).
 
-
-def _module_stores(compiled: Compiled) -> frozenset[str]:
-    """The globals a program's top level binds, read from its code (not the functions' inside)."""
+    A superset of those it binds: a definitions-only top level otherwise mentions only
+    the run's hooks (``_define_check``, ``_tick``, ``_s``) and its closure factories,
+    none of which a renewal gives a value of the run's own.
+    """
     names = {compiled.constants_name, "_last"}
     for code in compiled.code:
-        names.update(op.argval for op in dis.get_instructions(code) if op.opname in _STORES)
+        names.update(code.co_names)
     return frozenset(names)
 
 

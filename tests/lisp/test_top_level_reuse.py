@@ -165,18 +165,21 @@ def test_the_second_run_of_a_program_binds_its_definitions_without_running_them(
     source = PROGRAMS[0]
     interp = sealed(LispLimits(), Counter())
     interp.compile(source)  # compiled beforehand: its const and macro run in namespaces of their own
-    first, outcome = top_level_runs(interp, source, 10**6)
-    again, same = top_level_runs(interp, source, 10**6)
-    assert (first, again) == (1, 0) and outcome == same
+    # Run twice (recorded at the second run: a program run once is never recorded), then reused.
+    runs = [top_level_runs(interp, source, 10**6) for _ in range(3)]
+    assert [ran for ran, _outcome in runs] == [1, 1, 0]
+    assert runs[0][1] == runs[1][1] == runs[2][1]
     with reuse(False):
         assert top_level_runs(interp, source, 10**6)[0] == 1
     # An impure top level runs every time.
     impure = PROGRAMS[4]
-    assert [top_level_runs(interp, impure, 10**6)[0] for _ in range(2)] == [1, 1]
-    # It did not displace the one kept; another definitions-only program does (one is kept).
+    assert [top_level_runs(interp, impure, 10**6)[0] for _ in range(3)] == [1, 1, 1]
+    # It did not displace the one kept, nor does a program run once; one run twice does.
     assert top_level_runs(interp, source, 10**6)[0] == 0
-    assert [top_level_runs(interp, PROGRAMS[1], 10**6)[0] for _ in range(2)] == [1, 0]
-    assert [top_level_runs(interp, source, 10**6)[0] for _ in range(2)] == [1, 0]
+    assert top_level_runs(interp, PROGRAMS[2], 10**6)[0] == 1
+    assert top_level_runs(interp, source, 10**6)[0] == 0
+    assert [top_level_runs(interp, PROGRAMS[1], 10**6)[0] for _ in range(3)] == [1, 1, 0]
+    assert [top_level_runs(interp, source, 10**6)[0] for _ in range(3)] == [1, 1, 0]
 
 
 def test_a_budget_smaller_than_the_top_level_runs_it_and_fails_where_it_fails() -> None:
@@ -194,8 +197,12 @@ def test_a_budget_smaller_than_the_top_level_runs_it_and_fails_where_it_fails() 
         interp.vacate()
         top = top_level.used - compiling.used
         assert top >= 2
-        ran, (outcome, _used, _state) = top_level_runs(interp, source, 10**6)
-        assert ran == 1 and outcome[0] == "ok"
+        for _ in range(2):  # recorded at the second run
+            ran, (outcome, used, _state) = top_level_runs(interp, source, 10**6)
+            assert ran == 1 and outcome[0] == "ok"
+        # Reused: the same steps, the top level's included.
+        ran, (again, reused, _state) = top_level_runs(interp, source, 10**6)
+        assert (ran, again, reused) == (0, outcome, used)
         # Enough for compiling and part of the top level: it runs, and fails in it.
         ran, (short, _used, _state) = top_level_runs(interp, source, compiling.used + top - 1)
         assert ran == 1 and short[:2] == ("error", "BudgetExhausted")
@@ -209,11 +216,11 @@ def test_a_budget_smaller_than_the_top_level_runs_it_and_fails_where_it_fails() 
 
 
 def test_a_top_level_binding_a_global_to_the_value_it_held_binds_it_again() -> None:
-    # Run first with input 2, the program's own `(define input 2)` leaves the global as it
-    # was; reused with input 3, it must still bind it (main sees 2, not the new input).
+    # Run (and recorded) with input 2, the program's own `(define input 2)` leaves the
+    # global as it was; reused with input 3, it must still bind it (main sees 2, not 3).
     source = PROGRAMS[5]
     interp = sealed(LispLimits(), Counter())
-    assert activate(interp, source, 2, 10**6)[0] == ("ok", True, 104)
+    assert [activate(interp, source, 2, 10**6)[0] for _ in range(2)] == [("ok", True, 104)] * 2
     assert top_level_runs(interp, source, 10**6)[0] == 0
     assert activate(interp, source, 3, 10**6)[0] == ("ok", True, 105)
 
