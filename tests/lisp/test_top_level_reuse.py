@@ -129,13 +129,13 @@ def sequences(data: st.DataObject, forms_per_step: int) -> None:
 
 
 @given(data=st.data())
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=150, deadline=None)
 def test_a_reused_top_level_runs_as_running_it_does(data: st.DataObject) -> None:
     sequences(data, compiler.FORMS_PER_STEP)
 
 
 @given(data=st.data())
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=150, deadline=None)
 def test_a_reused_top_level_charges_the_steps_it_charged(data: st.DataObject) -> None:
     saved = compiler.FORMS_PER_STEP
     compiler.FORMS_PER_STEP = 1  # every form a step: top levels cost something

@@ -124,7 +124,7 @@ def step(processes: list[Process], op: Op) -> Any:
 
 
 @given(ops=operations())
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=150, deadline=None)
 def test_activations_reusing_top_levels_are_the_activations_running_them(ops: list[Op]) -> None:
     reused, ran = world("on"), world("off")
     for op in ops:
