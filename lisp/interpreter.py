@@ -85,6 +85,7 @@ _recursion = _RecursionAllowance()
 _RUN_LOCAL = run_context.RUN_LOCAL
 
 _NOARG = object()
+_new_guard = object.__new__
 
 #: CPython's complaint about a call to a generated function (``g_f()`` or a closure).
 _GUEST_CALL = re.compile(r"(?:_mk[0-9]+_K[0-9]+\.<locals>\.)?(?:g_[A-Za-z0-9_]*|_lambda[0-9]+|v[0-9]+_[A-Za-z0-9_]*)\(\) ")
@@ -875,7 +876,10 @@ class Interpreter:
         compiled = self.compile(source, compile_budget)
         self.compiled = compiled
         gname = global_name(name)
-        with _Guard(self, compiled):
+        guard = _new_guard(_Guard)  # _Guard(self, compiled), written out (once per activation)
+        guard.interp = self
+        guard.compiled = compiled
+        with guard:
             prepared = self._prepared
             if (self._renewed and prepared is not None and prepared.compiled is compiled and self.reuse_top_levels
                     and prepared.installed is self._installed and prepared.steps <= self.budget.remaining):

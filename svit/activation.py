@@ -461,7 +461,8 @@ class WorkingState(GuestHelpers):
     def fn_read(self, path: Any) -> Any:
         segments = parse(path if type(path) is str else _text(path, "read path"))
         if segments and segments[0] == "memory":
-            return item_to_lisp(tree.find(self.memory, segments[1:]))  # no node made for a scalar
+            found = tree.find(self.memory, segments[1:])  # no node made for a scalar
+            return found if type(found) is int else item_to_lisp(found)  # an integer is itself
         if len(segments) >= 2 and segments[0] == "mounts":
             return plain_to_lisp(self.process.mount_read(segments))
         return to_lisp(self.view_get(segments))

@@ -61,6 +61,8 @@ _log = logging.getLogger("svit")
 #: script get inputs of one shape, often the same one).
 _LAST_INPUT: tuple[tuple[tuple[str, Any], ...], Node] | None = None
 _FLAT_INPUT_KEYS = 8
+#: ``(path, script name)`` of the last ``exec`` path.
+_LAST_EXEC_PATH: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -692,7 +694,14 @@ class Process:
         commit is recorded, and a durable store writes it in the commit's own batch; an
         in-memory process only completes it.
         """
-        name = lib_name(path) if isinstance(path, str) else None
+        global _LAST_EXEC_PATH
+        last = _LAST_EXEC_PATH
+        if type(path) is str and last is not None and last[0] == path:
+            name: str | None = last[1]  # the path execed last: the same script name
+        else:
+            name = lib_name(path) if isinstance(path, str) else None
+            if name is not None and type(path) is str:
+                _LAST_EXEC_PATH = (path, name)
         if name is None:
             raise InvalidPath(f"exec accepts only /lib/<name> paths: {path}")
         if receipt is not None and dry_run is True:
