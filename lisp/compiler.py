@@ -194,6 +194,9 @@ class Compiled:
     referenced: frozenset[str] = frozenset()
     #: The module global the code reads its constants from.
     constants_name: str = "_K"
+    #: Every top-level form only defines (a function, a literal constant, a macro, a const):
+    #: running the top level has the same effect in any namespace, whatever the input.
+    definitions_only: bool = False
 
 
 def referenced_globals(code: Any) -> frozenset[str]:

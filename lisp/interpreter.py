@@ -36,6 +36,7 @@ from .expand import Expander, nesting_depth
 from .functions import SYSTEM_FUNCTIONS
 from .functions.compare import equal, ge2, gt2, le2, lt2
 from .functions.numbers import add2, mul2, sub2
+from .memory import Meter
 from .names import global_name, lisp_name_of, mangle
 from .reader import Program, as_code, as_data, read
 from .resolve import HostNames, host_names, resolve
@@ -84,6 +85,7 @@ _recursion = _RecursionAllowance()
 _RUN_LOCAL = run_context.RUN_LOCAL
 
 _NOARG = object()
+_new_guard = object.__new__
 
 #: CPython's complaint about a call to a generated function (``g_f()`` or a closure).
 _GUEST_CALL = re.compile(r"(?:_mk[0-9]+_K[0-9]+\.<locals>\.)?(?:g_[A-Za-z0-9_]*|_lambda[0-9]+|v[0-9]+_[A-Za-z0-9_]*)\(\) ")
@@ -282,6 +284,55 @@ class HostFunctionTable:
         self.names = frozenset(self.arities)
 
 
+#: The value forms a top-level ``define`` may bind while its top level stays definitions only.
+_DEFINING_FORMS = frozenset(("lambda", "quote"))
+
+
+def definitions_only(forms: Any) -> bool:
+    """Whether every top-level form only defines: a function, a literal constant, a macro or a const.
+
+    The generated top level of such a program binds its globals to functions made from
+    its own code and to its own constants, and calls nothing else (macros and consts
+    were evaluated when it was compiled): running it has the same effect, and costs the
+    same, in any renewal of a namespace, whatever the input, the budget or the process.
+    """
+    for form in forms:
+        if type(form) is not tuple or not form or type(form[0]) is not Name:
+            return False
+        head = form[0].name
+        if head == "macro" or head == "const":
+            continue
+        if head != "define" or len(form) < 3:
+            return False
+        if type(form[1]) is tuple:
+            continue  # (define (name params) body): a function
+        value = form[-1]
+        if type(value) is Name:
+            return False  # another global's value, or a host function: not the program's own
+        if type(value) is tuple and (not value or type(value[0]) is not Name or value[0].name not in _DEFINING_FORMS):
+            return False
+    return True
+
+
+class _Prepared:
+    """A program's top level as it ran in a renewed namespace, to stand in for running it again.
+
+    ``added`` is every global the top level wrote (its functions, constants and its
+    compiler's own entries), ``defined`` the names it added to the namespace, ``steps``
+    what it charged. Valid for this compiled program in this sealed namespace only.
+    """
+
+    __slots__ = ("compiled", "installed", "added", "defined", "steps")
+
+    def __init__(self, compiled: Compiled, installed: _Installed, added: dict[str, Any], defined: tuple[str, ...],
+                 steps: int) -> None:
+        self.compiled = compiled
+        self.installed = installed
+        self.added = added
+        self.defined = defined
+        self.steps = steps
+
+
 class _Installed:
     """A sealed namespace: what :meth:`Interpreter.renew` restores."""
 
@@ -298,6 +349,10 @@ class _Installed:
 
 class Interpreter:
     """One guest namespace: install host names, run a source, call its functions."""
+
+    #: Whether a renewed namespace stands in for running a definitions-only top level it
+    #: ran before (see :meth:`run_and_call`). Off only to compare against, in tests and benchmarks.
+    reuse_top_levels = True
 
     def __init__(
         self,
@@ -344,6 +399,12 @@ class Interpreter:
         self._pending_taken: list[str] = []
         #: ``(source, names, compiled, steps)`` of the last compile served from the cache.
         self._last_compile: tuple[str, HostNames, Compiled, int] | None = None
+        #: Renewed and nothing run since: a top level run now starts from the sealed state.
+        self._renewed = False
+        #: The last definitions-only top level run in a renewed namespace (see run_and_call),
+        #: and the last such program run here without being recorded.
+        self._prepared: _Prepared | None = None
+        self._ran_once: Compiled | None = None
 
     # ------------------------------------------------------------------ host installation
     def define_function(self, name: str, fn: Callable[..., Any], min_args: int = 0, max_args: int | None = None) -> None:
@@ -509,7 +570,16 @@ class Interpreter:
         self.compiled = None
         if budget is not self.budget:
             self.budget = budget
-        self.context.rebind(budget)
+        # Context.rebind, written out (once per activation).
+        context = self.context
+        context.budget = budget
+        if context.sizes:
+            context.sizes.clear()
+        meter = budget.meter
+        if meter is None or meter.limit != context.max_memory:
+            meter = budget.meter = Meter(context.max_memory)
+        context.meter = meter
+        self._renewed = True
 
     def vacate(self) -> None:
         """Drop what the last run left (its globals, its owner) until the next :meth:`renew`,
@@ -517,6 +587,7 @@ class Interpreter:
         self.globals.clear()
         self.owner = None
         self.compiled = None
+        self._renewed = False
 
     def installed_names(self) -> HostNames:
         """The names a script compiled here may use besides its own and the system's.
@@ -706,6 +777,7 @@ class Interpreter:
             self.filename,
             frozenset().union(*(referenced_globals(code) for code in codes)),
             compiler.constants_name,
+            definitions_only(expansion.program.forms),
         )
 
     def _evaluate_at_compile_time(self, kind: str, payload: Any, expander: Expander) -> Any:
@@ -764,14 +836,53 @@ class Interpreter:
             # The pending functions the script names (a few of many; the order is immaterial).
             for gname in pending.keys() & compiled.referenced:
                 self._materialize(gname)
+        renewed = self._renewed
+        self._renewed = False
+        if renewed and compiled.definitions_only and self._installed is not None and self.reuse_top_levels:
+            # Recorded at its second run here: a program run once (most inline sources)
+            # never pays for the record.
+            if self._ran_once is compiled:
+                return self._prepare(compiled)
+            self._ran_once = compiled
         g[compiled.constants_name] = compiled.constants
         g["_last"] = None
         for code in compiled.code:
             exec(code, g)
         return g.get("_last")
 
+    def _prepare(self, compiled: Compiled) -> Any:
+        """Run a definitions-only top level in a renewed namespace and remember what it did,
+        so the next run of the same program here can stand in for it (:meth:`run_and_call`).
+
+        Only a top level that held no guest memory and took no pending host function is
+        remembered (one of definitions only does neither), with the exact steps it charged.
+        """
+        g = self.globals
+        installed = self._installed
+        budget = self.budget
+        meter = self.context.meter
+        before = dict(g)
+        since, taken = len(self._defined_since), len(self._pending_taken)
+        fuel = budget.remaining + g["_s"]
+        memory, checks = meter.total, meter.checks
+        g[compiled.constants_name] = compiled.constants
+        g["_last"] = None
+        for code in compiled.code:
+            exec(code, g)
+        if installed is not None and meter.total == memory and meter.checks == checks and len(self._pending_taken) == taken:
+            # Every global the top level wrote, in the order it wrote them: those its code
+            # names (so one bound to the very value it held is bound again) and any it
+            # changed otherwise. Not the step slice.
+            written = _module_names(compiled)
+            added = {name: value for name, value in g.items()
+                     if name != "_s" and (name in written or before.get(name, _NOARG) is not value)}
+            steps = fuel - budget.remaining - g["_s"]
+            self._prepared = _Prepared(compiled, installed, added, tuple(self._defined_since[since:]), steps)
+        return g.get("_last")
+
     def call(self, name: str, *args: Any) -> Any:
         """Call the guest global ``name`` with Lisp values."""
+        self._renewed = False
         gname = global_name(name)
         if gname in self.pending:
             self._materialize(gname)
@@ -791,8 +902,26 @@ class Interpreter:
         compiled = self.compile(source, compile_budget)
         self.compiled = compiled
         gname = global_name(name)
-        with _Guard(self, compiled):
-            self._execute(compiled)
+        guard = _new_guard(_Guard)  # _Guard(self, compiled), written out (once per activation)
+        guard.interp = self
+        guard.compiled = compiled
+        with guard:
+            prepared = self._prepared
+            if (self._renewed and prepared is not None and prepared.compiled is compiled and self.reuse_top_levels
+                    and prepared.installed is self._installed and prepared.steps <= self.budget.remaining):
+                # This program's top level ran in this namespace, renewed since to the same
+                # sealed state: binding what it bound, at the steps it charged, is running it.
+                # (Its pending host functions were made then, for every renewal.) A budget
+                # too small for it runs it for real, to fail where it fails.
+                self._renewed = False
+                if prepared.steps:
+                    self.budget.remaining -= prepared.steps
+                self.globals.update(prepared.added)
+                if prepared.defined:
+                    self.defined.update(prepared.defined)
+                    self._defined_since.extend(prepared.defined)
+            else:
+                self._execute(compiled)
             if gname in self.pending:
                 self._materialize(gname)
             fn = self.globals.get(gname)
@@ -809,6 +938,19 @@ class Interpreter:
 
 
 _SYSTEM_CALLABLES = frozenset(id(_SHARED["_F_" + mangle(_name)]) for _name in SYSTEM_FUNCTIONS)
+
+
+def _module_names(compiled: Compiled) -> frozenset[str]:
+    """Every global a program's top-level code mentions (not the code of its functions).
+
+    A superset of those it binds: a definitions-only top level otherwise mentions only
+    the run's hooks (``_define_check``, ``_tick``, ``_s``) and its closure factories,
+    none of which a renewal gives a value of the run's own.
+    """
+    names = {compiled.constants_name, "_last"}
+    for code in compiled.code:
+        names.update(code.co_names)
+    return frozenset(names)
 
 
 def _compile_time_value(value: Any) -> Any:

@@ -196,9 +196,11 @@ class NamespacePool:
     """Guest namespaces kept between activations, so an activation renews one instead of
     building an interpreter and installing the guest functions again.
 
-    A namespace holds nothing of a script (each run compiles its source, through the
-    compile cache, from the working ``/lib``), so no edit, rollback, fork or restore can
-    make one stale. One taken is renewed to exactly the state :meth:`WorkingState.install`
+    A namespace holds nothing of a script but, at most, the definitions of the last
+    definitions-only top level it ran, kept for that very compiled program (each run
+    compiles its source, through the compile cache, from the working ``/lib``; see
+    :meth:`Interpreter.run_and_call`), so no edit, rollback, fork or restore can make one
+    stale. One taken is renewed to exactly the state :meth:`WorkingState.install`
     makes (:meth:`Interpreter.renew`) and owned by one activation until given back;
     a given-back one is emptied (:meth:`Interpreter.vacate`). At most ``size`` are kept,
     shared by every process of the host.
@@ -251,6 +253,15 @@ def _text(value: Any, what: str) -> str:
     if type(value) is not str:
         raise ScriptFailed(f"{what} must be text")
     return value
+
+
+#: ``(/lib node, name, script)`` of the last script found: most activations run the script
+#: the one before ran, from the same committed /lib.
+_LAST_SCRIPT: tuple[Node, str, Script] | None = None
+
+
+#: ``(node, Lisp value)`` of the last input an activation ran with.
+_LAST_INPUT_VALUE: tuple[Node, Any] | None = None
 
 
 class WorkingState(GuestHelpers):
@@ -331,14 +342,26 @@ class WorkingState(GuestHelpers):
 
     # ------------------------------------------------------------------ scripts
     def find_script(self, name: str) -> Script:
-        found = tree.find(self.lib, (name,))  # staged_lib(), the working /lib
+        global _LAST_SCRIPT
+        lib = self.lib  # staged_lib(), the working /lib
+        last = _LAST_SCRIPT
+        if last is not None and last[0] is lib and last[1] == name:
+            return last[2]  # the same (immutable) /lib node as the last look: the same script
+        found = tree.find(lib, (name,))
         if type(found) is not Script:
             raise ScriptNotFound(name)
+        _LAST_SCRIPT = (lib, name, found)
         return found
 
     def run(self, name: str, source: str, input_node: Node) -> Node:
         """Run ``main(input)`` of one script in a fresh namespace; returns the output node."""
-        input_value = to_lisp(input_node)
+        global _LAST_INPUT_VALUE
+        last = _LAST_INPUT_VALUE
+        if last is not None and last[0] is input_node:
+            input_value = last[1]  # the same (immutable) node: its Lisp value holds nothing else
+        else:
+            input_value = to_lisp(input_node)
+            _LAST_INPUT_VALUE = (input_node, input_value)
         interp = NAMESPACES.take(self, f"/lib/{name}.svit-script" if name != INLINE_NAME else script_filename(name),
                                  input_value)
         try:
@@ -438,7 +461,8 @@ class WorkingState(GuestHelpers):
     def fn_read(self, path: Any) -> Any:
         segments = parse(path if type(path) is str else _text(path, "read path"))
         if segments and segments[0] == "memory":
-            return item_to_lisp(tree.find(self.memory, segments[1:]))  # no node made for a scalar
+            found = tree.find(self.memory, segments[1:])  # no node made for a scalar
+            return found if type(found) is int else item_to_lisp(found)  # an integer is itself
         if len(segments) >= 2 and segments[0] == "mounts":
             return plain_to_lisp(self.process.mount_read(segments))
         return to_lisp(self.view_get(segments))

@@ -508,7 +508,7 @@ class GuestHelpers:
             found = tree.find(mapping.node, (key,))
             if found is tree.ABSENT:
                 raise ScriptFailed("map key is absent")
-            return item_to_lisp(found)
+            return found if type(found) is int else item_to_lisp(found)  # an integer is itself
         return to_lisp(self._map_entry(mapping, key))
 
     def fn_map_get_safe(self, mapping: Any, key: Any) -> Any:

@@ -14,7 +14,7 @@ from typing import Any
 
 from svit.lisp.budget import Budget
 from svit.lisp.context import UNITS_PER_STEP, current
-from svit.lisp.errors import LimitError
+from svit.lisp.errors import BudgetExhausted, LimitError
 from svit.lisp.values import Foreign, type_name
 
 from . import tree
@@ -142,7 +142,16 @@ def to_node(value: Any, limits: Limits, budget: Budget | None = None) -> Node:
     if type(value) is int and I64_MIN <= value <= I64_MAX and limits.max_value_entries >= 1 \
             and limits.max_value_depth >= 0:
         # One entry, no text, no depth: what Measure charges, within every value limit.
-        (budget if budget is not None else current().budget).charge(1)
+        # (Budget.charge(1), written out: an activation converts its output and each write.)
+        charged = budget if budget is not None else current().budget
+        remaining = charged.remaining - 1
+        if remaining < 0:
+            charged.remaining = 0
+            raise BudgetExhausted("steps")
+        charged.remaining = remaining
+        deadline = charged.deadline
+        if deadline is not None and charged.clock() > deadline:
+            raise BudgetExhausted("time")
         return Node(tree.INTEGER, value, None, 1, 0, 0, -1)  # tree.leaf_node, its range checked above
     node = _convert(value, limits, budget)
     tree.validate_value(node, limits, scripts_allowed=False)
