@@ -260,10 +260,6 @@ def _text(value: Any, what: str) -> str:
 _LAST_SCRIPT: tuple[Node, str, Script] | None = None
 
 
-#: ``(node, Lisp value)`` of the last input an activation ran with.
-_LAST_INPUT_VALUE: tuple[Node, Any] | None = None
-
-
 class WorkingState(GuestHelpers):
     """The private, transactional state of one activation and its nested execs."""
 
@@ -355,13 +351,7 @@ class WorkingState(GuestHelpers):
 
     def run(self, name: str, source: str, input_node: Node) -> Node:
         """Run ``main(input)`` of one script in a fresh namespace; returns the output node."""
-        global _LAST_INPUT_VALUE
-        last = _LAST_INPUT_VALUE
-        if last is not None and last[0] is input_node:
-            input_value = last[1]  # the same (immutable) node: its Lisp value holds nothing else
-        else:
-            input_value = to_lisp(input_node)
-            _LAST_INPUT_VALUE = (input_node, input_value)
+        input_value = to_lisp(input_node)
         interp = NAMESPACES.take(self, f"/lib/{name}.svit-script" if name != INLINE_NAME else script_filename(name),
                                  input_value)
         try:
