@@ -57,10 +57,6 @@ if TYPE_CHECKING:
 U64_MAX = 2**64 - 1
 _log = logging.getLogger("svit")
 
-#: The items and node of the last small flat input map converted (most activations of a
-#: script get inputs of one shape, often the same one).
-_LAST_INPUT: tuple[tuple[tuple[str, Any], ...], Node] | None = None
-_FLAT_INPUT_KEYS = 8
 #: ``(path, script name)`` of the last ``exec`` path.
 _LAST_EXEC_PATH: tuple[str, str] | None = None
 
@@ -798,23 +794,7 @@ class Process:
         self, name: str, inline_source: str | None, input: Any, *, dry_run: bool = False, consume: RemoveFront | None = None,
         receipt: CommitReceipt | None = None,
     ) -> Activation:
-        global _LAST_INPUT
-        items: tuple[tuple[str, Any], ...] | None = None
-        if type(input) is dict and len(input) <= _FLAT_INPUT_KEYS:
-            # A small map of texts, integers and nulls: equal items are the same value
-            # (no 1 == True == 1.0 among them), so the node built last time for them is it.
-            items = tuple(input.items())
-            for key, value in items:
-                if type(key) is not str or not (type(value) is int or type(value) is str or value is None):
-                    items = None
-                    break
-        last = _LAST_INPUT
-        if items is not None and last is not None and last[0] == items:
-            input_node = last[1]
-        else:
-            input_node = tree.from_value(input, scripts_allowed=False)
-            if items is not None:
-                _LAST_INPUT = (items, input_node)
+        input_node = tree.from_value(input, scripts_allowed=False)
         tree.validate_value(input_node, self._limits, scripts_allowed=False)
         ws = WorkingState(self, dry_run=dry_run, base=self._state[1], limits=self._limits)
         if inline_source is None:
