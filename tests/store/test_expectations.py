@@ -18,10 +18,9 @@ import pytest
 
 from svit import Process
 from svit.errors import PersistenceAlreadyExists, PersistenceConflict
-from svit.store import ProcessStore
+from svit.store import ProcessStore, records
 from svit.store.engine import StorageEngine, WriteBatch
-from svit.store import records
-from svit.store.keys import CF_DEFAULT, CF_RECORD, head_key
+from svit.store.keys import CF_DEFAULT, CF_RECORD
 
 FENCE = b"m/test-fence"
 OTHER = b"m/test-other"
