@@ -988,7 +988,8 @@ class ProcessStore:
         if conditional:
             with lock.committing():
                 self._remember_nodes(pending)
-        self._head_cache[address] = (head_bytes, dict(accepted))
+        # Kept as it is: neither cache hands its records out (a read copies), nor changes them.
+        self._head_cache[address] = (head_bytes, accepted)
         if receipt is not None:
             receipt.written = True
         handle.set_head(new_head)
