@@ -16,7 +16,7 @@ from typing import Any
 
 import blake3
 
-from .. import cbor, mutation, tree
+from .. import cbor, mutation
 from .. import snapshot as snapshot_module
 from ..errors import InvalidPersistence, ResourceLimitExceeded
 from ..limits import Limits
@@ -143,11 +143,11 @@ _SET_FIELDS = {"operation", "path", "value"}
 # Each key of the commit's records, encoded (module names: looked up faster than ``_KEY``).
 (_ADDRESS_KEY, _COMMITTED_AT_KEY, _MUTATIONS_KEY, _OUTPUT_SUMMARY_KEY, _POSITION_KEY, _PREVIOUS_HASH_KEY,
  _VERSION_AFTER_KEY, _VERSION_BEFORE_KEY, _RESULTING_ROOT_KEY, _SCRIPT_KEY, _SOURCE_KEY, _TOUCHED_PATHS_KEY,
- _EVENT_HASH_KEY, _BASE_HASH_KEY, _HASH_KEY, _PROCESS_VERSION_KEY, _ROOT_HASH_KEY, _HEAD_CHECK_KEY, _VALUE_KEY) = (
+ _EVENT_HASH_KEY, _BASE_HASH_KEY, _HASH_KEY, _PROCESS_VERSION_KEY, _ROOT_HASH_KEY, _HEAD_CHECK_KEY) = (
     _KEY[name] for name in ("address", "committed_at", "mutations", "output_summary", "position", "previous_hash",
                             "process_version_after", "process_version_before", "resulting_root_hash", "script",
                             "source", "touched_paths", "event_hash", "base_hash", "hash", "process_version",
-                            "root_hash", "head_check", "value"))
+                            "root_hash", "head_check"))
 _blake3 = blake3.blake3
 _NULL = b"\xf6"
 _U64_LIMIT = 2**64
@@ -199,10 +199,6 @@ def head_record(address: str, base_hash: str, head: Head, version: int, root_has
 
 
 def _mutation_bytes(item: mutation.Mutation, text: Callable[[str], bytes] = cbor.encode_text) -> bytes:
-    if type(item) is mutation.Set:
-        # the common case, without its record: "operation" < "path" < "value", and the
-        # value is the node's own encoding (what its record embeds)
-        return _SET_PREFIX + text(item.path) + _VALUE_KEY + tree.node_cbor(item.value)
     record = item.record()
     if record.keys() == _SET_FIELDS and record["operation"] == "set":
         # the common case, sealed without sorting: "operation" < "path" < "value"
