@@ -280,13 +280,13 @@ def commit_records(address: str, base_hash: str, position: int, previous_hash: s
         _SOURCE_KEY, _text_once(source),
         _TOUCHED_PATHS_KEY, _array_head(len(touched_paths)), *map(_text_once, touched_paths),
     ))
-    event_hash = _blake3(_MAP_13 + before + after).hexdigest()
+    event_hash = _blake3(_MAP_13 + before + after).digest().hex()  # as hexdigest(), made faster
     event_text = _HEX_DIGEST_HEAD + event_hash.encode("ascii")
     transaction = _MAP_14 + before + _EVENT_HASH_KEY + event_text + after
     head_before = _ADDRESS_KEY + address_text + _BASE_HASH_KEY + _text_once(base_hash) + _HASH_KEY + event_text
     head_after = (_HEAD_FORMAT_PAIR + _POSITION_KEY + position_bytes + _PROCESS_VERSION_KEY + after_bytes
                   + _ROOT_HASH_KEY + root_text)
-    check = _blake3(_MAP_7 + head_before + head_after).hexdigest()
+    check = _blake3(_MAP_7 + head_before + head_after).digest().hex()
     return transaction, event_hash, _MAP_8 + head_before + _HEAD_CHECK_KEY + _HEX_DIGEST_HEAD + check.encode("ascii") \
         + head_after
 
