@@ -140,15 +140,47 @@ _HEAD_FORMAT_PAIR = _KEY["head_format"] + cbor.encode_text(codec.HEAD_FORMAT)
 _EVENT_FORMAT_PAIR = _KEY["event_format"] + cbor.encode_text(codec.TRANSACTION_FORMAT)
 _SET_PREFIX = b"\xa3" + _KEY["operation"] + cbor.encode_text("set") + _KEY["path"]
 _SET_FIELDS = {"operation", "path", "value"}
+# Each key of the commit's records, encoded (module names: looked up faster than ``_KEY``).
+(_ADDRESS_KEY, _COMMITTED_AT_KEY, _MUTATIONS_KEY, _OUTPUT_SUMMARY_KEY, _POSITION_KEY, _PREVIOUS_HASH_KEY,
+ _VERSION_AFTER_KEY, _VERSION_BEFORE_KEY, _RESULTING_ROOT_KEY, _SCRIPT_KEY, _SOURCE_KEY, _TOUCHED_PATHS_KEY,
+ _EVENT_HASH_KEY, _BASE_HASH_KEY, _HASH_KEY, _PROCESS_VERSION_KEY, _ROOT_HASH_KEY, _HEAD_CHECK_KEY) = (
+    _KEY[name] for name in ("address", "committed_at", "mutations", "output_summary", "position", "previous_hash",
+                            "process_version_after", "process_version_before", "resulting_root_hash", "script",
+                            "source", "touched_paths", "event_hash", "base_hash", "hash", "process_version",
+                            "root_hash", "head_check"))
+_blake3 = blake3.blake3
 _NULL = b"\xf6"
 _U64_LIMIT = 2**64
 _MAP_7, _MAP_8, _MAP_13, _MAP_14 = (cbor.head(5, count) for count in (7, 8, 13, 14))
+#: The heads of the integers 0-255 and of arrays of 0-23 items, made once.
+_SMALL_U64 = tuple(cbor.head(0, value) for value in range(256))
+_SMALL_ARRAYS = tuple(cbor.head(4, count) for count in range(24))
+#: The head of a 64-byte text: every hex digest (BLAKE3, 32 bytes) a record names.
+_HEX_DIGEST_HEAD = cbor.head(3, 64)
 
 
 def _u64(value: int) -> bytes:
-    if type(value) is not int or not 0 <= value < _U64_LIMIT:
-        raise ValueError("record integer outside 0 .. 2**64 - 1")
-    return cbor.head(0, value)
+    """:func:`svit.cbor.head` of an unsigned integer, refused outside 0 .. 2**64 - 1."""
+    if type(value) is int:
+        if 0 <= value < 256:
+            return _SMALL_U64[value]
+        if 0 <= value < 0x10000:
+            return b"\x19" + value.to_bytes(2, "big")
+        if 0 <= value < 0x100000000:
+            return b"\x1a" + value.to_bytes(4, "big")
+        if 0 <= value < _U64_LIMIT:
+            return b"\x1b" + value.to_bytes(8, "big")
+    raise ValueError("record integer outside 0 .. 2**64 - 1")
+
+
+def _array_head(count: int) -> bytes:
+    return _SMALL_ARRAYS[count] if count < 24 else cbor.head(4, count)
+
+
+def _hash_text(value: str) -> bytes:
+    """:func:`svit.cbor.encode_text` of a text that is most often a hex digest."""
+    raw = value.encode("utf-8")
+    return (_HEX_DIGEST_HEAD if len(raw) == 64 else cbor.head(3, len(raw))) + raw
 
 
 def _sealed(count: int, before: bytes, hash_field: str, after: bytes) -> tuple[bytes, str]:
@@ -218,6 +250,10 @@ def _text_once(value: str) -> bytes:
     return encoded
 
 
+def _remembered_mutation_bytes(item: mutation.Mutation) -> bytes:
+    return _mutation_bytes(item, _text_once)
+
+
 def commit_records(address: str, base_hash: str, position: int, previous_hash: str, version_before: int,
                    version_after: int, mutations: Sequence[mutation.Mutation], touched_paths: Sequence[str],
                    source: str, resulting_root_hash: str, committed_at: int, script: str | None = None,
@@ -226,34 +262,33 @@ def commit_records(address: str, base_hash: str, position: int, previous_hash: s
     commit's two records, exactly :func:`transaction_record` and :func:`head_record` of the
     same fields, with each field shared by both encoded once (the event hash, the root
     hash, the new version, the position, the address) and recurring texts remembered."""
-    text = cbor.encode_text
     address_text = _text_once(address)
     position_bytes = _u64(position)
     after_bytes = _u64(version_after)
-    root_text = text(resulting_root_hash)
-    mutation_parts = [_mutation_bytes(item, _text_once) for item in mutations]
+    root_text = _hash_text(resulting_root_hash)
     # The body, split where the hash field sorts ("event_hash" comes after "event_format").
-    before = _KEY["address"] + address_text + _KEY["committed_at"] + _u64(committed_at) + _EVENT_FORMAT_PAIR
+    before = _ADDRESS_KEY + address_text + _COMMITTED_AT_KEY + _u64(committed_at) + _EVENT_FORMAT_PAIR
     after = b"".join((
-        _KEY["mutations"], cbor.head(4, len(mutations)), *mutation_parts,
-        _KEY["output_summary"], _NULL if output_summary is None else text(output_summary),
-        _KEY["position"], position_bytes,
-        _KEY["previous_hash"], text(previous_hash),
-        _KEY["process_version_after"], after_bytes,
-        _KEY["process_version_before"], _u64(version_before),
-        _KEY["resulting_root_hash"], root_text,
-        _KEY["script"], _NULL if script is None else _text_once(script),
-        _KEY["source"], _text_once(source),
-        _KEY["touched_paths"], cbor.head(4, len(touched_paths)), *map(_text_once, touched_paths),
+        _MUTATIONS_KEY, _array_head(len(mutations)), *map(_remembered_mutation_bytes, mutations),
+        _OUTPUT_SUMMARY_KEY, _NULL if output_summary is None else cbor.encode_text(output_summary),
+        _POSITION_KEY, position_bytes,
+        _PREVIOUS_HASH_KEY, _hash_text(previous_hash),
+        _VERSION_AFTER_KEY, after_bytes,
+        _VERSION_BEFORE_KEY, _u64(version_before),
+        _RESULTING_ROOT_KEY, root_text,
+        _SCRIPT_KEY, _NULL if script is None else _text_once(script),
+        _SOURCE_KEY, _text_once(source),
+        _TOUCHED_PATHS_KEY, _array_head(len(touched_paths)), *map(_text_once, touched_paths),
     ))
-    event_hash = blake3.blake3(_MAP_13 + before + after).hexdigest()
-    event_text = text(event_hash)
-    transaction = _MAP_14 + before + _KEY["event_hash"] + event_text + after
-    head_before = _KEY["address"] + address_text + _KEY["base_hash"] + _text_once(base_hash) + _KEY["hash"] + event_text
-    head_after = (_HEAD_FORMAT_PAIR + _KEY["position"] + position_bytes + _KEY["process_version"] + after_bytes
-                  + _KEY["root_hash"] + root_text)
-    check = blake3.blake3(_MAP_7 + head_before + head_after).hexdigest()
-    return transaction, event_hash, _MAP_8 + head_before + _KEY["head_check"] + text(check) + head_after
+    event_hash = _blake3(_MAP_13 + before + after).digest().hex()  # as hexdigest(), made faster
+    event_text = _HEX_DIGEST_HEAD + event_hash.encode("ascii")
+    transaction = _MAP_14 + before + _EVENT_HASH_KEY + event_text + after
+    head_before = _ADDRESS_KEY + address_text + _BASE_HASH_KEY + _text_once(base_hash) + _HASH_KEY + event_text
+    head_after = (_HEAD_FORMAT_PAIR + _POSITION_KEY + position_bytes + _PROCESS_VERSION_KEY + after_bytes
+                  + _ROOT_HASH_KEY + root_text)
+    check = _blake3(_MAP_7 + head_before + head_after).digest().hex()
+    return transaction, event_hash, _MAP_8 + head_before + _HEAD_CHECK_KEY + _HEX_DIGEST_HEAD + check.encode("ascii") \
+        + head_after
 
 
 def decode_head(raw: bytes, address: str) -> dict[str, Any]:

@@ -161,6 +161,9 @@ class ProcessStore:
         self._head_cache: dict[str, tuple[bytes, dict[str, Any]]] = {}
         #: The head each address's next commit chains to: written (or queued) by this store.
         self._heads: dict[str, dict[str, Any]] = {}
+        #: The exact bytes of a head record in :attr:`_heads`, beside that very record (a
+        #: commit on a shared engine expects them instead of sealing the head again).
+        self._head_bytes: dict[str, tuple[dict[str, Any], bytes]] = {}
         #: Each address's key prefixes (:meth:`_address_keys`).
         self._keys: dict[str, tuple[bytes, bytes, bytes]] = {}
         #: Latest committed state per address seen by this store object (a cache; fork uses it).
@@ -348,16 +351,21 @@ class ProcessStore:
         return self._decode_head(address)
 
     def _decode_head(self, address: str) -> dict[str, Any] | None:
+        read = self._decode_head_bytes(address)
+        return None if read is None else read[1]
+
+    def _decode_head_bytes(self, address: str) -> tuple[bytes, dict[str, Any]] | None:
+        """``(stored bytes, verified head record as a fresh dict)`` of ``address``, or None."""
         raw = self._get(CF_RECORD, keys.head_key(address))
         if raw is None:
             return None
         cached = self._head_cache.get(address)
         if cached is not None and cached[0] == raw:
             # Byte-identical to a head this store verified or wrote itself.
-            return dict(cached[1])
+            return raw, dict(cached[1])
         head = records.decode_head(raw, address)
         self._head_cache[address] = (raw, dict(head))
-        return head
+        return raw, head
 
     _read_head = stored_head
 
@@ -427,7 +435,8 @@ class ProcessStore:
             head = Head(None, base_hash)
             batch = self._batch()
             batch.put(CF_RECORD, keys.base_key(address), base_bytes)
-            batch.put(CF_RECORD, keys.head_key(address), self._head_record(address, base_hash, head, version, root.hash))
+            head_bytes = self._head_record(address, base_hash, head, version, root.hash)
+            batch.put(CF_RECORD, keys.head_key(address), head_bytes)
             self._stage_head_expectation(batch, address, absent=True)
             pending = self._stage_nodes(batch, root)
             self.mailbox.stage_new(batch, address, root, version)
@@ -435,7 +444,7 @@ class ProcessStore:
                 self._write(batch)
             except PersistenceConflict:
                 raise PersistenceAlreadyExists(address) from None
-            self._accept_head(address, base_hash, head, version, root.hash)
+            self._accept_head(address, base_hash, head, version, root.hash, head_bytes)
             self._remember_nodes(pending)
             self._latest[address] = _State(version, root, process.limits, head, base_hash)
             return DurableProcess(self, process, head)
@@ -460,6 +469,9 @@ class ProcessStore:
                 raise InvalidPersistence(f"{what}: version or root hash does not match the replayed state")
             self._verify_nodes(address, state.root.hash)
             self._heads[address] = head
+            cached = self._head_cache.get(address)
+            if cached is not None and cached[1] == head:  # the record read, so its bytes are those read
+                self._head_bytes[address] = (head, cached[0])
             self._latest[address] = state
             return DurableProcess(self, Process(address, state.root, state.version, state.limits), state.head)
 
@@ -531,8 +543,8 @@ class ProcessStore:
             batch = self._batch()
             batch.put(CF_RECORD, keys.base_key(child_address), base_bytes)
             batch.put(CF_RECORD, keys.fork_key(child_address), ref_bytes)
-            batch.put(CF_RECORD, keys.head_key(child_address),
-                      self._head_record(child_address, base_hash, child_head, child.version, child.root_hash))
+            child_head_bytes = self._head_record(child_address, base_hash, child_head, child.version, child.root_hash)
+            batch.put(CF_RECORD, keys.head_key(child_address), child_head_bytes)
             batch.put(CF_INDEX, keys.child_key(parent_address, child_address), b"")
             self._stage_head_expectation(batch, parent_address)
             self._stage_head_expectation(batch, child_address, absent=True)
@@ -541,7 +553,7 @@ class ProcessStore:
             stage_fork_share(self, batch, parent_address, child_address, parent.read("/thread"))
             self.mailbox.stage_new(batch, child_address, child.root, child.version)
             self._write(batch)
-            self._accept_head(child_address, base_hash, child_head, child.version, child.root_hash)
+            self._accept_head(child_address, base_hash, child_head, child.version, child.root_hash, child_head_bytes)
             self._remember_nodes(pending)
             self._latest[child_address] = _State(child.version, child.root, child.limits, child_head, base_hash)
             return DurableProcess(self, child, child_head)
@@ -588,6 +600,7 @@ class ProcessStore:
                     batch.delete(cf, key)
             self._write(batch)
             self._heads.pop(address, None)
+            self._head_bytes.pop(address, None)
             self._latest.pop(address, None)
 
     def _stage_tombstone(self, batch: WriteBatch, address: str) -> None:
@@ -709,11 +722,12 @@ class ProcessStore:
             base_bytes, base_hash = self._base_record(address, None, None, version, root.hash, origin)
             head = Head(None, base_hash)
             batch.put(CF_RECORD, keys.base_key(address), base_bytes)
-            batch.put(CF_RECORD, keys.head_key(address), self._head_record(address, base_hash, head, version, root.hash))
+            head_bytes = self._head_record(address, base_hash, head, version, root.hash)
+            batch.put(CF_RECORD, keys.head_key(address), head_bytes)
             pending = self._stage_nodes(batch, root)
             self.mailbox.stage_new(batch, address, root, version)
             self._write(batch)
-            self._accept_head(address, base_hash, head, version, root.hash)
+            self._accept_head(address, base_hash, head, version, root.hash, head_bytes)
             self._remember_nodes(pending)
             self._head_cache.pop(address, None)
             self._latest[address] = _State(version, root, process.limits, head, base_hash)
@@ -837,17 +851,29 @@ class ProcessStore:
         """
         head = self._heads.get(address)
         if head is None:
-            head = self._decode_head(address)
-            if head is None:
+            read = self._decode_head_bytes(address)
+            if read is None:
                 raise PersistenceNotFound(address)
+            raw, head = read
             self._heads[address] = head
+            self._head_bytes[address] = (head, raw)
         return head
 
-    def _stage_head_expectation(self, batch: WriteBatch, address: str, *, absent: bool = False,
-                                read: bytes | None = None) -> None:
+    def _accepted_head_bytes(self, address: str, head: dict[str, Any]) -> bytes:
+        """The exact bytes of ``head``, the accepted head of ``address`` (store lock held):
+        those written or read with it when known, else the record sealed again (head
+        records are canonical, so the same bytes)."""
+        known = self._head_bytes.get(address)
+        if known is not None and known[0] is head:
+            return known[1]
+        return self._head_record(address, head["base_hash"], Head(head["position"], head["hash"]),
+                                 head["process_version"], head["root_hash"])
+
+    def _stage_head_expectation(self, batch: WriteBatch, address: str, *, absent: bool = False) -> None:
         """On a shared engine, make ``batch`` apply only if the head of ``address`` still
-        holds the bytes read (``read``, or read here) or is still absent (``absent``): the
-        compare-and-swap is then made by the engine, atomically with the write."""
+        holds the bytes read here or is still absent (``absent``): the compare-and-swap is
+        then made by the engine, atomically with the write (a commit expects the bytes
+        kept with its accepted head, :meth:`_accepted_head_bytes`)."""
         if not self.engine.shared:
             return
         head_key = keys.head_key(address)
@@ -855,13 +881,18 @@ class ProcessStore:
             batch.expect(CF_RECORD, head_key, None)
             batch.expect(CF_RECORD, keys.base_key(address), None)
             return
-        batch.expect(CF_RECORD, head_key, read if read is not None else self._get(CF_RECORD, head_key))
+        batch.expect(CF_RECORD, head_key, self._get(CF_RECORD, head_key))
 
-    def _accept_head(self, address: str, base_hash: str, head: Head, version: int, root_hash: str) -> None:
-        """Note the head a write of this store just made (or queued) for ``address``."""
-        self._heads[address] = {
+    def _accept_head(self, address: str, base_hash: str, head: Head, version: int, root_hash: str,
+                     raw: bytes | None = None) -> dict[str, Any]:
+        """Note the head a write of this store just made (or queued) for ``address`` (with
+        ``raw``, the bytes it wrote); returns the record noted."""
+        accepted = self._heads[address] = {
             "head_format": codec.HEAD_FORMAT, "address": address, "base_hash": base_hash,
             "position": head.position, "hash": head.hash, "process_version": version, "root_hash": root_hash}
+        if raw is not None:
+            self._head_bytes[address] = (accepted, raw)
+        return accepted
 
     @contextlib.contextmanager
     def effects_guard(self, handle: DurableProcess) -> Iterator[None]:
@@ -925,15 +956,13 @@ class ProcessStore:
             # A control receipt answering this commit is written by the same synced write.
             receipt = stage_commit_receipt(self, batch, transition)
             batch.put(CF_RECORD, head_key, head_bytes)
-            # The head this commit chains to, sealed again (head records are canonical).
-            self._stage_head_expectation(batch, address, read=self._head_record(
-                address, base_hash, Head(head["position"], head["hash"]), transition.version_before, head["root_hash"])
-                if self.engine.shared else None)
+            if self.engine.shared:
+                # The head this commit chains to, as the bytes written or read with it.
+                batch.expect(CF_RECORD, head_key, self._accepted_head_bytes(address, head))
             for space, key, value in handle.fences:
                 batch.expect(space, key, value)
             ticket = lock.submit(batch)
-            self._accept_head(address, base_hash, new_head, version_after, root_hash)
-            accepted = self._heads[address]
+            accepted = self._accept_head(address, base_hash, new_head, version_after, root_hash, head_bytes)
             # Known from now on: a later commit that skips these nodes is queued behind this
             # batch (written in the same or a later write), and a failed write is terminal.
             # Noted under the lock, so a sweep (which forgets) never interleaves. A batch
@@ -959,7 +988,8 @@ class ProcessStore:
         if conditional:
             with lock.committing():
                 self._remember_nodes(pending)
-        self._head_cache[address] = (head_bytes, dict(accepted))
+        # Kept as it is: neither cache hands its records out (a read copies), nor changes them.
+        self._head_cache[address] = (head_bytes, accepted)
         if receipt is not None:
             receipt.written = True
         handle.set_head(new_head)
@@ -982,6 +1012,7 @@ class ProcessStore:
         with self._lock.committing():
             if self._heads.get(address) is accepted:
                 del self._heads[address]
+                self._head_bytes.pop(address, None)
             self._head_cache.pop(address, None)
 
     # ------------------------------------------------------------------ handle operations
@@ -1036,13 +1067,13 @@ class ProcessStore:
             self._stage_detach(batch, address)
             batch.put(CF_RECORD, keys.snapshot_key(address, snapshot_hash), record)
             batch.put(CF_RECORD, keys.base_key(address), base_bytes)
-            batch.put(CF_RECORD, keys.head_key(address),
-                      self._head_record(address, base_hash, new_head, process.version, process.root_hash))
+            head_bytes = self._head_record(address, base_hash, new_head, process.version, process.root_hash)
+            batch.put(CF_RECORD, keys.head_key(address), head_bytes)
             self._stage_head_expectation(batch, address)
             for space, key, value in handle.fences:
                 batch.expect(space, key, value)
             self._write(batch)
-            self._accept_head(address, base_hash, new_head, process.version, process.root_hash)
+            self._accept_head(address, base_hash, new_head, process.version, process.root_hash, head_bytes)
             handle.set_head(new_head)
             self._latest[address] = _State(process.version, process.root, process.limits, new_head, base_hash)
             return snapshot

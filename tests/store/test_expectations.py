@@ -18,9 +18,9 @@ import pytest
 
 from svit import Process
 from svit.errors import PersistenceAlreadyExists, PersistenceConflict
-from svit.store import ProcessStore
+from svit.store import ProcessStore, records
 from svit.store.engine import StorageEngine, WriteBatch
-from svit.store.keys import CF_DEFAULT
+from svit.store.keys import CF_DEFAULT, CF_RECORD
 
 FENCE = b"m/test-fence"
 OTHER = b"m/test-other"
@@ -339,3 +339,77 @@ def test_a_batch_left_out_of_its_group_does_not_hide_nodes_a_later_batch_needs(s
     assert store.resume("svit://local/expect/b").version == 0
     refused.fences = []
     assert store.resume("svit://local/expect/b").exec("/lib/counter").output == 1
+
+
+# ---------------------------------------------------------------------------- the head a commit expects
+
+
+def _expected_heads(store: ProcessStore) -> list[tuple[bytes, bytes | None, bytes | None]]:
+    """Wrap the store's writer: for every head expectation written, ``(key, expected bytes,
+    the bytes stored under that key just before the write)``."""
+    seen: list[tuple[bytes, bytes | None, bytes | None]] = []
+    original = store.engine.writer
+
+    def writer(batch: WriteBatch) -> None:
+        for space, key, value in batch.expectations:
+            if space == CF_RECORD and key.startswith(b"h/"):
+                seen.append((key, value, store.engine.get(space, key)))
+        original(batch)
+
+    store.engine.writer = writer
+    return seen
+
+
+def _resealed(store: ProcessStore, address: str, stored: bytes) -> bytes:
+    head = records.decode_head(stored, address)
+    return records.head_record(address, head["base_hash"], records.Head(head["position"], head["hash"]),
+                               head["process_version"], head["root_hash"])
+
+
+def test_on_a_shared_engine_each_commit_expects_exactly_the_stored_head_bytes(store: ProcessStore) -> None:
+    """Whatever made the head a commit chains to (a create, a commit, a resume, a fork, a
+    cut), the commit expects exactly the bytes stored for it: the same bytes the head record
+    sealed again from its fields would be."""
+    store.engine.shared = True
+    seen = _expected_heads(store)
+    handle = store.create(counter())
+    for _ in range(3):
+        handle.exec("/lib/counter")
+    handle = store.resume(ADDRESS)
+    handle.exec("/lib/counter")
+    child = store.fork(ADDRESS, "svit://local/expect/child")
+    child.exec("/lib/counter")
+    handle.exec("/lib/counter")
+    fresh = store.create(counter("svit://local/expect/cut"))
+    fresh.exec("/lib/counter")
+    fresh.cut()
+    fresh.exec("/lib/counter")
+    commits = [entry for entry in seen if entry[1] is not None]
+    assert len(commits) >= 8
+    for key, expected, stored in commits:
+        assert expected == stored
+        assert stored is not None
+        address = key[2:].decode()
+        assert expected == _resealed(store, address, stored)
+    assert store.resume(ADDRESS).version == 5 and store.resume("svit://local/expect/child").version == 5
+
+
+def test_on_a_shared_engine_a_commit_does_not_seal_the_head_it_chains_to_again(
+        store: ProcessStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The head a commit expects is the bytes written (or read) with it, kept by the store:
+    no commit seals that head record a second time."""
+    store.engine.shared = True
+    handle = store.create(counter())
+    resumed = store.resume(ADDRESS)
+    sealed: list[str] = []
+    original = store._head_record
+
+    def counting(address: str, *args: Any) -> bytes:
+        sealed.append(address)
+        return original(address, *args)
+
+    monkeypatch.setattr(store, "_head_record", counting)
+    for _ in range(3):
+        resumed.exec("/lib/counter")
+    assert sealed == []
+    assert handle.version == 0 and store.resume(ADDRESS).version == 3

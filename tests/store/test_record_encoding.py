@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from svit import mutation, tree
+from svit import cbor, mutation, tree
 from svit.store import codec, records
 from svit.store.records import Head
 
@@ -118,3 +118,46 @@ def test_commit_records_remember_only_short_texts_and_a_bounded_number(monkeypat
         assert len(records._TEXTS) <= 8
     assert long_source not in records._TEXTS
     assert "svit://local/t19" in records._TEXTS
+
+
+#: Integers at each boundary of the encoding's head widths (and beside it).
+boundaries = st.sampled_from([0, 23, 24, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**64 - 1])
+small_u64s = st.integers(min_value=0, max_value=70_000) | boundaries
+#: Texts a record names where a digest usually is: hex digests, short texts, and texts
+#: of 64 bytes that are not 64 characters (or not hex).
+digest_texts = hashes | texts | st.text(alphabet="é", min_size=32, max_size=32) | st.text(min_size=64, max_size=64)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(min_value=0, max_value=2**64 - 1) | boundaries)
+def test_record_integers_are_the_generic_heads(value):
+    assert records._u64(value) == cbor.head(0, value)
+
+
+@pytest.mark.parametrize("value", [-1, 2**64, True, 1.0, "1"])
+def test_record_integers_outside_u64_are_refused(value):
+    with pytest.raises(ValueError):
+        records._u64(value)
+
+
+@settings(max_examples=150, deadline=None)
+@given(texts, digest_texts, small_u64s, digest_texts, small_u64s, small_u64s, st.lists(mutations, max_size=30),
+       st.text(min_size=1, max_size=60), digest_texts, small_u64s, st.none() | texts, st.none() | texts)
+def test_commit_records_are_the_generic_seals_at_every_width(address, base_hash, position, previous, before, after,
+                                                             items, source, root, committed_at, script, summary):
+    """Small integers at every head width, digests and other texts of 64 bytes, and more
+    than 23 mutations or touched paths: still byte for byte the generic seals."""
+    touched = mutation.touched_paths(items)
+    transaction_values = {
+        "event_format": codec.TRANSACTION_FORMAT, "address": address, "position": position, "previous_hash": previous,
+        "process_version_before": before, "process_version_after": after, "mutations": [m.record() for m in items],
+        "touched_paths": touched, "source": source, "resulting_root_hash": root, "committed_at": committed_at,
+        "script": script, "output_summary": summary}
+    transaction, event_hash = codec.hashed_record(codec.TRANSACTION_FIELDS, transaction_values, "event_hash")
+    head_values = {"head_format": codec.HEAD_FORMAT, "address": address, "base_hash": base_hash, "position": position,
+                   "hash": event_hash, "process_version": after, "root_hash": root}
+    head = codec.hashed_record(codec.HEAD_FIELDS, head_values, "head_check")[0]
+    assert records.commit_records(address, base_hash, position, previous, before, after, items, touched, source,
+                                  root, committed_at, script, summary) == (transaction, event_hash, head)
+    assert records.transaction_record(address, position, previous, before, after, items, touched, source, root,
+                                      committed_at, script, summary) == (transaction, event_hash)
