@@ -36,6 +36,10 @@ batch is sent once more on a fresh connection (a commit connection the server ha
 looks the same); if that fails the same way the write raises ``PersistenceUnavailable``
 (reason ``interrupted``, "did not commit") and the engine stays healthy. If the server
 cannot be reached to tell within :data:`RESOLVE_SECONDS`, the engine is terminal.
+Before reading back, the lost connection's server process is ended (a statement it had
+not read yet must never run after the answer); one that cannot be ended in time makes
+the engine terminal too. A reply that does not come within :data:`COMMIT_SECONDS` is
+taken as lost, so a server process that stops answering never hangs a commit.
 
 ``sequence()`` is the server's current write-ahead-log position
 (``pg_current_wal_lsn()`` in bytes): it moves forward with every committed write of any
@@ -48,6 +52,7 @@ or data): every failure is described from a fixed vocabulary by its SQLSTATE cla
 from __future__ import annotations
 
 import secrets
+import select
 import struct
 import threading
 import time
@@ -69,6 +74,7 @@ __all__ = [
     "TABLE_PREFIX",
     "WRITERS_TABLE",
     "RESOLVE_SECONDS",
+    "COMMIT_SECONDS",
     "location",
     "table_name",
 ]
@@ -82,6 +88,10 @@ WRITERS_TABLE = "svit_writers"
 RESOLVE_SECONDS = 10.0
 #: How long an open waits for its first connection.
 CONNECT_SECONDS = 10.0
+#: How long a one-statement commit waits for its reply before taking it as lost (then
+#: resolved by reading back, within :data:`RESOLVE_SECONDS`). Far above any legitimate
+#: wait, such as another store's commit holding the same head row for a moment.
+COMMIT_SECONDS = 30.0
 #: What a failed expectation raises on the server: a claimed key that exists, or a
 #: guard that found no row holding the expected value.
 EXPECTATION_ERRORS = (psycopg.errors.UniqueViolation, psycopg.errors.DivisionByZero)
@@ -153,6 +163,7 @@ class PostgreSQLEngine(StorageEngine):
         self._engine_id = engine_id
         self._tables = {space: sql.Identifier(table_name(space)) for space in COLUMN_FAMILIES}
         self.resolve_seconds = RESOLVE_SECONDS
+        self.commit_seconds = COMMIT_SECONDS
         #: Lost commit replies resolved by reading back, and how each ended (for drills).
         self.resolved: list[str] = []
         self._statements = _Statements(self._tables)
@@ -286,7 +297,7 @@ class PostgreSQLEngine(StorageEngine):
         statements = self._statements
         single = statements.single(parts[0]) if len(parts) == 1 else None
         if single is not None:
-            committer.run(*single, token)
+            committer.run(*single, token, self.commit_seconds)
             return
         try:
             with conn.pipeline() as pipeline:
@@ -350,6 +361,15 @@ class PostgreSQLEngine(StorageEngine):
                 left = max(1, int(deadline - time.monotonic()))
                 with psycopg.connect(self.url, connect_timeout=left, autocommit=True) as conn:
                     conn.execute(sql.SQL("SET lock_timeout = {}").format(sql.Literal(f"{left}s")))
+                    # End the lost connection's server process first, so a statement it
+                    # has not read yet can never run after the answer read here.
+                    ended = conn.execute(
+                        "SELECT pg_terminate_backend(pid, %s) FROM pg_stat_activity WHERE pid = %s",
+                        [left * 1000, int(writer.rsplit(":", 1)[1])]).fetchall()
+                    if ended and not ended[0][0]:
+                        raise StorageFailure(
+                            "unreachable", "the reply to a commit was lost and the server process that "
+                            "received it could not be ended to tell whether it committed")
                     with conn.transaction(force_rollback=True):  # it only reads
                         row = conn.execute(query, [writer]).fetchone()
                 break
@@ -696,9 +716,12 @@ class _Committer:
         self._writer_bytes = writer.encode()
         self._prepared: set[bytes] = set()
 
-    def run(self, shape: _Shape, params: list[Any], token: bytes) -> None:
+    def run(self, shape: _Shape, params: list[Any], token: bytes, wait_seconds: float) -> None:
         """Commit one statement of ``shape`` with ``params``, then the
-        marker's writer and ``token``; raise as :meth:`PostgreSQLEngine._transaction` does."""
+        marker's writer and ``token``; raise as :meth:`PostgreSQLEngine._transaction` does.
+
+        The reply is awaited at most ``wait_seconds``, in ``select`` (so a signal still
+        interrupts it): a server that stops answering makes the reply lost, never a hang."""
         pgconn = self.conn.pgconn
         name = shape.name
         params.append(self._writer_bytes)
@@ -711,9 +734,21 @@ class _Committer:
                 if prepared.error_field(_SQLSTATE) != _ALREADY_PREPARED:
                     _outcome(pgconn, prepared)
                 self._prepared.add(name)
-            result = pgconn.exec_prepared(name, params, shape.formats)
+            pgconn.send_query_prepared(name, params, shape.formats)
+            deadline = time.monotonic() + wait_seconds
+            while pgconn.is_busy():
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([pgconn.socket], [], [], left)[0]:
+                    self.conn.close()  # the reply is taken as lost: this connection is done
+                    raise _LostReply()
+                pgconn.consume_input()
+            result = pgconn.get_result()
+            while pgconn.get_result() is not None:
+                pass  # a one-statement commit has one result; the end of it reads as None
         except psycopg.OperationalError:
-            raise _LostReply() from None  # libpq could not send it (the connection is gone)
+            raise _LostReply() from None  # libpq could not send or receive (the connection is gone)
+        if result is None:
+            raise _LostReply()
         _outcome(pgconn, result)
 
 

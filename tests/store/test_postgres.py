@@ -503,3 +503,41 @@ def test_the_cli_takes_a_database_url_from_store_and_from_svit_store(postgresql_
     assert read.returncode == 0, read.stderr
     assert read.stdout.strip() == "1"
     assert not list(tmp_path.iterdir())  # no directory was made for the URL
+
+
+def test_a_commit_whose_server_process_stops_answering_fails_closed_instead_of_hanging(
+        postgresql_url: str) -> None:
+    """A stopped server process (SIGSTOP) never answers: the commit waits at most its
+    bound, the reply is taken as lost, and since that process cannot be ended to read back
+    the outcome, the store is terminal. Once the process runs again it is ended before it
+    reads the statement, so nothing was written."""
+    import signal
+    import time
+
+    store = ProcessStore.open(postgresql_url)
+    try:
+        handle = store.create(counter())
+        handle.exec("/lib/counter")
+        engine = store.engine  # type: ignore[attr-defined]
+        engine.commit_seconds, engine.resolve_seconds = 0.5, 1.0
+        before = handle.version
+        [pid] = _commit_backends(postgresql_url)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            with pytest.raises(PersistenceUnavailable) as caught:
+                handle.exec("/lib/counter")
+            waited = time.monotonic() - started
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert waited < 20, waited
+        assert "could not be ended" in str(caught.value) and store.terminal
+        assert engine.resolved == []  # no outcome was guessed
+    finally:
+        store.close()
+    deadline = time.monotonic() + 10
+    with psycopg.connect(postgresql_url, autocommit=True) as admin:
+        while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [pid]).fetchall():
+            assert time.monotonic() < deadline, "the stopped server process was not ended"
+            time.sleep(0.05)
+    assert stored_version(postgresql_url) == before
