@@ -86,9 +86,15 @@ def chunk_children(chunk: Chunk) -> list[Chunk]:
     return [item.value for item in chunk.items if type(item) is Node]
 
 
-def new_chunks(root: Chunk, known: Callable[[bytes], bool]) -> Iterator[tuple[bytes, bytes]]:
+def new_chunks(root: Chunk, known: Callable[[bytes], bool],
+               whole: Callable[[bytes], bool] | None = None) -> Iterator[tuple[bytes, bytes]]:
     """``(digest, bytes)`` of every chunk reachable from ``root`` that ``known`` does not
-    hold; a known chunk's whole subtree is taken as held."""
+    hold; a known chunk's whole subtree is taken as held.
+
+    ``whole`` (asked without a store read) says a digest's whole subtree is held: a new
+    chunk whose bytes were its base's with one reference rewritten, over a base it
+    holds, shares every other child with that base, so only the rewritten one is visited.
+    """
     stack = [root]
     seen: set[bytes] = set()
     while stack:
@@ -98,7 +104,12 @@ def new_chunks(root: Chunk, known: Callable[[bytes], bool]) -> Iterator[tuple[by
             continue
         seen.add(digest)
         yield digest, chunk.data
-        stack.extend(chunk_children(chunk))
+        patch = chunk.patch
+        if whole is not None and patch is not None and patch[2] is not None and whole(patch[2]):
+            child = chunk.items[patch[0]]
+            stack.append(child if chunk.level else child.value)
+        else:
+            stack.extend(chunk_children(chunk))
 
 
 class ChunkError(ValueError):

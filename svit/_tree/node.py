@@ -232,7 +232,7 @@ class Chunk:
     """
 
     __slots__ = ("code", "level", "keys", "items", "bounds", "size", "count", "text", "height", "max_script",
-                 "rank", "nested", "_digest", "_data", "derived")
+                 "rank", "nested", "_digest", "_data", "derived", "patch")
 
     code: int
     level: int
@@ -269,6 +269,11 @@ class Chunk:
         #: ``index`` replaced (``old`` by ``new``), kept until the bytes are made, so they
         #: can be ``base``'s with one reference rewritten instead of encoded again.
         self.derived: tuple[Chunk, int, Any, Any] | None = None
+        #: ``(index, offset, base digest)`` once the bytes were made that way: where the
+        #: rewritten reference starts (the next edit at ``index`` rewrites it there, without
+        #: a search), and the digest of the chunk they were made from (None if it was not
+        #: hashed), whose children other than ``index`` are this chunk's.
+        self.patch: tuple[int, int, bytes | None] | None = None
 
     @property
     def data(self) -> bytes:
@@ -338,7 +343,7 @@ def chunk_cbor(chunk: Chunk) -> bytes:
     derived = chunk.derived
     if derived is not None:
         chunk.derived = None
-        patched = _patched(*derived)
+        patched = _patched(chunk, *derived)
         if patched is not None:
             return patched
     if chunk.level:
@@ -346,7 +351,7 @@ def chunk_cbor(chunk: Chunk) -> bytes:
     return leaf_chunk_cbor(chunk.code, chunk.keys, chunk.items)
 
 
-def _patched(base: Chunk, index: int, old: Any, new: Any) -> bytes | None:
+def _patched(chunk: Chunk, base: Chunk, index: int, old: Any, new: Any) -> bytes | None:
     data = base._data  # noqa: SLF001 (the class's own cache)
     if data is None:
         return None
@@ -354,13 +359,21 @@ def _patched(base: Chunk, index: int, old: Any, new: Any) -> bytes | None:
         # ``prefix, head, digests``: every digest is 32 bytes, so the child's place is known.
         start = len(data) - 32 * (len(base.items) - index)
         child: bytes = new.digest
+        chunk.patch = (index, start, base._digest)  # noqa: SLF001
         return data[:start] + child + data[start + 32:]
-    # A leaf: the old child's reference occurs once in valid bytes (its head, 0xDA 0x53...,
-    # cannot occur inside UTF-8 text), unless the same container is held twice.
     needle: bytes = _REF_HEAD + old.digest
-    at = data.find(needle)
-    if at < 0 or data.find(needle, at + 1) >= 0:
-        return None
+    hint = base.patch
+    if hint is not None and hint[0] == index and data.startswith(needle, hint[1]):
+        # The base was itself patched at this entry: a rewrite keeps every length, so the
+        # entry's reference is where that one was written.
+        at = hint[1]
+    else:
+        # A leaf: the old child's reference occurs once in valid bytes (its head, 0xDA
+        # 0x53..., cannot occur inside UTF-8 text), unless the same container is held twice.
+        at = data.find(needle)
+        if at < 0 or data.find(needle, at + 1) >= 0:
+            return None
+    chunk.patch = (index, at, base._digest)  # noqa: SLF001
     replacement: bytes = _REF_HEAD + new.digest
     return data[:at] + replacement + data[at + len(needle):]
 

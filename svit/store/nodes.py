@@ -103,7 +103,7 @@ class StoredNodes:
                 return False
 
         put = batch.put
-        for digest, data in tree.new_chunks(root.value, known):
+        for digest, data in tree.new_chunks(root.value, known, known_set.__contains__):
             put(CF_NODES, b"n/" + digest, data)
             pending.add(digest)
         return pending, closed
