@@ -435,8 +435,8 @@ def _item_aggregates(item: Any) -> tuple[int, int, int, int]:
 def _copy(chunk: Chunk, index: int, chunk_items: tuple[Any, ...], old: Any, new: Any,
           old_aggregates: tuple[int, int, int, int], new_aggregates: tuple[int, int, int, int]) -> Chunk:
     """``chunk`` with the item at ``index`` replaced: the aggregates are updated, not
-    recounted, and a child chunk or container replaced by another is remembered, so
-    the copy's bytes can be the old ones with one reference rewritten."""
+    recounted, and the replaced item is remembered, so the copy's bytes can be the old
+    ones with that one item (or child reference) rewritten."""
     # A maximum after one contributor changes from old to new: the new one when it is at
     # least the old maximum, the old maximum when the old contributor was below it, else
     # only a rescan can tell. Written out: this runs for every chunk of every edited path.
@@ -463,14 +463,13 @@ def _copy(chunk: Chunk, index: int, chunk_items: tuple[Any, ...], old: Any, new:
     copy = Chunk(chunk.code, chunk.level, chunk.keys, chunk_items, chunk.bounds, chunk.size,
                  chunk.count - old_aggregates[0] + new_aggregates[0], chunk.text - old_aggregates[1] + new_aggregates[1],
                  height, max_script, chunk.rank, nested)
-    if chunk.level or (type(old) is Node and type(new) is Node):
-        derived = chunk.derived
-        if chunk.encoded or derived is None:
-            copy.derived = (chunk, index, old, new)
-        elif derived[1] == index:
-            # The same place replaced again before anything was encoded: derive from the
-            # encoded base, so a chain of edits keeps one base alive, not every step.
-            copy.derived = (derived[0], index, derived[2], new)
+    derived = chunk.derived
+    if chunk.encoded or derived is None:
+        copy.derived = (chunk, index, old, new)
+    elif derived[1] == index:
+        # The same place replaced again before anything was encoded: derive from the
+        # encoded base, so a chain of edits keeps one base alive, not every step.
+        copy.derived = (derived[0], index, derived[2], new)
     return copy
 
 
@@ -601,9 +600,15 @@ def map_set(root: Chunk, key: str, item: Any) -> Chunk:
             old = items[position]
             if type(old) in _PLAIN_TYPES and type(item) in _PLAIN_TYPES:
                 # A number, truth or null for another: every aggregate stays (_copy of
-                # two items with _PLAIN_AGGREGATES, which derives nothing in a leaf).
-                return Chunk(MAP, 0, keys, items[:position] + (item,) + items[position + 1:], None, root.size,
+                # two items with _PLAIN_AGGREGATES), derived from the base as _copy records it.
+                copy = Chunk(MAP, 0, keys, items[:position] + (item,) + items[position + 1:], None, root.size,
                              root.count, root.text, root.height, root.max_script, root.rank, root.nested)
+                derived = root.derived
+                if derived is None or root.encoded:
+                    copy.derived = (root, position, old, item)
+                elif derived[1] == position:
+                    copy.derived = (derived[0], position, derived[2], item)
+                return copy
             if type(old) is Node and type(item) is Node and old.height == item.height \
                     and old.max_script == item.max_script:
                 # A container for one as tall and with scripts as long (a new /memory in the

@@ -105,9 +105,12 @@ def new_chunks(root: Chunk, known: Callable[[bytes], bool],
         seen.add(digest)
         yield digest, chunk.data
         patch = chunk.patch
-        if whole is not None and patch is not None and patch[2] is not None and whole(patch[2]):
+        if whole is not None and patch is not None and patch[3] is not None and whole(patch[3]):
             child = chunk.items[patch[0]]
-            stack.append(child if chunk.level else child.value)
+            if chunk.level:
+                stack.append(child)
+            elif type(child) is Node:
+                stack.append(child.value)
         else:
             stack.extend(chunk_children(chunk))
 

@@ -265,15 +265,15 @@ class Chunk:
         self._data = data
         # A builder that made the bytes and their digest in one batch passes both.
         self._digest: bytes | None = digest
-        #: ``(base, index, old, new)`` when this chunk is ``base`` with the child at
-        #: ``index`` replaced (``old`` by ``new``), kept until the bytes are made, so they
-        #: can be ``base``'s with one reference rewritten instead of encoded again.
+        #: ``(base, index, old, new)`` when this chunk is ``base`` with the item or child
+        #: at ``index`` replaced (``old`` by ``new``), kept until the bytes are made, so
+        #: they can be ``base``'s with that one rewritten instead of encoded again.
         self.derived: tuple[Chunk, int, Any, Any] | None = None
-        #: ``(index, offset, base digest)`` once the bytes were made that way: where the
-        #: rewritten reference starts (the next edit at ``index`` rewrites it there, without
-        #: a search), and the digest of the chunk they were made from (None if it was not
+        #: ``(index, offset, length, base digest)`` once the bytes were made that way:
+        #: where the rewritten item starts and its length (the next edit at ``index``
+        #: rewrites it there, without a search), and the digest of the chunk they were made from (None if it was not
         #: hashed), whose children other than ``index`` are this chunk's.
-        self.patch: tuple[int, int, bytes | None] | None = None
+        self.patch: tuple[int, int, int, bytes | None] | None = None
 
     @property
     def data(self) -> bytes:
@@ -338,8 +338,8 @@ def inner_chunk_cbor(code: int, children: tuple[Chunk, ...]) -> bytes:
 
 
 def chunk_cbor(chunk: Chunk) -> bytes:
-    """A chunk's canonical CBOR: its base's bytes with one child reference rewritten when
-    it was derived from an encoded chunk that way, else encoded in full."""
+    """A chunk's canonical CBOR: its base's bytes with one item or child reference
+    rewritten when it was derived from an encoded chunk that way, else encoded in full."""
     derived = chunk.derived
     if derived is not None:
         chunk.derived = None
@@ -351,6 +351,14 @@ def chunk_cbor(chunk: Chunk) -> bytes:
     return leaf_chunk_cbor(chunk.code, chunk.keys, chunk.items)
 
 
+def _item_cbor(item: Any) -> bytes:
+    """One leaf item as it appears in its chunk's bytes (an item's CBOR does not depend on
+    what surrounds it): a child container's reference, or a scalar's own CBOR."""
+    if type(item) is Node:
+        return _REF_HEAD + item.digest
+    return cbor2.dumps(item, default=script_default)
+
+
 def _patched(chunk: Chunk, base: Chunk, index: int, old: Any, new: Any) -> bytes | None:
     data = base._data  # noqa: SLF001 (the class's own cache)
     if data is None:
@@ -358,24 +366,32 @@ def _patched(chunk: Chunk, base: Chunk, index: int, old: Any, new: Any) -> bytes
     if base.level:
         # ``prefix, head, digests``: every digest is 32 bytes, so the child's place is known.
         start = len(data) - 32 * (len(base.items) - index)
+        chunk.patch = (index, start, 32, base._digest)  # noqa: SLF001
         child: bytes = new.digest
-        chunk.patch = (index, start, base._digest)  # noqa: SLF001
         return data[:start] + child + data[start + 32:]
-    needle: bytes = _REF_HEAD + old.digest
     hint = base.patch
-    if hint is not None and hint[0] == index and data.startswith(needle, hint[1]):
-        # The base was itself patched at this entry: a rewrite keeps every length, so the
-        # entry's reference is where that one was written.
-        at = hint[1]
+    if hint is not None and hint[0] == index:
+        # The base was itself rewritten at this entry: only bytes after it moved, so the
+        # entry is where, and as long as, that one was written.
+        at, length = hint[1], hint[2]
     else:
-        # A leaf: the old child's reference occurs once in valid bytes (its head, 0xDA
-        # 0x53..., cannot occur inside UTF-8 text), unless the same container is held twice.
+        # The entry's bytes (a map's key, then the item) are in the base's; found once,
+        # that occurrence is the entry. Found twice (a number that also ends a text, a
+        # container held twice in an array), the leaf is encoded from its entries.
+        needle = before = _item_cbor(old)
+        length = len(before)
+        skip = 0
+        if base.code == MAP:
+            key = cbor2.dumps(base.keys[index])  # type: ignore[index]
+            needle = key + before
+            skip = len(key)
         at = data.find(needle)
         if at < 0 or data.find(needle, at + 1) >= 0:
             return None
-    chunk.patch = (index, at, base._digest)  # noqa: SLF001
-    replacement: bytes = _REF_HEAD + new.digest
-    return data[:at] + replacement + data[at + len(needle):]
+        at += skip
+    after = _item_cbor(new)
+    chunk.patch = (index, at, len(after), base._digest)  # noqa: SLF001
+    return data[:at] + after + data[at + length:]
 
 
 def leaves(chunk: Chunk) -> Iterator[Chunk]:

@@ -11,9 +11,11 @@ from hypothesis import strategies as st
 
 from svit import tree
 from svit._tree.node import Chunk, Node
+from svit.values import Script
 
 SCALARS = (st.none() | st.booleans() | st.integers(-2**63, 2**63 - 1)
-           | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=6))
+           | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=6)
+           | st.builds(Script, st.text(max_size=4), st.text(max_size=4)))
 INNER = st.dictionaries(st.text(max_size=3), SCALARS, max_size=4) | st.lists(SCALARS, max_size=4)
 ITEMS = SCALARS | INNER
 #: Outer keys from a small set, so a container may be cut into several chunks (up to
@@ -23,7 +25,7 @@ CONTAINERS = st.dictionaries(KEYS, ITEMS, max_size=300) | st.lists(ITEMS, max_si
 
 
 def build(value: Any) -> Node:
-    return tree.from_value(value, scripts_allowed=False)
+    return tree.from_value(value, scripts_allowed=True)
 
 
 def all_chunks(root: Chunk) -> dict[bytes, bytes]:
@@ -120,3 +122,32 @@ def test_a_reference_rewritten_again_is_found_where_it_was_written() -> None:
     assert edited.value.data == build({"a": {"v": 3}, "b": {"v": 2}}).value.data
     patch = edited.value.patch
     assert patch is not None and patch[:2] == same.value.patch[:2]
+
+
+def test_a_scalar_rewritten_in_an_encoded_leaf_is_spliced_into_its_bytes() -> None:
+    entries = {f"k{i:02d}": i for i in range(20)}
+    base = build(entries)
+    assert base.hash
+    edited = base
+    for value in (7, 300, 2**40, -1, 1.5, "text", None, True, Script("(+ 1 2)", "doc"), {"m": 1}, 5):
+        # The same entry again and again, its encoding growing and shrinking.
+        edited = tree.set_at(edited, ("k05",), build(value))
+        entries["k05"] = value
+        fresh = build(entries)
+        assert edited.hash == fresh.hash
+        assert edited.value.data == fresh.value.data
+        assert edited.value.patch is not None
+
+
+def test_an_ambiguous_scalar_is_encoded_in_full() -> None:
+    # "a": 1 is the bytes 61 61 01, which the text of "b" also holds: no splice.
+    base = build({"a": 1, "b": "aa\x01"})
+    assert base.hash
+    edited = tree.set_at(base, ("a",), build(2))
+    assert edited.value.data == build({"a": 2, "b": "aa\x01"}).value.data
+    assert edited.value.patch is None
+    ones = build([1, 1, 1])
+    assert ones.hash
+    edited = tree.set_at(ones, ("1",), build(9))
+    assert edited.value.data == build([1, 9, 1]).value.data
+    assert edited.value.patch is None
