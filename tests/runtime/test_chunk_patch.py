@@ -21,7 +21,12 @@ ITEMS = SCALARS | INNER
 #: Outer keys from a small set, so a container may be cut into several chunks (up to
 #: 300 entries) and an edit may insert, replace or remove.
 KEYS = st.integers(0, 299).map(lambda i: f"k{i:03d}")
-CONTAINERS = st.dictionaries(KEYS, ITEMS, max_size=300) | st.lists(ITEMS, max_size=300)
+#: Containers of several chunks: many entries made up from a size, a few drawn.
+BIG_MAPS = st.builds(lambda n, drawn: {**{f"k{i:03d}": i * 7 for i in range(0, 300, 300 // n)}, **drawn},
+                     st.integers(20, 300), st.dictionaries(KEYS, ITEMS, max_size=5))
+BIG_ARRAYS = st.builds(lambda n, drawn: [*range(n), *drawn], st.integers(33, 600), st.lists(ITEMS, max_size=5))
+CONTAINERS = (st.dictionaries(KEYS, ITEMS, max_size=300) | st.lists(ITEMS, max_size=300)
+              | BIG_MAPS | BIG_ARRAYS)
 
 
 def build(value: Any) -> Node:
@@ -65,7 +70,7 @@ def edit(value: Any, node: Node, choice: int, op: str, item: Any) -> tuple[Any, 
 OPS = st.tuples(st.integers(0, 10_000), st.sampled_from(["insert", "replace", "remove", "nested", "nested"]), ITEMS)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(CONTAINERS, st.lists(OPS, min_size=1, max_size=6), st.lists(st.booleans(), min_size=6, max_size=6))
 def test_patched_chunks_and_the_short_walk_equal_a_fresh_build_and_a_full_walk(
         value: Any, ops: list[tuple[int, str, Any]], hashed: list[bool]) -> None:
