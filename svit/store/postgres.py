@@ -12,8 +12,8 @@ group commit's leader writes one batch at a time, so it needs no pool round trip
 commit); one that fails is given back to the pool, which replaces it, and the next
 commit takes another, checked first. A batch of one commit is one statement, prepared
 once per connection (see :meth:`_Statements.single`) and handed straight to libpq
-(:class:`_Committer`): binary parameters as they are, the wait in libpq with the
-interpreter lock released, and only the reply's status and SQLSTATE read.
+(:class:`_Committer`): binary parameters as they are, the reply awaited in ``select``
+(bounded, interpreter lock released), and only its status and SQLSTATE read.
 
 A write batch is ONE transaction of plain SQL, sent pipelined in one round trip:
 ``BEGIN``, each part's expectations, its puts (``INSERT ... ON CONFLICT (key) DO
@@ -704,9 +704,9 @@ class _Committer:
     """The connection commits are made on (kept from one commit to the next), its marker
     row, and the one-statement commits prepared on it.
 
-    :meth:`run` hands a prepared commit's parameters straight to libpq and waits there
-    (with the interpreter lock released) for the one status it needs: no cursor, no
-    adaptation of the parameters, no row of the reply read."""
+    :meth:`run` hands a prepared commit's parameters straight to libpq and awaits, for a
+    bounded time with the interpreter lock released, the one status it needs: no cursor,
+    no adaptation of the parameters, no row of the reply read."""
 
     __slots__ = ("conn", "writer", "_writer_bytes", "_prepared")
 
