@@ -736,11 +736,14 @@ class _Committer:
                 self._prepared.add(name)
             pgconn.send_query_prepared(name, params, shape.formats)
             deadline = time.monotonic() + wait_seconds
+            socket = pgconn.socket
+            # The connection is non-blocking: what the socket did not take yet is sent as
+            # it drains (a large commit), then the reply is read as it comes.
+            while pgconn.flush():
+                self._wait(select.select([socket], [socket], [], self._left(deadline)), deadline)
+                pgconn.consume_input()
             while pgconn.is_busy():
-                left = deadline - time.monotonic()
-                if left <= 0 or not select.select([pgconn.socket], [], [], left)[0]:
-                    self.conn.close()  # the reply is taken as lost: this connection is done
-                    raise _LostReply()
+                self._wait(select.select([socket], [], [], self._left(deadline)), deadline)
                 pgconn.consume_input()
             result = pgconn.get_result()
             while pgconn.get_result() is not None:
@@ -750,6 +753,18 @@ class _Committer:
         if result is None:
             raise _LostReply()
         _outcome(pgconn, result)
+
+
+    @staticmethod
+    def _left(deadline: float) -> float:
+        return max(0.0, deadline - time.monotonic())
+
+    def _wait(self, ready: tuple[list[Any], list[Any], list[Any]], deadline: float) -> None:
+        """Go on when ``select`` found the socket ready; past ``deadline`` the reply is
+        taken as lost, and this connection is done."""
+        if not (ready[0] or ready[1]) and time.monotonic() >= deadline:
+            self.conn.close()
+            raise _LostReply()
 
 
 def _outcome(pgconn: psycopg.pq.abc.PGconn, result: psycopg.pq.abc.PGresult) -> None:

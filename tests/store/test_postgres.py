@@ -541,3 +541,26 @@ def test_a_commit_whose_server_process_stops_answering_fails_closed_instead_of_h
             assert time.monotonic() < deadline, "the stopped server process was not ended"
             time.sleep(0.05)
     assert stored_version(postgresql_url) == before
+
+
+def test_a_commit_larger_than_the_socket_takes_at_once_is_sent_as_it_drains(postgresql_url: str) -> None:
+    """The commit connection is non-blocking: a statement the socket cannot take at once
+    is flushed as the server reads it, not left in libpq's buffer until the wait ends."""
+    import socket
+
+    with ProcessStore.open(postgresql_url) as store:
+        handle = store.create(counter())
+        handle.exec("/lib/counter")
+        engine = store.engine  # type: ignore[attr-defined]
+        engine.commit_seconds = 5.0
+        kept = socket.socket(fileno=os.dup(engine._kept.conn.pgconn.socket))
+        try:
+            kept.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        finally:
+            kept.close()  # the duplicate only; the option stays on the shared socket
+        big = "x" * 300_000
+        handle.write("/memory/big", big)
+        assert engine.resolved == [] and not store.terminal
+        assert handle.read("/memory/big") == big
+    with ProcessStore.open(postgresql_url) as store:
+        assert store.resume(ADDRESS).read("/memory/big") == big
