@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from .budget import Budget, CompileMeter
 from .errors import LimitError, Span
@@ -45,6 +46,8 @@ from .reader import QUASIQUOTE, QUOTE, UNQUOTE, UNQUOTE_SPLICING, Program, as_da
 from .resolve import Resolution
 from .syntax import ELSE, SPECIAL_FORMS, Form, Params
 from .values import Keyword, Name
+
+_T = TypeVar("_T")
 
 __all__ = [
     "CODE_CHARS_PER_STEP",
@@ -1135,29 +1138,28 @@ class Compiler:
 
         In a ranked copy it charges the fuel of its own self calls when it runs.
         """
-        ranked = self.ranked
-        if ranked is None:
-            return self.expr(form, scope, None)
-        saved, ranked.pending = ranked.pending, 0
-        try:
-            e = self.expr(form, scope, None)
-        finally:
-            steps, ranked.pending = ranked.pending * ranked.cost, saved
+        e, steps = self.own_steps(lambda: self.expr(form, scope, None))
         if not steps:
             return e
         return Expr(self.charged(e.code, steps), is_bool=e.is_bool, ints=e.ints)
 
     def branch_condition(self, parent: Form, index: int, scope: Scope) -> str:
         """:meth:`condition` for a test that may not run (see :meth:`branch`)."""
+        code, steps = self.own_steps(lambda: self.condition(parent, index, scope))
+        return self.charged(code, steps) if steps else code
+
+    def own_steps(self, generate: Callable[[], _T]) -> tuple[_T, int]:
+        """What ``generate`` makes, and the fuel of the self calls in it (0 outside a
+        ranked copy), which its caller then charges itself rather than leaving pending."""
         ranked = self.ranked
         if ranked is None:
-            return self.condition(parent, index, scope)
+            return generate(), 0
         saved, ranked.pending = ranked.pending, 0
         try:
-            code = self.condition(parent, index, scope)
+            made = generate()
         finally:
             steps, ranked.pending = ranked.pending * ranked.cost, saved
-        return self.charged(code, steps) if steps else code
+        return made, steps
 
     @staticmethod
     def charged(code: str, steps: int) -> str:

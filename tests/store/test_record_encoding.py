@@ -73,14 +73,10 @@ def test_direct_records_decode_strictly(position, previous, before, root, items,
     assert (head["position"], head["hash"], head["process_version"]) == (position, event_hash, after)
 
 
-@settings(max_examples=150, deadline=None)
-@given(texts, texts, u64s, texts, u64s, u64s, st.lists(mutations, max_size=5), st.text(min_size=1, max_size=60),
-       texts, u64s, st.none() | texts, st.none() | texts, st.integers(min_value=1, max_value=3))
-def test_commit_records_are_the_two_generic_seals(address, base_hash, position, previous, before, after, items, source,
-                                                  root, committed_at, script, summary, repeats):
-    """One commit's transaction and head, encoded together (texts remembered across calls),
-    are byte for byte the generic seals of their fields, however often the texts recur."""
-    touched = mutation.touched_paths(items)
+def generic_seals(address, base_hash, position, previous, before, after, items, touched, source, root, committed_at,
+                  script, summary):
+    """A commit's transaction record, its hash and its head, each sealed field by field by
+    the generic encoder (what :func:`records.commit_records` must reproduce)."""
     transaction_values = {
         "event_format": codec.TRANSACTION_FORMAT, "address": address, "position": position, "previous_hash": previous,
         "process_version_before": before, "process_version_after": after, "mutations": [m.record() for m in items],
@@ -89,7 +85,19 @@ def test_commit_records_are_the_two_generic_seals(address, base_hash, position, 
     transaction, event_hash = codec.hashed_record(codec.TRANSACTION_FIELDS, transaction_values, "event_hash")
     head_values = {"head_format": codec.HEAD_FORMAT, "address": address, "base_hash": base_hash, "position": position,
                    "hash": event_hash, "process_version": after, "root_hash": root}
-    head = codec.hashed_record(codec.HEAD_FIELDS, head_values, "head_check")[0]
+    return transaction, event_hash, codec.hashed_record(codec.HEAD_FIELDS, head_values, "head_check")[0]
+
+
+@settings(max_examples=150, deadline=None)
+@given(texts, texts, u64s, texts, u64s, u64s, st.lists(mutations, max_size=5), st.text(min_size=1, max_size=60),
+       texts, u64s, st.none() | texts, st.none() | texts, st.integers(min_value=1, max_value=3))
+def test_commit_records_are_the_two_generic_seals(address, base_hash, position, previous, before, after, items, source,
+                                                  root, committed_at, script, summary, repeats):
+    """One commit's transaction and head, encoded together (texts remembered across calls),
+    are byte for byte the generic seals of their fields, however often the texts recur."""
+    touched = mutation.touched_paths(items)
+    transaction, event_hash, head = generic_seals(address, base_hash, position, previous, before, after, items, touched,
+                                                  source, root, committed_at, script, summary)
     for _ in range(repeats):
         assert records.commit_records(address, base_hash, position, previous, before, after, items, touched, source,
                                       root, committed_at, script, summary) == (transaction, event_hash, head)
@@ -148,15 +156,8 @@ def test_commit_records_are_the_generic_seals_at_every_width(address, base_hash,
     """Small integers at every head width, digests and other texts of 64 bytes, and more
     than 23 mutations or touched paths: still byte for byte the generic seals."""
     touched = mutation.touched_paths(items)
-    transaction_values = {
-        "event_format": codec.TRANSACTION_FORMAT, "address": address, "position": position, "previous_hash": previous,
-        "process_version_before": before, "process_version_after": after, "mutations": [m.record() for m in items],
-        "touched_paths": touched, "source": source, "resulting_root_hash": root, "committed_at": committed_at,
-        "script": script, "output_summary": summary}
-    transaction, event_hash = codec.hashed_record(codec.TRANSACTION_FIELDS, transaction_values, "event_hash")
-    head_values = {"head_format": codec.HEAD_FORMAT, "address": address, "base_hash": base_hash, "position": position,
-                   "hash": event_hash, "process_version": after, "root_hash": root}
-    head = codec.hashed_record(codec.HEAD_FIELDS, head_values, "head_check")[0]
+    transaction, event_hash, head = generic_seals(address, base_hash, position, previous, before, after, items, touched,
+                                                  source, root, committed_at, script, summary)
     assert records.commit_records(address, base_hash, position, previous, before, after, items, touched, source,
                                   root, committed_at, script, summary) == (transaction, event_hash, head)
     assert records.transaction_record(address, position, previous, before, after, items, touched, source, root,

@@ -357,7 +357,9 @@ def test_a_diff_whose_version_is_cut_and_swept_during_its_walk_is_not_found(stor
     assert h.diff(3, 3) == []
 
 
-def test_a_diff_missing_a_chunk_of_a_retained_version_is_invalid_persistence(store):
+def with_version_1_chunk_deleted(store):
+    """A process whose version 1 held a container at /memory/big, later replaced, with that
+    container's chunk deleted from the store (and forgotten by the chunk memory)."""
     h = fresh(store)
     h.write("/memory/big", {"deep": [1, 2, 3]})
     h.write("/memory/big", 0)
@@ -366,19 +368,17 @@ def test_a_diff_missing_a_chunk_of_a_retained_version_is_invalid_persistence(sto
     batch.delete("nodes", keys.node_key(digest))
     store.engine.write(batch)
     store.versions._chunks.clear()
+    return h
+
+
+def test_a_diff_missing_a_chunk_of_a_retained_version_is_invalid_persistence(store):
+    h = with_version_1_chunk_deleted(store)
     with pytest.raises(InvalidPersistence, match="missing"):
         h.diff(1, 2)
 
 
 def test_a_missing_chunk_is_invalid_persistence(store):
-    h = fresh(store)
-    h.write("/memory/big", {"deep": [1, 2, 3]})
-    h.write("/memory/big", 0)
-    digest = bytes.fromhex(h.at(1).node_hash("/memory/big"))
-    batch = store.engine.batch()
-    batch.delete("nodes", keys.node_key(digest))
-    store.engine.write(batch)
-    store.versions._chunks.clear()
+    h = with_version_1_chunk_deleted(store)
     with pytest.raises(InvalidPersistence, match="missing"):
         h.at(1).read("/memory")
     assert h.at(2).read("/memory/big") == 0
