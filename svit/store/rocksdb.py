@@ -37,6 +37,23 @@ private temporary directory, removed at close), that catches up with the writer'
 when an operation starts (at most every :data:`FOLLOW_SECONDS`), so it sees the writer's
 commits while the writer runs; it never writes a byte of the store.
 
+A writer opened with ``reuse_logs`` has RocksDB reuse obsolete write-ahead logs as new
+ones (:data:`REUSED_LOGS` kept; logs capped at :data:`REUSED_LOG_BYTES`, past which the
+column families holding data in the oldest log are flushed, so it becomes obsolete at
+all). A log sync then overwrites bytes the file already holds, which ext4 syncs without
+a metadata journal commit (an append changes the file's size and extents). Recovery is
+unchanged: reused logs are written in RocksDB's recyclable record format, whose every
+record names its log, and point-in-time recovery (which the RocksDB 9.8 that rocksdict
+bundles keeps beside reuse; older releases silently turned reuse off) ends a log at the
+first record of an older one; the directory sync made by the first log sync
+into a reused file makes its rename durable before anything in it is acknowledged. But
+RocksDB's secondary instance cannot follow such a writer: it replays every log file in
+the directory, kept obsolete ones included, and loops forever (holding the GIL) on the
+first old record after a reused log's live ones. So a reader refuses a store whose latest
+writer reuses logs (:func:`writer_reuses_logs`, read from the OPTIONS file RocksDB writes
+at every open) when it opens and whenever a writer opened since; an ordinary writer's open
+deletes the kept logs, and readers follow again.
+
 RocksDB's and the operating system's error text name host files, so every raw failure
 is classified (:mod:`svit.store.failures`) and only the classified problem is kept.
 That includes closing: RocksDB flushes on close, which a full disk can refuse.
