@@ -48,7 +48,7 @@ from common import build, median_time
 from svit import Process
 from svit.store import ProcessStore
 from svit.store.keys import COLUMN_FAMILIES
-from svit.store.rocksdb import REUSED_LOG_BYTES, RocksDBEngine, store_options
+from svit.store.rocksdb import REUSED_LOG_BYTES, store_options
 
 
 def median_rate(fn, count: int, repeat: int) -> float:
@@ -261,7 +261,7 @@ def concurrent_rate(handles: list, per_thread: int) -> float:
 def reuse_rows(work: str, repeat: int) -> None:
     """Rows 1, 1c and 1b for a store opened with ``reuse_logs=True``, each side aged until
     its log was reused twice (see the module docstring, 1d)."""
-    store = ProcessStore.over(RocksDBEngine.open(f"{work}/reuse", reuse_logs=True))
+    store = ProcessStore.open(f"{work}/reuse", reuse_logs=True)
     handle = store.create(build("svit://local/bench/reuse"))
     raw_db, raw_one = raw_batch_writer(f"{work}/reuse-raw")
     same_db, same_one = raw_batch_writer(f"{work}/reuse-raw-same", store_like=True)

@@ -73,7 +73,7 @@ def roll_onto_reused_logs(handle, path: Path, times: int, first: int = 1) -> int
 
 def test_rocksdb_runs_a_reusing_writer_with_log_reuse_a_log_cap_and_point_in_time_recovery(tmp_path: Path) -> None:
     path = tmp_path / "store"
-    store = reusing(path)
+    store = ProcessStore.open(path, reuse_logs=True)
     assert "reused" in store.statement()["write"]
     store.close()
     db = written_options(path)["[DBOptions]"]
