@@ -14,8 +14,8 @@
    overwrites an old log's bytes instead of appending, which ext4 syncs without a
    metadata journal commit. Reuse starts only once logs have rolled over, so this store
    is aged first: commits until its log rolled over onto a reused file twice (about
-   8,000 counter commits; the count is printed). Its ratio is printed against the
-   default raw batches of row 1 (aged by as many batches) and against raw batches on a
+   8,000 counter commits; the count is printed). Its ratio is printed against raw
+   batches on a default rocksdict, as in row 1 (aged by as many batches), and on a
    rocksdict opened with the store's own options and column families (so the same log
    reuse), aged the same way (until its log was reused twice). The 8-writer row of 1b is
    repeated for it (its ratio is relative to this faster single writer).
