@@ -9,6 +9,16 @@
    the unsynced write, the log sync, the acknowledgement), beside a raw synced batch.
 1a. The store's own cost: CPU microseconds a durable counter activation adds to the
    in-memory one when the log sync is left out (alternating rounds, medians). Printed.
+1d. The same three rows for a store whose writer reuses its write-ahead logs
+   (``reuse_logs=True``, opt-in: no reader can follow such a writer): a log sync then
+   overwrites an old log's bytes instead of appending, which ext4 syncs without a
+   metadata journal commit. Reuse starts only once logs have rolled over, so this store
+   is aged first: commits until its log rolled over onto a reused file twice (about
+   8,000 counter commits; the count is printed). Its ratio is printed against raw
+   batches on a default rocksdict, as in row 1 (aged by as many batches), and on a
+   rocksdict opened with the store's own options and column families (so the same log
+   reuse), aged the same way (until its log was reused twice). The 8-writer row of 1b is
+   repeated for it (its ratio is relative to this faster single writer).
 1b. Group commit: 8 processes committing counter activations from 8 threads, total
    activations per second vs the single-writer rate of row 1 (measured in alternating
    rounds). Target >= 2.5x. The synced engine writes are counted (each acknowledged
@@ -25,6 +35,7 @@ Run: python benchmarks/store.py [--repeat N]
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import tempfile
@@ -36,6 +47,8 @@ from common import build, median_time
 
 from svit import Process
 from svit.store import ProcessStore
+from svit.store.keys import COLUMN_FAMILIES
+from svit.store.rocksdb import REUSED_LOG_BYTES, store_options
 
 
 def median_rate(fn, count: int, repeat: int) -> float:
@@ -48,13 +61,19 @@ def median_rate(fn, count: int, repeat: int) -> float:
     return statistics.median(rates)
 
 
-def raw_batch_writer(path: str, sync_wal: bool = False):
+def raw_batch_writer(path: str, sync_wal: bool = False, store_like: bool = False):
     """One raw synced WriteBatch of 10 small keys per call (the floor of a durable commit):
     written with ``sync=True``, or (``sync_wal``) written and then synced with SyncWAL,
-    the two calls the store makes."""
-    options = rocksdict.Options(raw_mode=True)
-    options.create_if_missing(True)
-    db = rocksdict.Rdict(path, options)
+    the two calls the store makes. ``store_like``: the database is opened with the options
+    and column families of a store whose writer reuses its logs (the keys go to the
+    default family), so its log is capped and reused the same way."""
+    if store_like:
+        families = {name: store_options(reuse_logs=True) for name in COLUMN_FAMILIES if name != "default"}
+        db = rocksdict.Rdict(path, store_options(reuse_logs=True), column_families=families)
+    else:
+        options = rocksdict.Options(raw_mode=True)
+        options.create_if_missing(True)
+        db = rocksdict.Rdict(path, options)
     write_options = rocksdict.WriteOptions()
     write_options.sync = not sync_wal
     counter = [0]
@@ -69,6 +88,25 @@ def raw_batch_writer(path: str, sync_wal: bool = False):
             db.flush_wal(True)
 
     return db, one
+
+
+def age_until_logs_reused(fn, path: str, times: int = 2, limit: int = 100_000) -> int:
+    """Call ``fn`` until the database at ``path`` rolled its log over onto a reused file
+    ``times`` times (a new log name whose file already holds far more than one write: an
+    old log's bytes); the number of calls. Reuse starts only once a log became obsolete."""
+    def logs() -> dict[str, int]:
+        return {name: os.path.getsize(os.path.join(path, name)) for name in os.listdir(path) if name.endswith(".log")}
+
+    before, reused = logs(), 0
+    for calls in range(1, limit + 1):
+        fn()
+        now = logs()
+        if now.keys() != before.keys() and now[max(now)] > REUSED_LOG_BYTES // 2:
+            reused += 1
+            if reused == times:
+                return calls
+        before = now
+    raise RuntimeError(f"{path}: the log was not reused {times} times in {limit} writes")
 
 
 class SyncCounter:
@@ -220,6 +258,57 @@ def concurrent_rate(handles: list, per_thread: int) -> float:
     return len(handles) * per_thread / (time.perf_counter() - start)
 
 
+def reuse_rows(work: str, repeat: int) -> None:
+    """Rows 1, 1c and 1b for a store opened with ``reuse_logs=True``, each side aged until
+    its log was reused twice (see the module docstring, 1d)."""
+    store = ProcessStore.open(f"{work}/reuse", reuse_logs=True)
+    handle = store.create(build("svit://local/bench/reuse"))
+    raw_db, raw_one = raw_batch_writer(f"{work}/reuse-raw")
+    same_db, same_one = raw_batch_writer(f"{work}/reuse-raw-same", store_like=True)
+    store_aged = age_until_logs_reused(lambda: handle.exec("/lib/counter"), f"{work}/reuse")
+    same_aged = age_until_logs_reused(same_one, f"{work}/reuse-raw-same")
+    for _ in range(store_aged):
+        raw_one()
+    durable_rates, raw_rates, same_rates = [], [], []
+    for _ in range(repeat):
+        durable_rates.append(median_rate(lambda: handle.exec("/lib/counter"), 100, 1))
+        raw_rates.append(median_rate(raw_one, 100, 1))
+        same_rates.append(median_rate(same_one, 100, 1))
+    durable, raw, same = (statistics.median(rates) for rates in (durable_rates, raw_rates, same_rates))
+    print(f"reuse_logs store (aged {store_aged} commits, until its log was reused twice): durable counter "
+          f"activations {durable:.0f}/s vs raw synced 10-key batches (default rocksdict, aged {store_aged} batches) "
+          f"{raw:.0f}/s -> ratio {durable / raw:.2f} (target >= 0.7); vs raw batches on a rocksdict with the "
+          f"store's log options (reused logs, aged {same_aged} batches, until reused twice) {same:.0f}/s "
+          f"-> ratio {durable / same:.2f}")
+
+    clock = PhaseClock(store)
+    raw_times, same_times = [], []
+    for _ in range(repeat):
+        for _ in range(50):
+            clock.run(lambda: handle.exec("/lib/counter"))
+        for one, times in ((raw_one, raw_times), (same_one, same_times)):
+            for _ in range(50):
+                began = time.perf_counter_ns()
+                one()
+                times.append(time.perf_counter_ns() - began)
+    clock.close()
+    raw_db.close()
+    same_db.close()
+    print(f"  one reuse_logs commit, wall us by phase (medians): {clock.line()}; raw synced batch "
+          f"{statistics.median(raw_times) / 1000:.0f} (default), {statistics.median(same_times) / 1000:.0f} "
+          "(same log options)")
+
+    group = [store.create(build(f"svit://local/bench/reuse-group{n}")) for n in range(8)]
+    single_rates, group_rates = [], []
+    for _ in range(repeat):
+        single_rates.append(median_rate(lambda: handle.exec("/lib/counter"), 100, 1))
+        group_rates.append(concurrent_rate(group, 25))
+    single, together = statistics.median(single_rates), statistics.median(group_rates)
+    print(f"  reuse_logs group commit, 8 processes x 8 threads: {together:.0f}/s vs its single writer {single:.0f}/s "
+          f"-> ratio {together / single:.2f} (target >= 2.5)")
+    store.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=11)
@@ -290,6 +379,9 @@ def main() -> None:
               f"-> ratio {together / single:.2f} (target >= 2.5); synced writes: {group_syncs} for {group_commits} "
               f"commits ({group_commits / group_syncs:.1f} per sync; single writer {single_syncs} for "
               f"{single_commits})")
+
+        # 1d. the same, for a store whose writer reuses its write-ahead logs, aged until it does
+        reuse_rows(work, args.repeat)
 
         # 2. resume with 1,000 retained transactions vs Process.restore of its snapshot
         history = store.create(build("svit://local/bench/history"))

@@ -37,6 +37,23 @@ private temporary directory, removed at close), that catches up with the writer'
 when an operation starts (at most every :data:`FOLLOW_SECONDS`), so it sees the writer's
 commits while the writer runs; it never writes a byte of the store.
 
+A writer opened with ``reuse_logs`` has RocksDB reuse obsolete write-ahead logs as new
+ones (:data:`REUSED_LOGS` kept; logs capped at :data:`REUSED_LOG_BYTES`, past which the
+column families holding data in the oldest log are flushed, so it becomes obsolete at
+all). A log sync then overwrites bytes the file already holds, which ext4 syncs without
+a metadata journal commit (an append changes the file's size and extents). Recovery is
+unchanged: reused logs are written in RocksDB's recyclable record format, whose every
+record names its log, and point-in-time recovery (which the RocksDB 9.8 that rocksdict
+bundles keeps beside reuse; older releases silently turned reuse off) ends a log at the
+first record of an older one; the directory sync made by the first log sync
+into a reused file makes its rename durable before anything in it is acknowledged. But
+RocksDB's secondary instance cannot follow such a writer: it replays every log file in
+the directory, kept obsolete ones included, and loops forever (holding the GIL) on the
+first old record after a reused log's live ones. So a reader refuses a store whose latest
+writer reuses logs (:func:`writer_reuses_logs`, read from the OPTIONS file RocksDB writes
+at every open) when it opens and whenever a writer opened since; an ordinary writer's open
+deletes the kept logs, and readers follow again.
+
 RocksDB's and the operating system's error text name host files, so every raw failure
 is classified (:mod:`svit.store.failures`) and only the classified problem is kept.
 That includes closing: RocksDB flushes on close, which a full disk can refuse.
@@ -50,6 +67,7 @@ import gc
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -70,7 +88,10 @@ from .fsshim import FileSystem
 from .group import GroupCommit
 from .keys import CF_DEFAULT, COLUMN_FAMILIES
 
-__all__ = ["RocksDBEngine", "RocksDBReader", "FOLLOW_SECONDS", "MAX_MANIFEST_BYTES", "OPEN_DEADLINE_SECONDS"]
+__all__ = [
+    "RocksDBEngine", "RocksDBReader", "FOLLOW_SECONDS", "MAX_MANIFEST_BYTES", "OPEN_DEADLINE_SECONDS",
+    "REUSED_LOG_BYTES", "REUSED_LOGS", "store_options", "writer_reuses_logs",
+]
 
 _log = logging.getLogger("svit.store")
 
@@ -78,6 +99,20 @@ _log = logging.getLogger("svit.store")
 #: A MANIFEST grows to at most about this size before RocksDB starts a new one, so the
 #: check of it made at every open (:mod:`svit.store.rocksdb_files`) reads a bounded file.
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+#: With ``reuse_logs``: once the write-ahead logs hold this many bytes, RocksDB starts a
+#: new log and flushes every column family holding data in the old one, which becomes
+#: obsolete and is kept to be reused. (Without a cap, an old log stays live until every
+#: column family's memory table filled, and no log is ever reused.) Also bounds the log a
+#: crash recovery replays, and the memory tables.
+REUSED_LOG_BYTES = 4 * 1024 * 1024
+#: With ``reuse_logs``: how many obsolete write-ahead logs RocksDB keeps to reuse as new
+#: logs (the steady state alternates between two).
+REUSED_LOGS = 4
+#: With ``reuse_logs``: each column family's memory table may grow this large, far above
+#: what :data:`REUSED_LOG_BYTES` of log fills, so the log cap (not a full memory table)
+#: rolls the log over and the logs are all about the same size: a reused one is then
+#: overwritten rather than extended. (RocksDB's default, pinned.)
+_REUSED_MEMTABLE_BYTES = 64 * 1024 * 1024
 #: How long reading an existing store's files may take before the open gives up (seconds).
 OPEN_DEADLINE_SECONDS = 60.0
 #: A reader catches up with the writer's log when an operation starts, at most this
@@ -109,14 +144,20 @@ else:
 _ROCKSDICT_HOME = os.path.dirname(os.path.dirname(os.path.abspath(rocksdict.__file__)))
 
 
-def _options() -> rocksdict.Options:
-    """The RocksDB options the store's guarantees rest on (see the module docstring)."""
+def store_options(reuse_logs: bool = False) -> rocksdict.Options:
+    """The RocksDB options of a store's database and of each of its column families: those
+    its guarantees rest on, and with ``reuse_logs`` those that make it reuse obsolete
+    write-ahead logs (see the module docstring)."""
     options = rocksdict.Options(raw_mode=True)
     options.create_if_missing(True)
     options.create_missing_column_families(True)
     options.set_wal_recovery_mode(rocksdict.DBRecoveryMode.point_in_time())
     options.set_paranoid_checks(True)
     options.set_max_manifest_file_size(MAX_MANIFEST_BYTES)
+    if reuse_logs:
+        options.set_max_total_wal_size(REUSED_LOG_BYTES)
+        options.set_write_buffer_size(_REUSED_MEMTABLE_BYTES)
+        options.set_recycle_log_file_num(REUSED_LOGS)
     return options
 
 
@@ -190,6 +231,8 @@ class RocksDBEngine(StorageEngine):
             name: (db if name == CF_DEFAULT else db.get_column_family(name)) for name in COLUMN_FAMILIES
         }
         self._write_options = _write_options()
+        #: Whether RocksDB reuses this writer's obsolete write-ahead logs (``reuse_logs``).
+        self.reuse_logs = False
         #: Writes begun and writes whose sync ended (failed or not): a reader waits for
         #: those begun before it (see :meth:`_settled`), on ``_synced``.
         self._begun = 0
@@ -201,6 +244,7 @@ class RocksDBEngine(StorageEngine):
     def open(
         cls, path: str | os.PathLike[str], *, fs: FileSystem | None = None,
         open_deadline: float | None = OPEN_DEADLINE_SECONDS, read_only: bool = False, holder: str | None = None,
+        reuse_logs: bool = False,
     ) -> RocksDBEngine:
         """Open (creating if absent) a store directory; refuses unregistered column families.
 
@@ -214,6 +258,10 @@ class RocksDBEngine(StorageEngine):
         written, not even a directory). Otherwise this writer records itself as the
         holder (``holder`` names what it is; default: the program's name), and a store
         another process holds is refused naming that process.
+
+        ``reuse_logs``: RocksDB reuses obsolete write-ahead logs, so a commit's log sync
+        overwrites bytes instead of appending them (cheaper), but no reader can follow this
+        writer: see the module docstring.
         """
         if read_only:
             return RocksDBReader.open_reader(path, open_deadline=open_deadline)
@@ -225,8 +273,8 @@ class RocksDBEngine(StorageEngine):
                 raise NotADirectoryError(errno.ENOTDIR, "Not a directory")
             if os.path.exists(os.path.join(path, "CURRENT")):
                 _checked_column_families(path, open_deadline)
-            column_families = {name: _options() for name in COLUMN_FAMILIES if name != CF_DEFAULT}
-            db = rocksdict.Rdict(path, _options(), column_families=column_families)
+            column_families = {name: store_options(reuse_logs) for name in COLUMN_FAMILIES if name != CF_DEFAULT}
+            db = rocksdict.Rdict(path, store_options(reuse_logs), column_families=column_families)
         except SvitError:
             raise
         except Exception as exc:
@@ -236,6 +284,7 @@ class RocksDBEngine(StorageEngine):
             raise error from None
         try:
             engine = cls(path, db)
+            engine.reuse_logs = reuse_logs
         except Exception as exc:
             _close_quietly(db)
             raise storage_error(exc, "cannot open store") from None
@@ -339,10 +388,11 @@ class RocksDBEngine(StorageEngine):
             raise storage_error(exc, "read failed") from None
 
     def describe(self) -> dict[str, Any]:
+        reuse = "; obsolete WAL files reused, so no reader can follow this writer" if self.reuse_logs else ""
         return {
             "engine": "rocksdb",
             "write": "every acknowledged commit in a WriteBatch whose WAL was synced before it was acknowledged "
-                     "(WAL on, SyncWAL after each write; commits arriving together share one)",
+                     f"(WAL on, SyncWAL after each write; commits arriving together share one{reuse})",
             "wal_recovery_mode": "point_in_time",
             # One RocksDB instance: the derived index shares the record's device.
             "shares_device": True,
@@ -499,6 +549,7 @@ class RocksDBReader(RocksDBEngine):
             if missing:
                 raise PersistenceUnavailable(
                     f"store lacks the column families {missing}: open it for writing once to add them", reason="unknown")
+            _refuse_reused_logs(path)
             scratch = tempfile.mkdtemp(prefix="svit-reader-")
             logs = _log_files(path)
             os.mkdir(os.path.join(scratch, "1"))
@@ -551,6 +602,7 @@ class RocksDBReader(RocksDBEngine):
     def _reopen(self) -> None:
         """Replace the secondary instance by a fresh one (its own scratch directory)."""
         logs = _log_files(self.path)
+        _refuse_reused_logs(self.path)
         self._instances += 1
         scratch = os.path.join(self._scratch, str(self._instances))
         os.mkdir(scratch)
@@ -594,8 +646,42 @@ class RocksDBReader(RocksDBEngine):
 
 
 def _log_files(path: str) -> frozenset[str]:
-    """The writer's write-ahead log files (a flush starts a new one)."""
+    """The writer's write-ahead log files (a flush starts a new one), and its OPTIONS
+    files (a writer that opens writes a new one: see :func:`_refuse_reused_logs`)."""
     try:
-        return frozenset(name for name in os.listdir(path) if name.endswith(".log"))
+        return frozenset(name for name in os.listdir(path) if name.endswith(".log") or _OPTIONS.fullmatch(name))
     except OSError as exc:
         raise storage_error(exc, "cannot follow the store's writer") from None
+
+
+_OPTIONS = re.compile(r"OPTIONS-([0-9]{1,20})")
+_RECYCLED = re.compile(r"^\s*recycle_log_file_num\s*=\s*([0-9]+)\s*$", re.MULTILINE)
+
+
+def writer_reuses_logs(path: str | os.PathLike[str]) -> bool:
+    """Whether the store's latest writer (running or not) had RocksDB reuse its obsolete
+    write-ahead logs: the ``recycle_log_file_num`` of the newest OPTIONS file, which
+    RocksDB writes at every open with the options it runs with."""
+    path = os.fspath(path)
+    for _attempt in range(3):  # a writer opening meanwhile replaces its older OPTIONS files
+        numbered = [(int(found.group(1)), name) for name in os.listdir(path) if (found := _OPTIONS.fullmatch(name))]
+        if not numbered:
+            return False
+        try:
+            with open(os.path.join(path, max(numbered)[1]), encoding="utf-8", errors="replace") as handle:
+                text = handle.read(1 << 20)
+        except FileNotFoundError:
+            continue
+        return any(int(value) > 0 for value in _RECYCLED.findall(text))
+    return False
+
+
+def _refuse_reused_logs(path: str) -> None:
+    """Refuse to follow a writer that reuses its logs (``reuse_logs``). RocksDB's secondary
+    instance reads every log file with no check that it is live: it replays a reused
+    file's old records beyond the live ones, or loops forever on the first of them."""
+    if writer_reuses_logs(path):
+        raise PersistenceUnavailable(
+            "cannot read the store while following its writer: the writer reuses its write-ahead logs "
+            "(reuse_logs), which a reader cannot follow; open it for writing once without reuse_logs first",
+            reason="unavailable")

@@ -181,7 +181,7 @@ class ProcessStore:
     # ------------------------------------------------------------------ opening
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, open_deadline: float | None = OPEN_DEADLINE_SECONDS,
-             read_only: bool = False, holder: str | None = None) -> ProcessStore:
+             read_only: bool = False, holder: str | None = None, reuse_logs: bool = False) -> ProcessStore:
         """Open (creating if absent) a store; refuses foreign or unknown layouts.
 
         ``path`` is a RocksDB store directory, or a ``postgresql://`` URL naming a
@@ -198,6 +198,9 @@ class ProcessStore:
         ``PersistenceUnavailable`` (reason ``read_only``) before anything is written,
         and the store stays usable. ``holder`` names a writer in the holder record a
         refused writer is shown (:mod:`svit.store.holder`; default: the program's name).
+        ``reuse_logs`` (RocksDB writers only): reuse obsolete write-ahead logs, for cheaper
+        log syncs in a long-running writer; no reader can follow such a writer (see
+        :mod:`svit.store.rocksdb`).
         """
         if is_database_url(path):
             try:
@@ -208,7 +211,8 @@ class ProcessStore:
                     "pip install 'svit[postgresql]'", reason="unavailable") from None
             store = cls.over(PostgreSQLEngine.open(str(path), read_only=read_only))
         else:
-            store = cls.over(RocksDBEngine.open(path, open_deadline=open_deadline, read_only=read_only, holder=holder))
+            store = cls.over(RocksDBEngine.open(path, open_deadline=open_deadline, read_only=read_only, holder=holder,
+                                                reuse_logs=reuse_logs))
         _log.info("store opened (%s%s)", store.engine.describe()["engine"], ", read-only" if read_only else "")
         return store
 
