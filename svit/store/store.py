@@ -122,6 +122,9 @@ _readable_snapshot = records.readable_snapshot
 _u64_key, _escape, _SEP = keys.u64, keys.escape, keys.SEP
 
 
+_set_state = OrderedDict.__setitem__
+
+
 class RecentStates(OrderedDict[str, State]):
     """The latest committed states of the addresses used most recently, at most ``capacity``."""
 
@@ -130,7 +133,7 @@ class RecentStates(OrderedDict[str, State]):
         self.capacity = capacity
 
     def __setitem__(self, address: str, state: State) -> None:
-        super().__setitem__(address, state)
+        _set_state(self, address, state)
         self.move_to_end(address)
         while len(self) > self.capacity:
             self.popitem(last=False)
