@@ -271,7 +271,7 @@ class StorageEngine(ABC):
         results: list[BaseException | None] = [None] * len(batches)
         remaining = list(range(len(batches)))
         while remaining:
-            batch = self._merge([batches[i] for i in remaining])
+            batch = batches[remaining[0]] if len(remaining) == 1 else self._merge([batches[i] for i in remaining])
             try:
                 self.writer(batch)
             except ExpectationFailed as failed:

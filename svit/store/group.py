@@ -309,7 +309,8 @@ class GroupCommit(Generic[B]):
                 ticket.done = True
                 wake(ticket)
             self._in_flight -= len(group)
-            self._wake_next_leader()
+            if self._queue:
+                self._wake_next_leader()
             for drainer in self._drainers:
                 wake(drainer)
 

@@ -313,6 +313,8 @@ def output_summary(output: Node | None) -> str | None:
     output, its kind and size (``<map of 1200 entries>``)."""
     if output is None:
         return None
+    if type(output.value) is int:
+        return str(output.value)  # an integer leaf (a bool's value is a bool): what json.dumps writes
     if output.count > _SUMMARY_NODES or output.text > _SUMMARY_TEXT:
         unit = {"map": "entries", "array": "items", "string": "bytes"}.get(output.kind, "bytes")
         return f"<{output.kind} of {output.size} {unit}>"

@@ -119,6 +119,10 @@ U64_MAX = 2**64 - 1
 # The names the commit path and the handle operations use for the record pieces.
 _State = State
 _readable_snapshot = records.readable_snapshot
+_u64_key, _escape, _SEP = keys.u64, keys.escape, keys.SEP
+
+
+_set_state = OrderedDict.__setitem__
 
 
 class RecentStates(OrderedDict[str, State]):
@@ -129,7 +133,7 @@ class RecentStates(OrderedDict[str, State]):
         self.capacity = capacity
 
     def __setitem__(self, address: str, state: State) -> None:
-        super().__setitem__(address, state)
+        _set_state(self, address, state)
         self.move_to_end(address)
         while len(self) > self.capacity:
             self.popitem(last=False)
@@ -921,50 +925,68 @@ class ProcessStore:
         :func:`svit.mutation.apply`, the function resume replays, so the record is not
         replayed here; resume checks every transaction's resulting root hash.
         """
-        self.require_writable()
+        engine = self.engine
+        if engine.read_only:
+            raise read_only_refusal()
         address = transition.address
         source = transition.source
-        if type(source) is not str or not 1 <= len(source.encode("utf-8", "surrogatepass")) <= MAX_SOURCE_BYTES:
+        # Up to 1,024 characters are 1-4,096 UTF-8 bytes whatever they are (a lone
+        # surrogate is 3): only a longer text is encoded to count its bytes.
+        if type(source) is not str or not (0 < len(source) <= MAX_SOURCE_BYTES // 4
+                                           or 1 <= len(source.encode("utf-8", "surrogatepass")) <= MAX_SOURCE_BYTES):
             raise InvalidPersistence("transaction source must be 1-4,096 bytes of text")
         mutations = transition.mutations
         root_after = transition.root_after
         root_hash = root_after.hash
+        version_before = transition.version_before
         version_after = transition.version_after
         summary = records.output_summary(transition.output)
         lock = self._lock
         with lock.committing():
-            self._check()
-            head = self._current_head(handle, transition.version_before)
-            position = 0 if head["position"] is None else head["position"] + 1
+            engine.check()
+            # The compare-and-swap on the head (:meth:`_current_head`, inline).
+            head = self._heads.get(address)
+            if head is None:
+                head = self._accepted_head(address)
+            known = handle.head
+            previous_position = head["position"]
+            if (previous_position != known.position or head["hash"] != known.hash
+                    or head["process_version"] != version_before):
+                raise PersistenceConflict()
+            position = 0 if previous_position is None else previous_position + 1
             if position > U64_MAX:
                 raise ResourceLimitExceeded("persistence transaction position")
             touched = mutation_module.touched_paths(mutations)
             base_hash = head["base_hash"]
             try:
                 encoded, event_hash, head_bytes = records.commit_records(
-                    address, base_hash, position, head["hash"], transition.version_before, version_after, mutations,
+                    address, base_hash, position, head["hash"], version_before, version_after, mutations,
                     touched, source, root_hash, int(time.time() * 1000), transition.script, summary)
             except ValueError:
                 raise InvalidPersistence("transaction cannot be encoded (text that is not Unicode)") from None
             if len(encoded) > MAX_TRANSACTION_BYTES:
                 raise ResourceLimitExceeded("persistence transaction bytes")
             new_head = Head(position, event_hash)
-            head_key, transaction_prefix, path_prefix = self._address_keys(address)
-            position_key = keys.u64(position)
-            batch = self._batch()
-            batch.put(CF_RECORD, transaction_prefix + position_key, encoded)
-            pending = self._stage_nodes(batch, root_after, transition.root_before)
+            prefixes = self._keys.get(address)
+            head_key, transaction_prefix, path_prefix = prefixes if prefixes is not None else self._address_keys(address)
+            position_key = _u64_key(position)
+            batch = engine.batch()
+            put = batch.put
+            put(CF_RECORD, transaction_prefix + position_key, encoded)
+            pending = self.nodes.stage(batch, root_after, transition.root_before)
             for path in touched:
-                batch.put(CF_INDEX, path_prefix + keys.escape(path) + keys.SEP + position_key, b"")
+                put(CF_INDEX, path_prefix + _escape(path) + _SEP + position_key, b"")
             self.mailbox.stage_commit(batch, transition)
             # A control receipt answering this commit is written by the same synced write.
-            receipt = stage_commit_receipt(self, batch, transition)
-            batch.put(CF_RECORD, head_key, head_bytes)
-            if self.engine.shared:
+            receipt = None if transition.receipt is None else stage_commit_receipt(self, batch, transition)
+            put(CF_RECORD, head_key, head_bytes)
+            if engine.shared:
                 # The head this commit chains to, as the bytes written or read with it.
                 batch.expect(CF_RECORD, head_key, self._accepted_head_bytes(address, head))
-            for space, key, value in handle.fences:
-                batch.expect(space, key, value)
+            fences = handle.fences
+            if fences:
+                for space, key, value in fences:
+                    batch.expect(space, key, value)
             ticket = lock.submit(batch)
             accepted = self._accept_head(address, base_hash, new_head, version_after, root_hash, head_bytes)
             # Known from now on: a later commit that skips these nodes is queued behind this
@@ -974,7 +996,7 @@ class ProcessStore:
             # once it was written (a commit beside it stages them again meanwhile).
             conditional = bool(batch.expectations)
             if not conditional:
-                self._remember_nodes(pending)
+                self.nodes.remember(*pending)
         # A failed write leaves the store terminal (nothing chains to ``accepted`` then); a
         # waiter interrupted here leaves its batch queued, to be written as accepted.
         try:
@@ -991,7 +1013,7 @@ class ProcessStore:
             raise
         if conditional:
             with lock.committing():
-                self._remember_nodes(pending)
+                self.nodes.remember(*pending)
         # Kept as it is: neither cache hands its records out (a read copies), nor changes them.
         self._head_cache[address] = (head_bytes, accepted)
         if receipt is not None:
