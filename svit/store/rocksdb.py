@@ -50,8 +50,8 @@ into a reused file makes its rename durable before anything in it is acknowledge
 RocksDB's secondary instance cannot follow such a writer: it replays every log file in
 the directory, kept obsolete ones included, and loops forever (holding the GIL) on the
 first old record after a reused log's live ones. So a reader of a store whose latest
-writer reuses logs (:func:`writer_reuses_logs`, read from the OPTIONS file RocksDB writes
-at every open) follows it with RocksDB *read-only* instances instead, opened afresh when
+writer, or the one before it, reuses logs (read from the OPTIONS files RocksDB writes at
+every open: :func:`writer_reuses_logs`) follows it with RocksDB *read-only* instances instead, opened afresh when
 the store's files changed: a read-only open recovers like a writer's (the MANIFEST names
 the live logs, older ones are skipped, a reused log ends at its first old record), takes
 no lock and writes nothing; each is preceded by the same bounded first read in a child
@@ -643,7 +643,7 @@ class RocksDBReader(RocksDBEngine):
     check reads up to 4 MiB in Python, too slow to repeat at every flush of a live
     writer whose files the first open verified.)
 
-    When the store's latest writer reuses its logs (``reuse_logs``), which a secondary
+    When the store's latest writer (or the one before) reuses its logs, which a secondary
     cannot follow, the instance is a RocksDB read-only one instead: it sees the store as
     it was when opened, so following means opening a fresh one (each bounded in time
     like the first) whenever the writer's files changed (:class:`_StoreFiles`). The
