@@ -72,6 +72,7 @@ import json
 import logging
 import os
 import re
+import select
 import shutil
 import subprocess
 import sys
@@ -205,15 +206,23 @@ def _probe_column_families(path: str, deadline: float | None) -> list[str]:
             stdin=subprocess.DEVNULL, capture_output=True, timeout=deadline,
         )
     except subprocess.TimeoutExpired:
-        raise InvalidPersistence(
-            f"store did not open within {deadline:g} s: RocksDB did not finish reading its files (a damaged "
-            "MANIFEST or log can make it spin); restore it from a copy or an archive"
-        ) from None
+        raise _late(deadline) from None
+    return _probe_answer(probe.stdout, f"exit status {probe.returncode}")
+
+
+def _late(deadline: float) -> InvalidPersistence:
+    return InvalidPersistence(
+        f"store did not open within {deadline:g} s: RocksDB did not finish reading its files (a damaged "
+        "MANIFEST or log can make it spin); restore it from a copy or an archive")
+
+
+def _probe_answer(output: bytes, status: str) -> list[str]:
+    """The column families a probe printed as its last line, or the failure it reported."""
     try:
-        answer = json.loads(probe.stdout.decode("utf-8").strip().splitlines()[-1])
+        answer = json.loads(output.decode("utf-8").strip().splitlines()[-1])
     except (ValueError, IndexError, UnicodeDecodeError):
         raise PersistenceUnavailable(
-            f"cannot open store: the process reading its files failed (exit status {probe.returncode}); "
+            f"cannot open store: the process reading its files failed ({status}); "
             "open_deadline=None reads them in this process instead", reason="unknown"
         ) from None
     if "error" in answer:
@@ -506,6 +515,75 @@ def _open_read_only(path: str) -> rocksdict.Rdict:
                            access_type=rocksdict.AccessType.read_only())
 
 
+# The probe of :data:`_PROBE` as a loop, for the reopens of a reader (see :class:`_Prober`):
+# the directory rocksdict was imported from as its argument, then one store directory (a
+# JSON string) per line of input, each answered with one JSON line.
+_PROBES = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import rocksdict
+for line in sys.stdin:
+    try:
+        path = json.loads(line)
+        options = rocksdict.Options(raw_mode=True)
+        names = rocksdict.Rdict.list_cf(path, options)
+        db = rocksdict.Rdict(path, options, column_families={n: rocksdict.Options(raw_mode=True) for n in names if n != "default"},
+                             access_type=rocksdict.AccessType.read_only())
+        db.close()
+    except Exception as exc:
+        print(json.dumps({"error": str(exc), "kind": type(exc).__name__}), flush=True)
+    else:
+        print(json.dumps({"column_families": names}), flush=True)
+"""
+
+
+class _Prober:
+    """A child process that makes each of a reader's read-only reopens first, killed when
+    one takes longer than the deadline (as :func:`_probe_column_families` does for a first
+    open). One process serves all of a reader's reopens: starting an interpreter and
+    importing rocksdict costs more than the open. It exits when its input closes, so with
+    the reader's process too."""
+
+    def __init__(self) -> None:
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def column_families(self, path: str, deadline: float) -> list[str]:
+        if not sys.executable:
+            return _probe_column_families(path, deadline)
+        process = self._process
+        if process is None or process.poll() is not None:
+            process = self._process = subprocess.Popen(
+                [sys.executable, "-I", "-c", _PROBES, _ROCKSDICT_HOME],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            process.stdin.write(json.dumps(path).encode("utf-8") + b"\n")
+            process.stdin.flush()
+        except OSError:
+            self.close()
+            raise PersistenceUnavailable("cannot open store: the process reading its files failed (it exited); "
+                                         "open_deadline=None reads them in this process instead", reason="unknown") from None
+        # One line, written at once and shorter than a pipe's atomic write: readable means whole.
+        ready, _, _ = select.select([process.stdout], [], [], deadline)
+        if not ready:
+            self.close()
+            raise _late(deadline)
+        line = process.stdout.readline()
+        if not line:
+            self.close()
+        return _probe_answer(line, "it exited" if not line else "bad answer")
+
+    def close(self) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        assert process.stdin is not None and process.stdout is not None
+        process.kill()
+        process.wait()
+        process.stdin.close()
+        process.stdout.close()
+
+
 class _StoreFiles(NamedTuple):
     """The files a writer changes when it commits, flushes, reuses a log or opens (its
     logs, CURRENT, MANIFEST and OPTIONS files), as a reader following a log-reusing writer
@@ -554,12 +632,13 @@ def _store_files(path: str) -> _StoreFiles:
     return _StoreFiles(frozenset(stamps), seen)
 
 
-def _open_settled_read_only(path: str, deadline: float | None, probed: bool) -> tuple[rocksdict.Rdict, _StoreFiles]:
+def _open_settled_read_only(path: str, deadline: float | None, probed: bool,
+                            prober: _Prober) -> tuple[rocksdict.Rdict, _StoreFiles]:
     """A read-only instance over the store at ``path`` and the files as they were when it
     began to read them.
 
-    Each open is first made in a child process bounded by ``deadline`` (unless ``probed``:
-    the caller has just done so), like a store's first open. A read-only open reads the
+    Each open is first made in a child process (``prober``) bounded by ``deadline`` (unless
+    ``probed``: the caller has just done so), like a store's first open. A read-only open reads the
     MANIFEST, then the files it names: if the writer reused a log meanwhile (renamed a kept
     one and wrote over it), a live log's records would be missing, so an open during which
     a log went is discarded and made again; one that failed while the writer replaced
@@ -570,7 +649,7 @@ def _open_settled_read_only(path: str, deadline: float | None, probed: bool) -> 
         listed = _listing(path)
         try:
             if deadline is not None and not (probed and attempt == 0):
-                _probe_column_families(path, deadline)
+                prober.column_families(path, deadline)
             before = _store_files(path)
             db = _open_read_only(path)
         except SvitError:
@@ -611,13 +690,13 @@ def _listing(path: str) -> frozenset[str]:
         raise storage_error(exc, "cannot follow the store's writer") from None
 
 
-def _open_instance(path: str, scratch: str, deadline: float | None,
-                   probed: bool) -> tuple[rocksdict.Rdict, _StoreFiles | None]:
+def _open_instance(path: str, scratch: str, deadline: float | None, probed: bool,
+                   prober: _Prober) -> tuple[rocksdict.Rdict, _StoreFiles | None]:
     """A secondary instance (with its scratch directory ``scratch``), or, when the store's
     writer reuses its logs (or the one before it did: see :func:`_logs_may_be_reused`), a
     read-only instance and the files it was opened on."""
     if _logs_may_be_reused(path):
-        return _open_settled_read_only(path, deadline, probed)
+        return _open_settled_read_only(path, deadline, probed, prober)
     os.mkdir(scratch)
     return _open_secondary(path, scratch), None
 
@@ -653,7 +732,8 @@ class RocksDBReader(RocksDBEngine):
     read_only = True
 
     def __init__(self, path: str, db: rocksdict.Rdict, scratch: str, logs: frozenset[str], *,
-                 files: _StoreFiles | None = None, open_deadline: float | None = OPEN_DEADLINE_SECONDS) -> None:
+                 files: _StoreFiles | None = None, open_deadline: float | None = OPEN_DEADLINE_SECONDS,
+                 prober: _Prober | None = None) -> None:
         super().__init__(path, db)
         self._scratch = scratch
         self._instances = 1
@@ -661,6 +741,7 @@ class RocksDBReader(RocksDBEngine):
         #: The files a read-only instance was opened on (None: a secondary instance).
         self._files = files
         self._deadline = open_deadline
+        self._prober = prober if prober is not None else _Prober()
         #: How many times a fresh instance replaced the previous one (for tests).
         self.reopened = 0
         self._caught_up = time.monotonic()
@@ -684,6 +765,7 @@ class RocksDBReader(RocksDBEngine):
         if not os.path.isdir(path) or not os.path.exists(os.path.join(path, "CURRENT")):
             raise PersistenceNotFound("no store has been written there yet")
         scratch: str | None = None
+        prober = _Prober()
         try:
             existing = _while_files_change(path, lambda: _checked_column_families(path, open_deadline))
             missing = sorted(set(COLUMN_FAMILIES) - set(existing))
@@ -692,16 +774,18 @@ class RocksDBReader(RocksDBEngine):
                     f"store lacks the column families {missing}: open it for writing once to add them", reason="unknown")
             scratch = tempfile.mkdtemp(prefix="svit-reader-")
             logs = _log_files(path)
-            db, files = _open_instance(path, os.path.join(scratch, "1"), open_deadline, probed=True)
+            db, files = _open_instance(path, os.path.join(scratch, "1"), open_deadline, probed=True, prober=prober)
         except BaseException as exc:
+            prober.close()
             if scratch is not None:
                 shutil.rmtree(scratch, ignore_errors=True)
             if isinstance(exc, SvitError) or not isinstance(exc, Exception):
                 raise
             raise storage_error(exc, "cannot open store to read") from None
         try:
-            return cls(path, db, scratch, logs, files=files, open_deadline=open_deadline)
+            return cls(path, db, scratch, logs, files=files, open_deadline=open_deadline, prober=prober)
         except Exception as exc:
+            prober.close()
             _close_quietly(db)
             shutil.rmtree(scratch, ignore_errors=True)
             raise storage_error(exc, "cannot open store to read") from None
@@ -748,7 +832,7 @@ class RocksDBReader(RocksDBEngine):
         logs = _log_files(self.path)
         self._instances += 1
         db, files = _open_instance(self.path, os.path.join(self._scratch, str(self._instances)), self._deadline,
-                                   probed=False)
+                                   probed=False, prober=self._prober)
         self._db = db
         self._handles = {name: db.get_column_family_handle(name) for name in COLUMN_FAMILIES}
         self._column_families = {
@@ -787,6 +871,7 @@ class RocksDBReader(RocksDBEngine):
         try:
             super()._release()
         finally:
+            self._prober.close()
             shutil.rmtree(self._scratch, ignore_errors=True)
 
 

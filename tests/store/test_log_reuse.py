@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 
 from svit import Process
+from svit.errors import InvalidPersistence
 from svit.store import ProcessStore, rocksdb
 from svit.store.rocksdb import REUSED_LOG_BYTES, REUSED_LOGS, RocksDBEngine, writer_reuses_logs
 from tests.store.log_roll_writer import ADDRESS, blob, log_files
@@ -384,3 +385,38 @@ def test_an_open_during_which_a_log_was_reused_is_made_again(tmp_path: Path, mon
         assert (view.version, view.read("/memory/blob")) == (last, blob(last))
     finally:
         reader.close()
+
+
+def test_a_reopen_that_does_not_finish_in_time_is_refused_and_its_process_killed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each reopen is first made in a child process (one per reader, kept between
+    reopens) and refused when it does not answer within ``open_deadline``, as RocksDB
+    spinning on a damaged file would not; the reader stays usable, and closing it ends
+    the child."""
+    path = tmp_path / "store"
+    writer = reusing(path)
+    handle = writer.create(Process.builder(ADDRESS).memory("blob", "").build())
+    last = roll_onto_reused_logs(handle, path, 2)
+    reader = ProcessStore.open(path, read_only=True, open_deadline=1.0)
+    try:
+        handle.write("/memory/blob", blob(last + 1))
+        reader.follow()
+        prober = reader.engine._prober  # type: ignore[attr-defined]
+        first = prober._process
+        assert first is not None and first.poll() is None
+        monkeypatch.setattr(rocksdb, "_PROBES", "import sys, time\nfor line in sys.stdin: time.sleep(60)\n")
+        prober.close()  # the next reopen starts a child that never answers
+        handle.write("/memory/blob", blob(last + 2))
+        with pytest.raises(InvalidPersistence) as late:
+            reader.follow()
+        assert "did not open within 1 s" in late.value.message and str(path) not in late.value.message
+        assert prober._process is None
+        monkeypatch.undo()  # the next operation reopens, with a new child
+        reader.follow()
+        assert reader.resume(ADDRESS).read("/memory/blob") == blob(last + 2)
+        child = prober._process
+        assert child is not None and child.poll() is None
+    finally:
+        reader.close()
+        writer.close()
+    assert child.poll() is not None
