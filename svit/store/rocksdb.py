@@ -51,12 +51,13 @@ RocksDB's secondary instance cannot follow such a writer: it replays every log f
 the directory, kept obsolete ones included, and loops forever (holding the GIL) on the
 first old record after a reused log's live ones. So a reader of a store whose latest
 writer, or the one before it, reuses logs (read from the OPTIONS files RocksDB writes at
-every open: :func:`writer_reuses_logs`) follows it with RocksDB *read-only* instances instead, opened afresh when
-the store's files changed: a read-only open recovers like a writer's (the MANIFEST names
-the live logs, older ones are skipped, a reused log ends at its first old record), takes
-no lock and writes nothing; each is preceded by the same bounded first read in a child
-process as the first open, and is kept only when no log was created, reused or removed
-while it read (see :class:`RocksDBReader`).
+every open: :func:`writer_reuses_logs`) follows it with RocksDB *read-only* instances
+instead, opened afresh when the store's files changed: a read-only open recovers like a
+writer's (the MANIFEST names the live logs, older ones are skipped, a reused log ends at
+its first old record), takes no lock and writes nothing. Each is preceded by the same
+bounded first read as a first open, in a child process the reader keeps for them
+(:class:`_Prober`), and is kept only when no log went (reused or removed) while it read
+(see :class:`RocksDBReader`).
 
 RocksDB's and the operating system's error text name host files, so every raw failure
 is classified (:mod:`svit.store.failures`) and only the classified problem is kept.
