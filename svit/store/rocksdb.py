@@ -49,10 +49,15 @@ first record of an older one; the directory sync made by the first log sync
 into a reused file makes its rename durable before anything in it is acknowledged. But
 RocksDB's secondary instance cannot follow such a writer: it replays every log file in
 the directory, kept obsolete ones included, and loops forever (holding the GIL) on the
-first old record after a reused log's live ones. So a reader refuses a store whose latest
-writer reuses logs (:func:`writer_reuses_logs`, read from the OPTIONS file RocksDB writes
-at every open) when it opens and whenever a writer opened since; an ordinary writer's open
-deletes the kept logs, and readers follow again.
+first old record after a reused log's live ones. So a reader of a store whose latest
+writer, or the one before it, reuses logs (read from the OPTIONS files RocksDB writes at
+every open: :func:`writer_reuses_logs`) follows it with RocksDB *read-only* instances
+instead, opened afresh when the store's files changed: a read-only open recovers like a
+writer's (the MANIFEST names the live logs, older ones are skipped, a reused log ends at
+its first old record), takes no lock and writes nothing. Each is preceded by the same
+bounded first read as a first open, in a child process the reader keeps for them
+(:class:`_Prober`), and is kept only when no log went (reused or removed) while it read
+(see :class:`RocksDBReader`).
 
 RocksDB's and the operating system's error text name host files, so every raw failure
 is classified (:mod:`svit.store.failures`) and only the classified problem is kept.
@@ -68,6 +73,7 @@ import json
 import logging
 import os
 import re
+import select
 import shutil
 import subprocess
 import sys
@@ -75,7 +81,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import rocksdict
 
@@ -201,15 +207,23 @@ def _probe_column_families(path: str, deadline: float | None) -> list[str]:
             stdin=subprocess.DEVNULL, capture_output=True, timeout=deadline,
         )
     except subprocess.TimeoutExpired:
-        raise InvalidPersistence(
-            f"store did not open within {deadline:g} s: RocksDB did not finish reading its files (a damaged "
-            "MANIFEST or log can make it spin); restore it from a copy or an archive"
-        ) from None
+        raise _late(deadline) from None
+    return _probe_answer(probe.stdout, f"exit status {probe.returncode}")
+
+
+def _late(deadline: float) -> InvalidPersistence:
+    return InvalidPersistence(
+        f"store did not open within {deadline:g} s: RocksDB did not finish reading its files (a damaged "
+        "MANIFEST or log can make it spin); restore it from a copy or an archive")
+
+
+def _probe_answer(output: bytes, status: str) -> list[str]:
+    """The column families a probe printed as its last line, or the failure it reported."""
     try:
-        answer = json.loads(probe.stdout.decode("utf-8").strip().splitlines()[-1])
+        answer = json.loads(output.decode("utf-8").strip().splitlines()[-1])
     except (ValueError, IndexError, UnicodeDecodeError):
         raise PersistenceUnavailable(
-            f"cannot open store: the process reading its files failed (exit status {probe.returncode}); "
+            f"cannot open store: the process reading its files failed ({status}); "
             "open_deadline=None reads them in this process instead", reason="unknown"
         ) from None
     if "error" in answer:
@@ -260,8 +274,8 @@ class RocksDBEngine(StorageEngine):
         another process holds is refused naming that process.
 
         ``reuse_logs``: RocksDB reuses obsolete write-ahead logs, so a commit's log sync
-        overwrites bytes instead of appending them (cheaper), but no reader can follow this
-        writer: see the module docstring.
+        overwrites bytes instead of appending them (cheaper); a reader then follows this
+        writer by reopening rather than catching up: see the module docstring.
         """
         if read_only:
             return RocksDBReader.open_reader(path, open_deadline=open_deadline)
@@ -388,7 +402,7 @@ class RocksDBEngine(StorageEngine):
             raise storage_error(exc, "read failed") from None
 
     def describe(self) -> dict[str, Any]:
-        reuse = "; obsolete WAL files reused, so no reader can follow this writer" if self.reuse_logs else ""
+        reuse = "; obsolete WAL files reused, so readers follow it by reopening" if self.reuse_logs else ""
         return {
             "engine": "rocksdb",
             "write": "every acknowledged commit in a WriteBatch whose WAL was synced before it was acknowledged "
@@ -496,11 +510,203 @@ def _open_secondary(path: str, scratch: str) -> rocksdict.Rdict:
                            access_type=rocksdict.AccessType.secondary(scratch))
 
 
+def _open_read_only(path: str) -> rocksdict.Rdict:
+    column_families = {name: _reader_options() for name in COLUMN_FAMILIES if name != CF_DEFAULT}
+    return rocksdict.Rdict(path, _reader_options(), column_families=column_families,
+                           access_type=rocksdict.AccessType.read_only())
+
+
+# The probe of :data:`_PROBE` as a loop, for the reopens of a reader (see :class:`_Prober`):
+# the directory rocksdict was imported from as its argument, then one store directory (a
+# JSON string) per line of input, each answered with one JSON line.
+_PROBES = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import rocksdict
+for line in sys.stdin:
+    try:
+        path = json.loads(line)
+        options = rocksdict.Options(raw_mode=True)
+        names = rocksdict.Rdict.list_cf(path, options)
+        db = rocksdict.Rdict(path, options, column_families={n: rocksdict.Options(raw_mode=True) for n in names if n != "default"},
+                             access_type=rocksdict.AccessType.read_only())
+        db.close()
+    except Exception as exc:
+        print(json.dumps({"error": str(exc), "kind": type(exc).__name__}), flush=True)
+    else:
+        print(json.dumps({"column_families": names}), flush=True)
+"""
+
+
+class _Prober:
+    """A child process that makes each of a reader's read-only reopens first, killed when
+    one takes longer than the deadline (as :func:`_probe_column_families` does for a first
+    open). One process serves all of a reader's reopens: starting an interpreter and
+    importing rocksdict costs more than the open. It exits when its input closes, so with
+    the reader's process too."""
+
+    def __init__(self) -> None:
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def column_families(self, path: str, deadline: float) -> list[str]:
+        if not sys.executable:
+            return _probe_column_families(path, deadline)
+        process = self._process
+        if process is None or process.poll() is not None:
+            process = self._process = subprocess.Popen(
+                [sys.executable, "-I", "-c", _PROBES, _ROCKSDICT_HOME],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            process.stdin.write(json.dumps(path).encode("utf-8") + b"\n")
+            process.stdin.flush()
+        except OSError:
+            self.close()
+            raise PersistenceUnavailable("cannot open store: the process reading its files failed (it exited); "
+                                         "open_deadline=None reads them in this process instead", reason="unknown") from None
+        # One line, written at once and shorter than a pipe's atomic write: readable means whole.
+        ready, _, _ = select.select([process.stdout], [], [], deadline)
+        if not ready:
+            self.close()
+            raise _late(deadline)
+        line = process.stdout.readline()
+        if not line:
+            self.close()
+        return _probe_answer(line, "it exited" if not line else "bad answer")
+
+    def close(self) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        assert process.stdin is not None and process.stdout is not None
+        process.kill()
+        process.wait()
+        process.stdin.close()
+        process.stdout.close()
+
+
+class _StoreFiles(NamedTuple):
+    """The files a writer changes when it commits, flushes, reuses a log or opens (its
+    logs, CURRENT, MANIFEST and OPTIONS files), as a reader following a log-reusing writer
+    saw them: a commit written over a reused log's old bytes changes no size, only the
+    modification time."""
+
+    #: (name, size, modification time in ns) of each file.
+    stamps: frozenset[tuple[str, int, int]]
+    #: The wall-clock time (ns) read just before the files were.
+    seen: int
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset(name for name, _size, _mtime in self.stamps)
+
+    @property
+    def settled(self) -> bool:
+        """Whether any later write must show in the stamps: file times come from a coarse
+        clock (a few ms a tick), so a write in the same tick as the newest stamp may leave it
+        as it was; stamps older than :data:`_SETTLED_SECONDS` when seen cannot be repeated."""
+        newest = max((mtime for _name, _size, mtime in self.stamps), default=0)
+        return newest < self.seen - int(_SETTLED_SECONDS * 1e9)
+
+
+#: See :attr:`_StoreFiles.settled`: until the newest of a reusing writer's files is this
+#: old, a reader reopens at every follow even when no stamp changed.
+_SETTLED_SECONDS = 1.0
+#: How many read-only opens a reader makes before giving up when the writer created,
+#: reused or removed a log while each of them read the files.
+_READ_ONLY_ATTEMPTS = 5
+
+
+def _store_files(path: str) -> _StoreFiles:
+    seen = time.time_ns()
+    stamps = set()
+    try:
+        for name in os.listdir(path):
+            if name.endswith(".log") or name == "CURRENT" or name.startswith("MANIFEST-") or _OPTIONS.fullmatch(name):
+                try:
+                    status = os.stat(os.path.join(path, name))
+                except FileNotFoundError:  # removed meanwhile: the names differ from the last look
+                    continue
+                stamps.add((name, status.st_size, status.st_mtime_ns))
+    except OSError as exc:
+        raise storage_error(exc, "cannot follow the store's writer") from None
+    return _StoreFiles(frozenset(stamps), seen)
+
+
+def _open_settled_read_only(path: str, deadline: float | None, probed: bool,
+                            prober: _Prober) -> tuple[rocksdict.Rdict, _StoreFiles]:
+    """A read-only instance over the store at ``path`` and the files as they were when it
+    began to read them.
+
+    Each open is first made in a child process (``prober``) bounded by ``deadline`` (unless
+    ``probed``: the caller has just done so), like a store's first open. A read-only open reads the
+    MANIFEST, then the files it names: if the writer reused a log meanwhile (renamed a kept
+    one and wrote over it), a live log's records would be missing, so an open during which
+    a log went is discarded and made again; one that failed while the writer replaced
+    files (a compaction removes tables the MANIFEST it read still named) is made again too.
+    """
+    for attempt in range(_READ_ONLY_ATTEMPTS):
+        last = attempt + 1 == _READ_ONLY_ATTEMPTS
+        listed = _listing(path)
+        try:
+            if deadline is not None and not (probed and attempt == 0):
+                prober.column_families(path, deadline)
+            before = _store_files(path)
+            db = _open_read_only(path)
+        except SvitError:
+            raise
+        except Exception:
+            if last or _listing(path) == listed:
+                raise
+            continue
+        after = _store_files(path)
+        if not {name for name in before.names if name.endswith(".log")} - after.names:
+            return db, before
+        _close_quietly(db)
+    raise PersistenceUnavailable(
+        f"cannot read the store: its writer reused a write-ahead log during each of {_READ_ONLY_ATTEMPTS} "
+        "attempts to open it; try again", reason="unavailable")
+
+
+def _while_files_change(path: str, read: Callable[[], list[str]]) -> list[str]:
+    """``read()``, made again (up to :data:`_READ_ONLY_ATTEMPTS` times) when RocksDB failed
+    while the writer replaced files: a compaction removes tables a MANIFEST read a moment
+    before still names."""
+    for attempt in range(_READ_ONLY_ATTEMPTS):
+        listed = _listing(path)
+        try:
+            return read()
+        except SvitError:
+            raise
+        except Exception:
+            if attempt + 1 == _READ_ONLY_ATTEMPTS or _listing(path) == listed:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _listing(path: str) -> frozenset[str]:
+    try:
+        return frozenset(os.listdir(path))
+    except OSError as exc:
+        raise storage_error(exc, "cannot follow the store's writer") from None
+
+
+def _open_instance(path: str, scratch: str, deadline: float | None, probed: bool,
+                   prober: _Prober) -> tuple[rocksdict.Rdict, _StoreFiles | None]:
+    """A secondary instance (with its scratch directory ``scratch``), or, when the store's
+    writer reuses its logs (or the one before it did: see :func:`_logs_may_be_reused`), a
+    read-only instance and the files it was opened on."""
+    if _logs_may_be_reused(path):
+        return _open_settled_read_only(path, deadline, probed, prober)
+    os.mkdir(scratch)
+    return _open_secondary(path, scratch), None
+
+
 class RocksDBReader(RocksDBEngine):
     """A read-only view of a store directory that follows its writer.
 
-    A RocksDB secondary instance: it takes no lock (a writer may hold the store), reads
-    the writer's files, and keeps its own small scratch files in a private temporary
+    Usually a RocksDB secondary instance: it takes no lock (a writer may hold the store),
+    reads the writer's files, and keeps its own small scratch files in a private temporary
     directory removed at close. It catches up with the writer's log when the store lock
     is entered from outside (every store operation enters it), at most every
     :data:`FOLLOW_SECONDS`, or at once through :meth:`follow`. Every write is refused
@@ -516,20 +722,37 @@ class RocksDBReader(RocksDBEngine):
     flushed files as they are. (That reopen skips the open-time checks: the MANIFEST
     check reads up to 4 MiB in Python, too slow to repeat at every flush of a live
     writer whose files the first open verified.)
+
+    When the store's latest writer (or the one before) reuses its logs, which a secondary
+    cannot follow, the instance is a RocksDB read-only one instead: it sees the store as
+    it was when opened, so following means opening a fresh one (each bounded in time
+    like the first) whenever the writer's files changed (:class:`_StoreFiles`). The
+    reader switches between the two kinds whenever a writer of the other kind has opened.
     """
 
     read_only = True
 
-    def __init__(self, path: str, db: rocksdict.Rdict, scratch: str, logs: frozenset[str]) -> None:
+    def __init__(self, path: str, db: rocksdict.Rdict, scratch: str, logs: frozenset[str], *,
+                 files: _StoreFiles | None = None, open_deadline: float | None = OPEN_DEADLINE_SECONDS,
+                 prober: _Prober | None = None) -> None:
         super().__init__(path, db)
         self._scratch = scratch
         self._instances = 1
         self._logs = logs
-        #: How many times a fresh secondary instance replaced the previous one (for tests).
+        #: The files a read-only instance was opened on (None: a secondary instance).
+        self._files = files
+        self._deadline = open_deadline
+        self._prober = prober if prober is not None else _Prober()
+        #: How many times a fresh instance replaced the previous one (for tests).
         self.reopened = 0
         self._caught_up = time.monotonic()
         self._closing = False
         self.lock = _FollowingLock(self._write_group, self._follow_if_due)
+
+    @property
+    def reopens_to_follow(self) -> bool:
+        """Whether this reader follows a writer that reuses its logs, with read-only instances."""
+        return self._files is not None
 
     @classmethod
     def open_reader(cls, path: str | os.PathLike[str], *, open_deadline: float | None = OPEN_DEADLINE_SECONDS) -> RocksDBReader:
@@ -543,32 +766,33 @@ class RocksDBReader(RocksDBEngine):
         if not os.path.isdir(path) or not os.path.exists(os.path.join(path, "CURRENT")):
             raise PersistenceNotFound("no store has been written there yet")
         scratch: str | None = None
+        prober = _Prober()
         try:
-            existing = _checked_column_families(path, open_deadline)
+            existing = _while_files_change(path, lambda: _checked_column_families(path, open_deadline))
             missing = sorted(set(COLUMN_FAMILIES) - set(existing))
             if missing:
                 raise PersistenceUnavailable(
                     f"store lacks the column families {missing}: open it for writing once to add them", reason="unknown")
-            _refuse_reused_logs(path)
             scratch = tempfile.mkdtemp(prefix="svit-reader-")
             logs = _log_files(path)
-            os.mkdir(os.path.join(scratch, "1"))
-            db = _open_secondary(path, os.path.join(scratch, "1"))
+            db, files = _open_instance(path, os.path.join(scratch, "1"), open_deadline, probed=True, prober=prober)
         except BaseException as exc:
+            prober.close()
             if scratch is not None:
                 shutil.rmtree(scratch, ignore_errors=True)
             if isinstance(exc, SvitError) or not isinstance(exc, Exception):
                 raise
             raise storage_error(exc, "cannot open store to read") from None
         try:
-            return cls(path, db, scratch, logs)
+            return cls(path, db, scratch, logs, files=files, open_deadline=open_deadline, prober=prober)
         except Exception as exc:
+            prober.close()
             _close_quietly(db)
             shutil.rmtree(scratch, ignore_errors=True)
             raise storage_error(exc, "cannot open store to read") from None
 
     def follow(self) -> None:
-        """Catch up with the writer's log now (waits for an operation in progress)."""
+        """Catch up with the writer now (waits for an operation in progress)."""
         with self.lock:
             self._catch_up()
 
@@ -585,13 +809,18 @@ class RocksDBReader(RocksDBEngine):
         if self._closed:
             return
         try:
-            before = _log_files(self.path)
-            if before == self._logs:
-                self._db.try_catch_up_with_primary()
-                after = _log_files(self.path)
-                if after == before:
+            if self._files is not None:
+                if self._files.settled and _store_files(self.path).stamps == self._files.stamps:
                     self._caught_up = time.monotonic()
                     return
+            else:
+                before = _log_files(self.path)
+                if before == self._logs:
+                    self._db.try_catch_up_with_primary()
+                    after = _log_files(self.path)
+                    if after == before:
+                        self._caught_up = time.monotonic()
+                        return
             self._reopen()
         except SvitError:
             raise
@@ -600,19 +829,18 @@ class RocksDBReader(RocksDBEngine):
         self._caught_up = time.monotonic()
 
     def _reopen(self) -> None:
-        """Replace the secondary instance by a fresh one (its own scratch directory)."""
+        """Replace the instance by a fresh one (a secondary one has its own scratch directory)."""
         logs = _log_files(self.path)
-        _refuse_reused_logs(self.path)
         self._instances += 1
-        scratch = os.path.join(self._scratch, str(self._instances))
-        os.mkdir(scratch)
-        db = _open_secondary(self.path, scratch)
+        db, files = _open_instance(self.path, os.path.join(self._scratch, str(self._instances)), self._deadline,
+                                   probed=False, prober=self._prober)
         self._db = db
         self._handles = {name: db.get_column_family_handle(name) for name in COLUMN_FAMILIES}
         self._column_families = {
             name: (db if name == CF_DEFAULT else db.get_column_family(name)) for name in COLUMN_FAMILIES
         }
         self._logs = logs
+        self._files = files
         self.reopened += 1
         # The previous instance is let go of, not closed: a scan another thread is still
         # reading keeps it until it ends (a secondary holds no lock, only open files).
@@ -635,19 +863,23 @@ class RocksDBReader(RocksDBEngine):
 
     def describe(self) -> dict[str, Any]:
         described = super().describe()
-        described["write"] = "none: a read-only secondary instance that follows the store's writer"
+        described["write"] = (
+            "none: read-only instances, opened afresh when the files of the store's writer (which reuses its logs) "
+            "changed" if self._files is not None else "none: a read-only secondary instance that follows the store's writer")
         return described
 
     def _release(self) -> None:
         try:
             super()._release()
         finally:
+            self._prober.close()
             shutil.rmtree(self._scratch, ignore_errors=True)
 
 
 def _log_files(path: str) -> frozenset[str]:
     """The writer's write-ahead log files (a flush starts a new one), and its OPTIONS
-    files (a writer that opens writes a new one: see :func:`_refuse_reused_logs`)."""
+    files (a writer that opens writes a new one: it may reuse its logs, see
+    :func:`writer_reuses_logs`)."""
     try:
         return frozenset(name for name in os.listdir(path) if name.endswith(".log") or _OPTIONS.fullmatch(name))
     except OSError as exc:
@@ -662,26 +894,29 @@ def writer_reuses_logs(path: str | os.PathLike[str]) -> bool:
     """Whether the store's latest writer (running or not) had RocksDB reuse its obsolete
     write-ahead logs: the ``recycle_log_file_num`` of the newest OPTIONS file, which
     RocksDB writes at every open with the options it runs with."""
-    path = os.fspath(path)
+    reuses = _options_reuse_logs(os.fspath(path))
+    return bool(reuses) and reuses[max(reuses)]
+
+
+def _logs_may_be_reused(path: str) -> bool:
+    """Whether either of the store's OPTIONS files (RocksDB keeps the two newest) reuses
+    logs: an ordinary writer writes its OPTIONS file while it opens, before it deletes the
+    logs its predecessor kept to reuse, so until the writer after it opened, a secondary
+    instance could still find them."""
+    return any(_options_reuse_logs(path).values())
+
+
+def _options_reuse_logs(path: str) -> dict[int, bool]:
+    """By number, whether each OPTIONS file of the store has RocksDB reuse logs."""
     for _attempt in range(3):  # a writer opening meanwhile replaces its older OPTIONS files
-        numbered = [(int(found.group(1)), name) for name in os.listdir(path) if (found := _OPTIONS.fullmatch(name))]
-        if not numbered:
-            return False
+        found: dict[int, bool] = {}
         try:
-            with open(os.path.join(path, max(numbered)[1]), encoding="utf-8", errors="replace") as handle:
-                text = handle.read(1 << 20)
+            for name in os.listdir(path):
+                if (number := _OPTIONS.fullmatch(name)) is not None:
+                    with open(os.path.join(path, name), encoding="utf-8", errors="replace") as handle:
+                        text = handle.read(1 << 20)
+                    found[int(number.group(1))] = any(int(value) > 0 for value in _RECYCLED.findall(text))
         except FileNotFoundError:
             continue
-        return any(int(value) > 0 for value in _RECYCLED.findall(text))
-    return False
-
-
-def _refuse_reused_logs(path: str) -> None:
-    """Refuse to follow a writer that reuses its logs (``reuse_logs``). RocksDB's secondary
-    instance reads every log file with no check that it is live: it replays a reused
-    file's old records beyond the live ones, or loops forever on the first of them."""
-    if writer_reuses_logs(path):
-        raise PersistenceUnavailable(
-            "cannot read the store while following its writer: the writer reuses its write-ahead logs "
-            "(reuse_logs), which a reader cannot follow; open it for writing once without reuse_logs first",
-            reason="unavailable")
+        return found
+    return {}

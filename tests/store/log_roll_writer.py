@@ -1,17 +1,19 @@
 """Crash-test writer that reuses its write-ahead logs (``reuse_logs``): large commits, each acknowledged version printed.
 
-Usage: python log_roll_writer.py STORE_DIR
+Usage: python log_roll_writer.py STORE_DIR [PAUSE_SECONDS]
 
 Prints ``ready VERSION``, then each acknowledged version on its own line, and ``reused``
 whenever the log has just rolled over onto a reused file (the newest log is far larger
 than what was written to it since): the parent kills it once the store is writing over
-old log contents, so recovery meets a live log followed by stale bytes.
+old log contents, so recovery meets a live log followed by stale bytes. With PAUSE_SECONDS it
+waits that long after each commit (a reader following it then meets a store of bounded size).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 
 from svit import Process
 from svit.errors import PersistenceNotFound
@@ -32,6 +34,7 @@ def log_files(path: str) -> dict[str, int]:
 
 def main() -> None:
     path = sys.argv[1]
+    pause = float(sys.argv[2]) if len(sys.argv) > 2 else 0.0
     store = ProcessStore.over(RocksDBEngine.open(path, reuse_logs=True))
     try:
         handle = store.resume(ADDRESS)
@@ -46,6 +49,8 @@ def main() -> None:
         if now.keys() != logs.keys() and now[max(now)] > REUSED_LOG_BYTES // 2:
             print("reused", flush=True)
         logs = now
+        if pause:
+            time.sleep(pause)
 
 
 if __name__ == "__main__":
