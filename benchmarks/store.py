@@ -10,7 +10,7 @@
 1a. The store's own cost: CPU microseconds a durable counter activation adds to the
    in-memory one when the log sync is left out (alternating rounds, medians). Printed.
 1d. The same three rows for a store whose writer reuses its write-ahead logs
-   (``reuse_logs=True``, opt-in: no reader can follow such a writer): a log sync then
+   (``reuse_logs=True``, opt-in: readers follow such a writer by reopening): a log sync then
    overwrites an old log's bytes instead of appending, which ext4 syncs without a
    metadata journal commit. Reuse starts only once logs have rolled over, so this store
    is aged first: commits until its log rolled over onto a reused file twice (about

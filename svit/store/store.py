@@ -203,8 +203,8 @@ class ProcessStore:
         and the store stays usable. ``holder`` names a writer in the holder record a
         refused writer is shown (:mod:`svit.store.holder`; default: the program's name).
         ``reuse_logs`` (RocksDB writers only): reuse obsolete write-ahead logs, for cheaper
-        log syncs in a long-running writer; no reader can follow such a writer (see
-        :mod:`svit.store.rocksdb`).
+        log syncs in a long-running writer; readers follow such a writer by reopening
+        read-only instances, which costs more per follow (see :mod:`svit.store.rocksdb`).
         """
         if is_database_url(path):
             try:
