@@ -280,9 +280,11 @@ class WorkingState(GuestHelpers):
             # /memory and /lib are always maps, so stored as nodes).
             self._base_memory: Node = chunk.items[_MEMORY_INDEX]
             self._base_lib: Node = chunk.items[_LIB_INDEX]
+            self._sections_leaf = True
         else:
             self._base_memory = section(base, "memory")
             self._base_lib = section(base, "lib")
+            self._sections_leaf = False
         self.memory: Node = self._base_memory
         self.lib: Node = self._base_lib
         self.staged: list[tuple[str, Script | None]] = []
@@ -331,10 +333,18 @@ class WorkingState(GuestHelpers):
         of this activation applied, once each (the commit adds the outbox)."""
         root = self.base
         if self.memory is not self._base_memory:
-            root = tree.set_at(root, ("memory",), self.memory)
+            if self._sections_leaf:
+                root = tree.set_leaf_entry(root, _MEMORY_INDEX, self.memory)  # set_at, with no search
+            else:
+                root = tree.set_at(root, ("memory",), self.memory)
         if self.lib is not self._base_lib:
             root = tree.set_at(root, ("lib",), self.lib)
         return root
+
+    def lib_unchanged(self) -> bool:
+        """Whether the working ``/lib`` is still the base's own (so, of the root, only
+        ``/memory`` can differ from the base's)."""
+        return self.lib is self._base_lib
 
     # ------------------------------------------------------------------ scripts
     def find_script(self, name: str) -> Script:

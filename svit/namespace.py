@@ -149,6 +149,17 @@ def _same(old: Any, item: Any) -> bool:
     return old is item or (type(old) is Node and type(item) is Node and old.digest == item.digest)
 
 
+def validate_memory_only(root: Node, limits: Limits) -> None:
+    """What :func:`validate_root` checks of a root that is the previous one with at most
+    ``/memory`` replaced (the caller knows it: an activation's working copy that changed
+    nothing else): the whole-tree sizes and that one section."""
+    if root.count > limits.max_tree_nodes:
+        raise ResourceLimitExceeded("process tree nodes")
+    if root.text > limits.max_tree_text_bytes:
+        raise ResourceLimitExceeded("process tree text bytes")
+    tree.validate_value(section(root, "memory"), limits, scripts_allowed=False)
+
+
 def validate_root(
     root: Node,
     address: str,
@@ -374,6 +385,7 @@ __all__ = [
     "section",
     "stat_record",
     "system_metadata",
+    "validate_memory_only",
     "validate_root",
     "validate_system",
     "validate_thread",

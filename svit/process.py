@@ -44,7 +44,16 @@ from .evaluation import evaluate as evaluate_read_only
 from .limits import Limits
 from .mounts import Mount, MountPath
 from .mutation import Append, Mutation, Remove, RemoveFront, Set, apply_each
-from .namespace import MESSAGE_KEYS, initial_root, section, stat_record, system_metadata, validate_root, validate_thread
+from .namespace import (
+    MESSAGE_KEYS,
+    initial_root,
+    section,
+    stat_record,
+    system_metadata,
+    validate_memory_only,
+    validate_root,
+    validate_thread,
+)
 from .paths import format_path, lib_name, parse, validate_address, validate_mount_name, validate_script_name
 from .redact import redact
 from .snapshot import check_root_hash, decode_snapshot_unverified, encode_snapshot
@@ -361,7 +370,6 @@ class Process:
         self,
         mutations: Sequence[Mutation],
         source: str,
-        *,
         applied: tuple[Node, Node] | None = None,
         effects: Callable[[], None] | None = None,
         dry_run: bool = False,
@@ -370,6 +378,7 @@ class Process:
         before_record: Callable[[Transition], None] | None = None,
         script: str | None = None,
         output: Node | None = None,
+        memory_only: bool = False,
     ) -> Transition:
         """The one commit path of every transition: host writes, inbox and thread changes,
         activations.
@@ -382,7 +391,9 @@ class Process:
         (external mount writes), the effects run, the sink records the transition, and the
         new version is published in one assignment. A dry run stops after validation.
         ``before_record`` runs after the effects, just before the sink sees the transition
-        (an activation completes its ``receipt`` there).
+        (an activation completes its ``receipt`` there). ``memory_only`` says the applied
+        candidate is ``base`` with at most ``/memory`` replaced (an activation's working
+        copy that changed nothing else), so only that section and the tree's sizes are checked.
         """
         version, root = self._state
         if version >= U64_MAX:
@@ -391,7 +402,12 @@ class Process:
             candidate = applied[1]
         else:
             candidate = apply_each(root, mutations)
-        validate_root(candidate, self._address, self._limits, script_compiler(self._limits), previous=root, error=InvalidValue)
+            memory_only = False  # made here: checked in full
+        if memory_only:
+            validate_memory_only(candidate, self._limits)
+        else:
+            validate_root(candidate, self._address, self._limits, script_compiler(self._limits), previous=root,
+                          error=InvalidValue)
         transition = Transition(self._address, version, version + 1, root, candidate, tuple(mutations), source, annex,
                                 receipt, script, output)
         if dry_run:
@@ -700,6 +716,13 @@ class Process:
                 _LAST_EXEC_PATH = (path, name)
         if name is None:
             raise InvalidPath(f"exec accepts only /lib/<name> paths: {path}")
+        if dry_run is False and not self.hooks:
+            # Nobody to consult or tell, and a real run: _activate's own path for it, written out.
+            with self._lock:
+                try:
+                    return self._run_activation(name, None, input, False, None, receipt)
+                except LispError as exc:  # defensive, as in _activate
+                    raise ScriptFailed(exc.message, stack=exc.stack, kind=exc.kind) from None
         if receipt is not None and dry_run is True:
             raise InvalidValue("a dry run commits nothing, so it takes no receipt")
         return self._activate(name, None, input, dry_run, receipt=receipt)
@@ -791,7 +814,7 @@ class Process:
                     _log.warning("after_activation hook failed: %s", sanitize(redact(str(exc) or type(exc).__name__)))
 
     def _run_activation(
-        self, name: str, inline_source: str | None, input: Any, *, dry_run: bool = False, consume: RemoveFront | None = None,
+        self, name: str, inline_source: str | None, input: Any, dry_run: bool = False, consume: RemoveFront | None = None,
         receipt: CommitReceipt | None = None,
     ) -> Activation:
         input_node = tree.from_value(input, scripts_allowed=False)
@@ -838,7 +861,19 @@ class Process:
             mutations.append(append)
             changed["/system/outbox"] = None
             messages = [{"message_id": i["message_id"], "to": i["to"], "body": i["body"]} for i in intents]
+        # Nothing but /memory can differ from the base (the commit then checks that alone).
+        memory_only = consume is None and not ws.messages and ws.lib_unchanged()
         mount_writes = ws.mount_writes
+        script = "inline" if inline_source is not None else f"/lib/{name}"
+        if not mount_writes and receipt is None and dry_run is False:
+            # The common activation: no external effect to order and nobody to tell before
+            # the commit is recorded, so the result is made after it (as complete() below).
+            # A scalar output is its node's own value (Node.to_value, written out for it).
+            transition = self._commit(mutations, "activation", (ws.base, candidate), None, False, None, None, None,
+                                      script, output, memory_only)
+            code = output.code
+            value = output.to_value() if code == tree.MAP or code == tree.ARRAY else output.value
+            return Activation(value, ws.logs, messages, transition.version_after, transition.root_after, sorted(changed))
 
         def apply_mount_writes() -> None:
             # External mount effects happen only once the candidate is known to be valid.
@@ -864,8 +899,8 @@ class Process:
         transition = self._commit(
             mutations, "activation", applied=(ws.base, candidate),
             effects=apply_mount_writes if mount_writes else None, dry_run=dry_run,
-            receipt=receipt, before_record=complete if receipt is not None else None,
-            script="inline" if inline_source is not None else f"/lib/{name}", output=output,
+            receipt=receipt, before_record=complete if receipt is not None else None, script=script, output=output,
+            memory_only=memory_only,
         )
         if dry_run:
             for _op, path, _value in mount_writes:

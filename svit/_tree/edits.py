@@ -16,13 +16,14 @@ from .chunks import (
     array_find,
     array_remove,
     array_set,
+    leaf_item_set,
     map_find,
     map_remove,
     map_set,
 )
 from .node import ARRAY, MAP, Node, leaf, make_container
 
-__all__ = ["append_items", "find", "get", "node_hash", "remove_at", "set_at", "stored_item"]
+__all__ = ["append_items", "find", "get", "node_hash", "remove_at", "set_at", "set_leaf_entry", "stored_item"]
 
 Segments = tuple[str, ...]
 
@@ -148,6 +149,13 @@ def set_at(root: Node, segments: Segments, node: Node) -> Node:
     parent, segment = stack[-1]
     updated = _with_child(parent, segment, node, segments, len(segments) - 1)
     return _rebuild_ancestors(stack, updated, segments)
+
+
+def set_leaf_entry(root: Node, position: int, node: Node) -> Node:
+    """``set_at(root, (key,), node)`` for the ``position``-th key of a map kept in one leaf
+    chunk (the process root's nine sections): the key is known to be there, so none is searched."""
+    item = node if node.code == MAP or node.code == ARRAY else node.value  # stored_item
+    return make_container(MAP, leaf_item_set(root.value, position, item))
 
 
 def remove_at(root: Node, segments: Segments) -> Node:
