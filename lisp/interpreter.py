@@ -85,6 +85,8 @@ _recursion = _RecursionAllowance()
 _RUN_LOCAL = run_context.RUN_LOCAL
 
 _NOARG = object()
+#: Host value names renewed most (``input``) with their global names, kept (a few; bounded).
+_VALUE_GLOBALS: dict[str, str] = {}
 _new_guard = object.__new__
 
 #: CPython's complaint about a call to a generated function (``g_f()`` or a closure).
@@ -457,9 +459,10 @@ class Interpreter:
         arity_text = getattr(probe, "arity_text", None) or f"{name} expects {_expected(min_args, max_args)}"
         takes_depth = bool(getattr(probe, "takes_depth", False))
 
+        most = max_args if max_args is not None else sys.maxsize
+
         def host(_d: int, *args: Any) -> Any:
-            n = len(args)
-            if n < min_args or (max_args is not None and n > max_args):
+            if not min_args <= len(args) <= most:
                 raise EvalError(arity_text)
             # Return the unused slice so nested runs draw from the same budget exactly, and
             # charge the call's one step (Budget.host_call, written out: on every host call).
@@ -552,7 +555,12 @@ class Interpreter:
         for name, value in values.items():
             if name not in self.host_values:
                 raise InternalError(f"renew can only replace a host value: {name}")
-            g[global_name(name)] = value
+            gname = _VALUE_GLOBALS.get(name)
+            if gname is None:
+                if len(_VALUE_GLOBALS) >= 256:
+                    _VALUE_GLOBALS.clear()
+                gname = _VALUE_GLOBALS[name] = global_name(name)
+            g[gname] = value
         # Undo what runs changed (they only add defined names and take pending ones;
         # a wrapper made leaves the sealed state too, see _materialize).
         if self._defined_since:

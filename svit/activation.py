@@ -263,7 +263,7 @@ _LAST_SCRIPT: tuple[Node, str, Script] | None = None
 class WorkingState(GuestHelpers):
     """The private, transactional state of one activation and its nested execs."""
 
-    def __init__(self, process: Process, *, dry_run: bool = False, base: Node | None = None,
+    def __init__(self, process: Process, dry_run: bool = False, base: Node | None = None,
                  limits: Limits | None = None) -> None:
         self.process = process
         self.limits = limits = process.limits if limits is None else limits

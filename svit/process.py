@@ -379,7 +379,7 @@ class Process:
         script: str | None = None,
         output: Node | None = None,
         memory_only: bool = False,
-    ) -> Transition:
+    ) -> Transition | None:
         """The one commit path of every transition: host writes, inbox and thread changes,
         activations.
 
@@ -394,6 +394,10 @@ class Process:
         (an activation completes its ``receipt`` there). ``memory_only`` says the applied
         candidate is ``base`` with at most ``/memory`` replaced (an activation's working
         copy that changed nothing else), so only that section and the tree's sizes are checked.
+
+        Returns the transition, or None when nothing records or is told of it (no sink, no
+        effects, no ``before_record``, not a dry run: an in-memory commit), which is then not
+        described at all; the new version and root are the process's own once it returns.
         """
         version, root = self._state
         if version >= U64_MAX:
@@ -408,11 +412,14 @@ class Process:
         else:
             validate_root(candidate, self._address, self._limits, script_compiler(self._limits), previous=root,
                           error=InvalidValue)
+        sink = self._sink
+        if sink is None and effects is None and before_record is None and dry_run is False:
+            self._state = (version + 1, candidate)
+            return None
         transition = Transition(self._address, version, version + 1, root, candidate, tuple(mutations), source, annex,
                                 receipt, script, output)
         if dry_run:
             return transition
-        sink = self._sink
         if sink is None or effects is None:
             # No external effects to order against other commits: no guard to hold.
             if effects is not None:
@@ -433,8 +440,9 @@ class Process:
 
     def _commit_change(self, mutations: Sequence[Mutation], source: str, annex: object = None) -> Change:
         """Commit host-side ``mutations`` and report them as a :class:`Change`."""
-        transition = self._commit(mutations, source, annex=annex)
-        return self._change(transition.version_after, transition.root_after, [m.path for m in mutations], list(mutations))
+        self._commit(mutations, source, annex=annex)
+        version, root = self._state  # what the commit published (the caller holds the lock)
+        return self._change(version, root, [m.path for m in mutations], list(mutations))
 
     @staticmethod
     def _change(version: int, root: Node, paths: Iterable[str], mutations: list[Mutation]) -> Change:
@@ -819,7 +827,7 @@ class Process:
     ) -> Activation:
         input_node = tree.from_value(input, scripts_allowed=False)
         tree.validate_value(input_node, self._limits, scripts_allowed=False)
-        ws = WorkingState(self, dry_run=dry_run, base=self._state[1], limits=self._limits)
+        ws = WorkingState(self, dry_run, self._state[1], self._limits)
         if inline_source is None:
             # The name is valid: exec and exec_inbox_item took it from a /lib path, and a
             # hook's rewrite is checked where it is made.
@@ -869,11 +877,12 @@ class Process:
             # The common activation: no external effect to order and nobody to tell before
             # the commit is recorded, so the result is made after it (as complete() below).
             # A scalar output is its node's own value (Node.to_value, written out for it).
-            transition = self._commit(mutations, "activation", (ws.base, candidate), None, False, None, None, None,
-                                      script, output, memory_only)
+            self._commit(mutations, "activation", (ws.base, candidate), None, False, None, None, None, script, output,
+                         memory_only)
             code = output.code
             value = output.to_value() if code == tree.MAP or code == tree.ARRAY else output.value
-            return Activation(value, ws.logs, messages, transition.version_after, transition.root_after, sorted(changed))
+            version, root = self._state  # what the commit published
+            return Activation(value, ws.logs, messages, version, root, sorted(changed))
 
         def apply_mount_writes() -> None:
             # External mount effects happen only once the candidate is known to be valid.
@@ -884,23 +893,25 @@ class Process:
 
         result: list[Activation] = []
 
-        def complete(transition: Transition) -> None:
+        def complete(version_after: int, root_after: Node) -> None:
             # Everything the caller is told is known here, mount-write paths included.
             # (output, logs, messages, version, root (hashed when read), changed)
             # A scalar output is its node's own value (Node.to_value, written out for it).
             code = output.code
             value = output.to_value() if code == tree.MAP or code == tree.ARRAY else output.value
-            activation = Activation(value, ws.logs, messages, transition.version_after,
-                                    transition.root_after, sorted(changed))
+            activation = Activation(value, ws.logs, messages, version_after, root_after, sorted(changed))
             result.append(activation)
             if receipt is not None:
                 receipt.complete(activation)
 
-        transition = self._commit(
+        def before_record(transition: Transition) -> None:
+            complete(transition.version_after, transition.root_after)
+
+        self._commit(
             mutations, "activation", applied=(ws.base, candidate),
             effects=apply_mount_writes if mount_writes else None, dry_run=dry_run,
-            receipt=receipt, before_record=complete if receipt is not None else None, script=script, output=output,
-            memory_only=memory_only,
+            receipt=receipt, before_record=before_record if receipt is not None else None, script=script,
+            output=output, memory_only=memory_only,
         )
         if dry_run:
             for _op, path, _value in mount_writes:
@@ -916,7 +927,7 @@ class Process:
             )
         if receipt is None:
             # Nobody to tell before the commit is recorded: the result is made after it.
-            complete(transition)
+            complete(*self._state)
         return result[0]
 
     # ------------------------------------------------------------------ snapshots and forks

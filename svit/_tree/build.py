@@ -108,13 +108,15 @@ def _small_map(mapping: dict[Any, Any], strict: bool) -> Node | None:
             text += len(key) if key.isascii() else len(key.encode("utf-8"))
     except UnicodeEncodeError:
         return None
-    keys = list(mapping)
-    ordered = sorted(keys)
-    if ordered != keys:
-        if strict:
-            return None
-        keys = ordered
-    return make_container(MAP, scalar_leaf(MAP, tuple(keys), tuple(map(mapping.__getitem__, keys)), text, None))
+    keys = tuple(mapping)
+    if len(keys) > 1:
+        ordered = tuple(sorted(keys))
+        if ordered != keys:
+            if strict:
+                return None
+            return make_container(MAP, scalar_leaf(MAP, ordered, tuple(map(mapping.__getitem__, ordered)), text, None))
+    # Already in canonical order (one key is): the values in the mapping's own order.
+    return make_container(MAP, scalar_leaf(MAP, keys, tuple(mapping.values()), text, None))
 
 
 def _map(mapping: dict[Any, Any], scripts_allowed: bool, depth: int, strict: bool) -> Node:

@@ -602,10 +602,12 @@ def map_set(root: Chunk, key: str, item: Any) -> Chunk:
             if type(old) in _PLAIN_TYPES and type(item) in _PLAIN_TYPES:
                 # A number, truth or null for another: every aggregate stays (_copy of
                 # two items with _PLAIN_AGGREGATES), derived from the base as _copy records it.
-                copy = Chunk(MAP, 0, keys, items[:position] + (item,) + items[position + 1:], None, root.size,
+                replaced = list(items)
+                replaced[position] = item
+                copy = Chunk(MAP, 0, keys, tuple(replaced), None, root.size,
                              root.count, root.text, root.height, root.max_script, root.rank, root.nested)
                 derived = root.derived
-                if derived is None or root.encoded:
+                if derived is None or root._data is not None:  # noqa: SLF001 (root.encoded, written out)
                     copy.derived = (root, position, old, item)
                 elif derived[1] == position:
                     copy.derived = (derived[0], position, derived[2], item)
@@ -632,11 +634,13 @@ def leaf_item_set(root: Chunk, position: int, item: Any) -> Chunk:
         # A container for one as tall and with scripts as long (a new /memory in the
         # root): the maxima stay, the sums move by the difference, and the copy
         # derives from the base as _copy records it.
-        copy = Chunk(MAP, 0, keys, items[:position] + (item,) + items[position + 1:], None, root.size,
+        replaced = list(items)
+        replaced[position] = item
+        copy = Chunk(MAP, 0, keys, tuple(replaced), None, root.size,
                      root.count - old.count + item.count, root.text - old.text + item.text, root.height,
                      root.max_script, root.rank, root.nested)
         derived = root.derived
-        if derived is None or root.encoded:
+        if derived is None or root._data is not None:  # noqa: SLF001 (root.encoded, written out)
             copy.derived = (root, position, old, item)
         elif derived[1] == position:
             copy.derived = (derived[0], position, derived[2], item)
