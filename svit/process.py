@@ -872,12 +872,12 @@ class Process:
         # Nothing but /memory can differ from the base (the commit then checks that alone).
         memory_only = consume is None and not ws.messages and ws.lib_unchanged()
         mount_writes = ws.mount_writes
-        script = "inline" if inline_source is not None else f"/lib/{name}"
+        script_path = "inline" if inline_source is not None else f"/lib/{name}"
         if not mount_writes and receipt is None and dry_run is False:
             # The common activation: no external effect to order and nobody to tell before
             # the commit is recorded, so the result is made after it (as complete() below).
             # A scalar output is its node's own value (Node.to_value, written out for it).
-            self._commit(mutations, "activation", (ws.base, candidate), None, False, None, None, None, script, output,
+            self._commit(mutations, "activation", (ws.base, candidate), None, False, None, None, None, script_path, output,
                          memory_only)
             code = output.code
             value = output.to_value() if code == tree.MAP or code == tree.ARRAY else output.value
@@ -910,7 +910,7 @@ class Process:
         self._commit(
             mutations, "activation", applied=(ws.base, candidate),
             effects=apply_mount_writes if mount_writes else None, dry_run=dry_run,
-            receipt=receipt, before_record=before_record if receipt is not None else None, script=script,
+            receipt=receipt, before_record=before_record if receipt is not None else None, script=script_path,
             output=output, memory_only=memory_only,
         )
         if dry_run:
