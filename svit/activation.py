@@ -74,10 +74,16 @@ class Activation:
 
     def __init__(self, output: Any, logs: list[dict[str, Any]], messages: list[dict[str, Any]], version: int,
                  root_hash: str | Node, changed: list[str], committed: bool = True) -> None:
-        # Every field in one assignment (one is made for every activation).
-        object.__setattr__(self, "__dict__", {
-            "output": output, "logs": logs, "messages": messages, "version": version, "_root": root_hash,
-            "changed": changed, "committed": committed})
+        # Stored straight into the instance's own dict (one is made for every activation;
+        # __setattr__ refuses every assignment).
+        fields = self.__dict__
+        fields["output"] = output
+        fields["logs"] = logs
+        fields["messages"] = messages
+        fields["version"] = version
+        fields["_root"] = root_hash
+        fields["changed"] = changed
+        fields["committed"] = committed
 
     @property
     def root_hash(self) -> str:
