@@ -85,8 +85,6 @@ _recursion = _RecursionAllowance()
 _RUN_LOCAL = run_context.RUN_LOCAL
 
 _NOARG = object()
-#: Host value names renewed most (``input``) with their global names, kept (a few; bounded).
-_VALUE_GLOBALS: dict[str, str] = {}
 _new_guard = object.__new__
 
 #: CPython's complaint about a call to a generated function (``g_f()`` or a closure).
@@ -551,16 +549,12 @@ class Interpreter:
         g.update(installed.globals)
         # The fast loops' overflow proof counts on at most this many steps (lisp.fast_loop):
         # it is the new budget's, not the one the namespace was sealed under.
-        g["_fuel_cap"] = max(budget.max_steps, budget.remaining)
+        cap = budget.max_steps
+        g["_fuel_cap"] = cap if cap >= budget.remaining else budget.remaining  # max(), written out
         for name, value in values.items():
             if name not in self.host_values:
                 raise InternalError(f"renew can only replace a host value: {name}")
-            gname = _VALUE_GLOBALS.get(name)
-            if gname is None:
-                if len(_VALUE_GLOBALS) >= 256:
-                    _VALUE_GLOBALS.clear()
-                gname = _VALUE_GLOBALS[name] = global_name(name)
-            g[gname] = value
+            g[global_name(name)] = value
         # Undo what runs changed (they only add defined names and take pending ones;
         # a wrapper made leaves the sealed state too, see _materialize).
         if self._defined_since:

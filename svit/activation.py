@@ -516,7 +516,10 @@ class WorkingState(GuestHelpers):
             # A parsed path that is not the root is its own canonical text.
             # The run's budget is this activation's own (nested runs share it).
             change = Set(text, to_node(value, self.limits, self.budget))
-            memory = tree.set_at(self.memory, segments[1:], change.value)  # change.apply_below(memory, 1)
+            if len(segments) == 2:  # change.apply_below(memory, 1)
+                memory = tree.set_key(self.memory, segments[1], change.value)  # /memory is a map
+            else:
+                memory = tree.set_at(self.memory, segments[1:], change.value)
             tree.validate_value(memory, self.limits, scripts_allowed=False)
             self.memory = memory
             self.mutations.append(change)  # _record, written out

@@ -140,6 +140,7 @@ def section(root: Node, key: str) -> Node:
     return found
 
 
+_MEMORY_AT = _ROOT_INDEX["memory"]
 _UNCHANGED: Any = object()
 #: Which root sections are not the previous root's own when only /memory is new.
 _MEMORY_ONLY = tuple(key == "memory" for key in ROOT_KEYS)
@@ -157,7 +158,10 @@ def validate_memory_only(root: Node, limits: Limits) -> None:
         raise ResourceLimitExceeded("process tree nodes")
     if root.text > limits.max_tree_text_bytes:
         raise ResourceLimitExceeded("process tree text bytes")
-    tree.validate_value(section(root, "memory"), limits, scripts_allowed=False)
+    chunk = root.value
+    # The nine sections in one leaf, in order (section(), written out: /memory is a map node).
+    memory = chunk.items[_MEMORY_AT] if chunk.level == 0 and chunk.keys == ROOT_KEYS else section(root, "memory")
+    tree.validate_value(memory, limits, scripts_allowed=False)
 
 
 def validate_root(

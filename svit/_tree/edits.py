@@ -23,7 +23,7 @@ from .chunks import (
 )
 from .node import ARRAY, MAP, Node, leaf, make_container
 
-__all__ = ["append_items", "find", "get", "node_hash", "remove_at", "set_at", "set_leaf_entry", "stored_item"]
+__all__ = ["append_items", "find", "get", "node_hash", "remove_at", "set_at", "set_key", "set_leaf_entry", "stored_item"]
 
 Segments = tuple[str, ...]
 
@@ -149,6 +149,12 @@ def set_at(root: Node, segments: Segments, node: Node) -> Node:
     parent, segment = stack[-1]
     updated = _with_child(parent, segment, node, segments, len(segments) - 1)
     return _rebuild_ancestors(stack, updated, segments)
+
+
+def set_key(mapping: Node, key: str, node: Node) -> Node:
+    """``set_at(mapping, (key,), node)`` of a map node (an entry of ``/memory``): no walk."""
+    item = node if node.code == MAP or node.code == ARRAY else node.value  # stored_item
+    return make_container(MAP, map_set(mapping.value, key, item))
 
 
 def set_leaf_entry(root: Node, position: int, node: Node) -> Node:
