@@ -240,7 +240,10 @@ class NamespacePool:
         with self._lock:
             if self._kept >= self.size:
                 return
-            self._free.setdefault(interp.filename, []).append(interp)
+            free = self._free.get(interp.filename)
+            if free is None:
+                free = self._free[interp.filename] = []
+            free.append(interp)
             self._kept += 1
 
 

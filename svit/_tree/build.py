@@ -116,7 +116,8 @@ def _small_map(mapping: dict[Any, Any], strict: bool) -> Node | None:
                 return None
             return make_container(MAP, scalar_leaf(MAP, ordered, tuple(map(mapping.__getitem__, ordered)), text, None))
     # Already in canonical order (one key is): the values in the mapping's own order.
-    return make_container(MAP, scalar_leaf(MAP, keys, tuple(mapping.values()), text, None))
+    chunk = scalar_leaf(MAP, keys, tuple(mapping.values()), text, None)
+    return Node(MAP, chunk, None, chunk.count + 1, text, chunk.height + 1, -1)  # make_container, written out
 
 
 def _map(mapping: dict[Any, Any], scripts_allowed: bool, depth: int, strict: bool) -> Node:
