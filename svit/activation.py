@@ -470,7 +470,8 @@ class WorkingState(GuestHelpers):
     def fn_read(self, path: Any) -> Any:
         segments = parse(path if type(path) is str else _text(path, "read path"))
         if segments and segments[0] == "memory":
-            found = tree.find(self.memory, segments[1:])  # no node made for a scalar
+            # No node made for a scalar; /memory is a map.
+            found = tree.find_key(self.memory, segments[1]) if len(segments) == 2 else tree.find(self.memory, segments[1:])
             return found if type(found) is int else item_to_lisp(found)  # an integer is itself
         if len(segments) >= 2 and segments[0] == "mounts":
             return plain_to_lisp(self.process.mount_read(segments))

@@ -29,7 +29,7 @@ from ._tree.build import build, empty_array, empty_map
 from ._tree.chunks import ABSENT, array_items, map_items
 from ._tree.codec import ChunkError, decode_chunk, load_container, new_chunks, node_cbor, verify_chunk
 from ._tree.decoded import build_decoded
-from ._tree.edits import append_items, find, get, node_hash, remove_at, set_at, set_key, set_leaf_entry
+from ._tree.edits import append_items, find, find_key, get, node_hash, remove_at, set_at, set_key, set_leaf_entry
 from ._tree.node import (
     ARRAY,
     BOOL,
@@ -70,6 +70,7 @@ __all__ = [
     "empty_map",
     "entries",
     "find",
+    "find_key",
     "from_decoded",
     "from_value",
     "get",
