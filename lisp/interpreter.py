@@ -21,7 +21,7 @@ from typing import Any, Callable, Literal, Mapping
 import blake3
 
 from . import context as run_context
-from .budget import Budget, CompileMeter
+from .budget import SLICE, Budget, CompileMeter
 from .compiler import (
     CODE_CHARS_PER_STEP,
     Compiled,
@@ -616,9 +616,21 @@ class Interpreter:
     def _tick(self) -> None:
         """Refill the step counter after code charged past it (by one step or many)."""
         g = self.globals
-        steps = g["_s"] + self.budget.draw()
-        while steps < 0:
-            steps += self.budget.draw()
+        budget = self.budget
+        steps = g["_s"]
+        while True:
+            # Budget.draw, written out (the first slice of every run is drawn here).
+            deadline = budget.deadline
+            if deadline is not None and budget.clock() > deadline:
+                raise BudgetExhausted("time")
+            remaining = budget.remaining
+            if remaining <= 0:
+                raise BudgetExhausted("steps")
+            grant = SLICE if remaining > SLICE else remaining
+            budget.remaining = remaining - grant
+            steps += grant
+            if steps >= 0:
+                break
         g["_s"] = steps
 
     def _fuel_mark(self) -> None:

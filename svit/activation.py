@@ -288,14 +288,16 @@ class WorkingState(GuestHelpers):
             # The nine sections in one leaf, in order (namespace.section, written out:
             # /memory and /lib are always maps, so stored as nodes).
             self._base_memory: Node = chunk.items[_MEMORY_INDEX]
-            self._base_lib: Node = chunk.items[_LIB_INDEX]
+            self.base_lib: Node = chunk.items[_LIB_INDEX]
             self._sections_leaf = True
         else:
             self._base_memory = section(base, "memory")
-            self._base_lib = section(base, "lib")
+            self.base_lib = section(base, "lib")
             self._sections_leaf = False
+        # (``base_lib`` is the base's /lib: while ``lib`` is still it, of the whole root
+        # only /memory can differ from the base, which the commit's check relies on.)
         self.memory: Node = self._base_memory
-        self.lib: Node = self._base_lib
+        self.lib: Node = self.base_lib
         self.staged: list[tuple[str, Script | None]] = []
         self.mutations: list[Mutation] = []
         self.changed: dict[str, None] = {}  # an ordered set: a checkpoint is its length
@@ -346,14 +348,9 @@ class WorkingState(GuestHelpers):
                 root = tree.set_leaf_entry(root, _MEMORY_INDEX, self.memory)  # set_at, with no search
             else:
                 root = tree.set_at(root, ("memory",), self.memory)
-        if self.lib is not self._base_lib:
+        if self.lib is not self.base_lib:
             root = tree.set_at(root, ("lib",), self.lib)
         return root
-
-    def lib_unchanged(self) -> bool:
-        """Whether the working ``/lib`` is still the base's own (so, of the root, only
-        ``/memory`` can differ from the base's)."""
-        return self.lib is self._base_lib
 
     # ------------------------------------------------------------------ scripts
     def find_script(self, name: str) -> Script:
@@ -370,7 +367,9 @@ class WorkingState(GuestHelpers):
 
     def run(self, name: str, source: str, input_node: Node) -> Node:
         """Run ``main(input)`` of one script in a fresh namespace; returns the output node."""
-        input_value = to_lisp(input_node)
+        code = input_node.code
+        # to_lisp(input_node), written out for a record or a list (what most inputs are).
+        input_value = SvitValue(input_node) if code == tree.MAP or code == tree.ARRAY else to_lisp(input_node)
         interp = NAMESPACES.take(self, f"/lib/{name}.svit-script" if name != INLINE_NAME else script_filename(name),
                                  input_value)
         try:

@@ -870,7 +870,7 @@ class Process:
             changed["/system/outbox"] = None
             messages = [{"message_id": i["message_id"], "to": i["to"], "body": i["body"]} for i in intents]
         # Nothing but /memory can differ from the base (the commit then checks that alone).
-        memory_only = consume is None and not ws.messages and ws.lib_unchanged()
+        memory_only = consume is None and not ws.messages and ws.lib is ws.base_lib
         mount_writes = ws.mount_writes
         script_path = "inline" if inline_source is not None else f"/lib/{name}"
         if not mount_writes and receipt is None and dry_run is False:

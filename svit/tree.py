@@ -25,7 +25,7 @@ import copyreg
 from collections.abc import Iterator
 from typing import Any
 
-from ._tree.build import build, empty_array, empty_map
+from ._tree.build import build, empty_array, empty_map, from_value
 from ._tree.chunks import ABSENT, array_items, map_items
 from ._tree.codec import ChunkError, decode_chunk, load_container, new_chunks, node_cbor, verify_chunk
 from ._tree.decoded import build_decoded
@@ -92,16 +92,6 @@ __all__ = [
 
 #: CBOR tag of a script record ``[source, documentation]`` ("SVIT"; unregistered).
 CBOR_SCRIPT_TAG = SCRIPT_TAG
-
-
-def from_value(value: Any, *, scripts_allowed: bool) -> Node:
-    """Build (and validate the kinds of) a node tree from plain host data.
-
-    Rejects non-finite floats, integers outside i64, non-text keys, unsupported types,
-    lone surrogates, and scripts where not allowed. Size limits are checked separately
-    by :func:`validate_value` from the cached counts.
-    """
-    return build(value, scripts_allowed, False)
 
 
 def from_decoded(value: Any) -> Node:
