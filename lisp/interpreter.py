@@ -36,7 +36,7 @@ from .expand import Expander, nesting_depth
 from .functions import SYSTEM_FUNCTIONS
 from .functions.compare import equal, ge2, gt2, le2, lt2
 from .functions.numbers import add2, mul2, sub2
-from .memory import Meter
+from .memory import Meter, enter_space, leave_space
 from .names import global_name, lisp_name_of, mangle
 from .reader import Program, as_code, as_data, read
 from .resolve import HostNames, host_names, resolve
@@ -1017,11 +1017,10 @@ class _Guard:
             meter.entry = sys._getframe(1)  # noqa: SLF001 (CPython's documented frame access)
         meter.depth += 1
         spaces = meter.spaces
-        found = spaces.get(id(interp))
-        if found is None:
-            spaces[id(interp)] = [interp, 1]
+        if spaces:
+            enter_space(spaces, interp)
         else:
-            found[1] += 1
+            spaces.append([interp, 1])  # the first namespace of the run (enter_space, written out)
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> Literal[False]:
         interp = self.interp
@@ -1033,11 +1032,11 @@ class _Guard:
         meter = interp.context.meter
         meter.depth -= 1
         spaces = meter.spaces
-        found = spaces.get(id(interp))
-        if found is not None:
-            found[1] -= 1
-            if found[1] <= 0:
-                del spaces[id(interp)]
+        last = spaces[-1] if spaces else None
+        if last is not None and last[0] is interp and last[1] == 1:
+            spaces.pop()  # the namespace entered last, left for the last time (leave_space, written out)
+        else:
+            leave_space(spaces, interp)
         if meter.depth <= 0:
             meter.depth = 0
             meter.entry = None
