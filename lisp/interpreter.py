@@ -21,7 +21,7 @@ from typing import Any, Callable, Literal, Mapping
 import blake3
 
 from . import context as run_context
-from .budget import Budget, CompileMeter
+from .budget import SLICE, Budget, CompileMeter
 from .compiler import (
     CODE_CHARS_PER_STEP,
     Compiled,
@@ -36,7 +36,7 @@ from .expand import Expander, nesting_depth
 from .functions import SYSTEM_FUNCTIONS
 from .functions.compare import equal, ge2, gt2, le2, lt2
 from .functions.numbers import add2, mul2, sub2
-from .memory import Meter
+from .memory import Meter, enter_space, leave_space
 from .names import global_name, lisp_name_of, mangle
 from .reader import Program, as_code, as_data, read
 from .resolve import HostNames, host_names, resolve
@@ -457,9 +457,10 @@ class Interpreter:
         arity_text = getattr(probe, "arity_text", None) or f"{name} expects {_expected(min_args, max_args)}"
         takes_depth = bool(getattr(probe, "takes_depth", False))
 
+        most = max_args if max_args is not None else sys.maxsize
+
         def host(_d: int, *args: Any) -> Any:
-            n = len(args)
-            if n < min_args or (max_args is not None and n > max_args):
+            if not min_args <= len(args) <= most:
                 raise EvalError(arity_text)
             # Return the unused slice so nested runs draw from the same budget exactly, and
             # charge the call's one step (Budget.host_call, written out: on every host call).
@@ -548,7 +549,8 @@ class Interpreter:
         g.update(installed.globals)
         # The fast loops' overflow proof counts on at most this many steps (lisp.fast_loop):
         # it is the new budget's, not the one the namespace was sealed under.
-        g["_fuel_cap"] = max(budget.max_steps, budget.remaining)
+        cap = budget.max_steps
+        g["_fuel_cap"] = cap if cap >= budget.remaining else budget.remaining  # max(), written out
         for name, value in values.items():
             if name not in self.host_values:
                 raise InternalError(f"renew can only replace a host value: {name}")
@@ -614,9 +616,21 @@ class Interpreter:
     def _tick(self) -> None:
         """Refill the step counter after code charged past it (by one step or many)."""
         g = self.globals
-        steps = g["_s"] + self.budget.draw()
-        while steps < 0:
-            steps += self.budget.draw()
+        budget = self.budget
+        steps = g["_s"]
+        while True:
+            # Budget.draw, written out (the first slice of every run is drawn here).
+            deadline = budget.deadline
+            if deadline is not None and budget.clock() > deadline:
+                raise BudgetExhausted("time")
+            remaining = budget.remaining
+            if remaining <= 0:
+                raise BudgetExhausted("steps")
+            grant = SLICE if remaining > SLICE else remaining
+            budget.remaining = remaining - grant
+            steps += grant
+            if steps >= 0:
+                break
         g["_s"] = steps
 
     def _fuel_mark(self) -> None:
@@ -1003,11 +1017,10 @@ class _Guard:
             meter.entry = sys._getframe(1)  # noqa: SLF001 (CPython's documented frame access)
         meter.depth += 1
         spaces = meter.spaces
-        found = spaces.get(id(interp))
-        if found is None:
-            spaces[id(interp)] = [interp, 1]
+        if spaces:
+            enter_space(spaces, interp)
         else:
-            found[1] += 1
+            spaces.append([interp, 1])  # the first namespace of the run (enter_space, written out)
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> Literal[False]:
         interp = self.interp
@@ -1019,11 +1032,11 @@ class _Guard:
         meter = interp.context.meter
         meter.depth -= 1
         spaces = meter.spaces
-        found = spaces.get(id(interp))
-        if found is not None:
-            found[1] -= 1
-            if found[1] <= 0:
-                del spaces[id(interp)]
+        last = spaces[-1] if spaces else None
+        if last is not None and last[0] is interp and last[1] == 1:
+            spaces.pop()  # the namespace entered last, left for the last time (leave_space, written out)
+        else:
+            leave_space(spaces, interp)
         if meter.depth <= 0:
             meter.depth = 0
             meter.entry = None

@@ -41,6 +41,8 @@ __all__ = [
     "SPACING",
     "VALUES_PER_STEP",
     "Meter",
+    "enter_space",
+    "leave_space",
 ]
 
 #: Units of a list element (as the per-value measure counts it).
@@ -86,8 +88,10 @@ class Meter:
         #: The frame that entered the outermost run; frames above it are the host's.
         self.entry: FrameType | None = None
         self.depth = 0
-        #: Namespaces taking part (each an Interpreter), with how often each is entered.
-        self.spaces: dict[int, list[Any]] = {}
+        #: Namespaces taking part (each an Interpreter), with how often each is entered:
+        #: ``[space, count]`` pairs, one per namespace, the one entered last at the end
+        #: (a few at most; a run in one namespace, the common case, has one).
+        self.spaces: list[list[Any]] = []
         #: id(frame) -> (frame, lasti, child, since, until) from the last measure.
         self.records: dict[int, tuple[FrameType, int, Any, int, int]] = {}
         #: Long immutable lists of plain values measured by the last look (see _measure).
@@ -103,19 +107,11 @@ class Meter:
         if self.depth == 0:
             self.entry = frame
         self.depth += 1
-        found = self.spaces.get(id(space))
-        if found is None:
-            self.spaces[id(space)] = [space, 1]
-        else:
-            found[1] += 1
+        enter_space(self.spaces, space)
 
     def close(self, space: Any) -> None:
         self.depth -= 1
-        found = self.spaces.get(id(space))
-        if found is not None:
-            found[1] -= 1
-            if found[1] <= 0:
-                del self.spaces[id(space)]
+        leave_space(self.spaces, space)
         if self.depth <= 0:
             self.depth = 0
             self.entry = None
@@ -136,7 +132,7 @@ class Meter:
         allowed = self.limit - units - hidden
         if allowed < 0:
             raise LimitError("guest memory")
-        spaces = {id(space.globals) for space, _count in self.spaces.values()}
+        spaces = {id(space.globals) for space, _count in self.spaces}
         seen = self._free()
         # The frame asking may already hold what it asks for (some functions build, then
         # charge): what it holds beyond its callers counts as at least the units asked.
@@ -189,7 +185,7 @@ class Meter:
 
     def _roots(self, frames: list[FrameType], with_globals: bool) -> list[Any]:
         roots: list[Any] = []
-        for space, _count in self.spaces.values() if with_globals else ():
+        for space, _count in self.spaces if with_globals else ():
             # Guest globals and top-level let bindings (module code keeps them as globals);
             # the rest are system functions and host values, which count nothing, and the
             # compiler's own references to guest functions (typed entries), not counted.
@@ -204,7 +200,7 @@ class Meter:
     def _free(self) -> set[int]:
         """Ids of what the host put in: installed values and compiled constants."""
         free: set[int] = set()
-        for space, _count in self.spaces.values():
+        for space, _count in self.spaces:
             g = space.globals
             for name in space.host_values:
                 value = g.get(global_name(name))
@@ -222,6 +218,26 @@ _COMPILER_OWN = ("_typed", "_self", "_ranked")
 _OPTIMIZED = 0x0001  # CO_OPTIMIZED: a function frame (a module frame's locals are its globals)
 
 
+
+
+def enter_space(spaces: list[list[Any]], space: Any) -> None:
+    """Count one more run entered in ``space`` (added at the end when it takes no part yet)."""
+    for entry in spaces:
+        if entry[0] is space:
+            entry[1] += 1
+            return
+    spaces.append([space, 1])
+
+
+def leave_space(spaces: list[list[Any]], space: Any) -> None:
+    """Count one run left in ``space``, which takes no part once none is left."""
+    for index in range(len(spaces) - 1, -1, -1):
+        entry = spaces[index]
+        if entry[0] is space:
+            entry[1] -= 1
+            if entry[1] <= 0:
+                del spaces[index]
+            return
 
 
 def _frames_below(frame: FrameType | None, entry: FrameType) -> list[FrameType]:

@@ -74,10 +74,16 @@ class Activation:
 
     def __init__(self, output: Any, logs: list[dict[str, Any]], messages: list[dict[str, Any]], version: int,
                  root_hash: str | Node, changed: list[str], committed: bool = True) -> None:
-        # Every field in one assignment (one is made for every activation).
-        object.__setattr__(self, "__dict__", {
-            "output": output, "logs": logs, "messages": messages, "version": version, "_root": root_hash,
-            "changed": changed, "committed": committed})
+        # Stored straight into the instance's own dict (one is made for every activation;
+        # __setattr__ refuses every assignment).
+        fields = self.__dict__
+        fields["output"] = output
+        fields["logs"] = logs
+        fields["messages"] = messages
+        fields["version"] = version
+        fields["_root"] = root_hash
+        fields["changed"] = changed
+        fields["committed"] = committed
 
     @property
     def root_hash(self) -> str:
@@ -234,7 +240,10 @@ class NamespacePool:
         with self._lock:
             if self._kept >= self.size:
                 return
-            self._free.setdefault(interp.filename, []).append(interp)
+            free = self._free.get(interp.filename)
+            if free is None:
+                free = self._free[interp.filename] = []
+            free.append(interp)
             self._kept += 1
 
 
@@ -263,7 +272,7 @@ _LAST_SCRIPT: tuple[Node, str, Script] | None = None
 class WorkingState(GuestHelpers):
     """The private, transactional state of one activation and its nested execs."""
 
-    def __init__(self, process: Process, *, dry_run: bool = False, base: Node | None = None,
+    def __init__(self, process: Process, dry_run: bool = False, base: Node | None = None,
                  limits: Limits | None = None) -> None:
         self.process = process
         self.limits = limits = process.limits if limits is None else limits
@@ -279,12 +288,16 @@ class WorkingState(GuestHelpers):
             # The nine sections in one leaf, in order (namespace.section, written out:
             # /memory and /lib are always maps, so stored as nodes).
             self._base_memory: Node = chunk.items[_MEMORY_INDEX]
-            self._base_lib: Node = chunk.items[_LIB_INDEX]
+            self.base_lib: Node = chunk.items[_LIB_INDEX]
+            self._sections_leaf = True
         else:
             self._base_memory = section(base, "memory")
-            self._base_lib = section(base, "lib")
+            self.base_lib = section(base, "lib")
+            self._sections_leaf = False
+        # (``base_lib`` is the base's /lib: while ``lib`` is still it, of the whole root
+        # only /memory can differ from the base, which the commit's check relies on.)
         self.memory: Node = self._base_memory
-        self.lib: Node = self._base_lib
+        self.lib: Node = self.base_lib
         self.staged: list[tuple[str, Script | None]] = []
         self.mutations: list[Mutation] = []
         self.changed: dict[str, None] = {}  # an ordered set: a checkpoint is its length
@@ -331,8 +344,11 @@ class WorkingState(GuestHelpers):
         of this activation applied, once each (the commit adds the outbox)."""
         root = self.base
         if self.memory is not self._base_memory:
-            root = tree.set_at(root, ("memory",), self.memory)
-        if self.lib is not self._base_lib:
+            if self._sections_leaf:
+                root = tree.set_leaf_entry(root, _MEMORY_INDEX, self.memory)  # set_at, with no search
+            else:
+                root = tree.set_at(root, ("memory",), self.memory)
+        if self.lib is not self.base_lib:
             root = tree.set_at(root, ("lib",), self.lib)
         return root
 
@@ -351,7 +367,9 @@ class WorkingState(GuestHelpers):
 
     def run(self, name: str, source: str, input_node: Node) -> Node:
         """Run ``main(input)`` of one script in a fresh namespace; returns the output node."""
-        input_value = to_lisp(input_node)
+        code = input_node.code
+        # to_lisp(input_node), written out for a record or a list (what most inputs are).
+        input_value = SvitValue(input_node) if code == tree.MAP or code == tree.ARRAY else to_lisp(input_node)
         interp = NAMESPACES.take(self, f"/lib/{name}.svit-script" if name != INLINE_NAME else script_filename(name),
                                  input_value)
         try:
@@ -451,7 +469,8 @@ class WorkingState(GuestHelpers):
     def fn_read(self, path: Any) -> Any:
         segments = parse(path if type(path) is str else _text(path, "read path"))
         if segments and segments[0] == "memory":
-            found = tree.find(self.memory, segments[1:])  # no node made for a scalar
+            # No node made for a scalar; /memory is a map.
+            found = tree.find_key(self.memory, segments[1]) if len(segments) == 2 else tree.find(self.memory, segments[1:])
             return found if type(found) is int else item_to_lisp(found)  # an integer is itself
         if len(segments) >= 2 and segments[0] == "mounts":
             return plain_to_lisp(self.process.mount_read(segments))
@@ -500,7 +519,10 @@ class WorkingState(GuestHelpers):
             # A parsed path that is not the root is its own canonical text.
             # The run's budget is this activation's own (nested runs share it).
             change = Set(text, to_node(value, self.limits, self.budget))
-            memory = tree.set_at(self.memory, segments[1:], change.value)  # change.apply_below(memory, 1)
+            if len(segments) == 2:  # change.apply_below(memory, 1)
+                memory = tree.set_key(self.memory, segments[1], change.value)  # /memory is a map
+            else:
+                memory = tree.set_at(self.memory, segments[1:], change.value)
             tree.validate_value(memory, self.limits, scripts_allowed=False)
             self.memory = memory
             self.mutations.append(change)  # _record, written out

@@ -505,7 +505,7 @@ class GuestHelpers:
     def fn_map_get(self, mapping: Any, key: Any) -> Any:
         if type(mapping) is SvitValue and type(key) is str and mapping.node.code == tree.MAP:
             # The common case, with no node made for a scalar entry.
-            found = tree.find(mapping.node, (key,))
+            found = tree.find_key(mapping.node, key)
             if found is tree.ABSENT:
                 raise ScriptFailed("map key is absent")
             return found if type(found) is int else item_to_lisp(found)  # an integer is itself

@@ -140,6 +140,7 @@ def section(root: Node, key: str) -> Node:
     return found
 
 
+_MEMORY_AT = _ROOT_INDEX["memory"]
 _UNCHANGED: Any = object()
 #: Which root sections are not the previous root's own when only /memory is new.
 _MEMORY_ONLY = tuple(key == "memory" for key in ROOT_KEYS)
@@ -147,6 +148,20 @@ _MEMORY_ONLY = tuple(key == "memory" for key in ROOT_KEYS)
 
 def _same(old: Any, item: Any) -> bool:
     return old is item or (type(old) is Node and type(item) is Node and old.digest == item.digest)
+
+
+def validate_memory_only(root: Node, limits: Limits) -> None:
+    """What :func:`validate_root` checks of a root that is the previous one with at most
+    ``/memory`` replaced (the caller knows it: an activation's working copy that changed
+    nothing else): the whole-tree sizes and that one section."""
+    if root.count > limits.max_tree_nodes:
+        raise ResourceLimitExceeded("process tree nodes")
+    if root.text > limits.max_tree_text_bytes:
+        raise ResourceLimitExceeded("process tree text bytes")
+    chunk = root.value
+    # The nine sections in one leaf, in order (section(), written out: /memory is a map node).
+    memory = chunk.items[_MEMORY_AT] if chunk.level == 0 and chunk.keys == ROOT_KEYS else section(root, "memory")
+    tree.validate_value(memory, limits, scripts_allowed=False)
 
 
 def validate_root(
@@ -374,6 +389,7 @@ __all__ = [
     "section",
     "stat_record",
     "system_metadata",
+    "validate_memory_only",
     "validate_root",
     "validate_system",
     "validate_thread",

@@ -44,7 +44,16 @@ from .evaluation import evaluate as evaluate_read_only
 from .limits import Limits
 from .mounts import Mount, MountPath
 from .mutation import Append, Mutation, Remove, RemoveFront, Set, apply_each
-from .namespace import MESSAGE_KEYS, initial_root, section, stat_record, system_metadata, validate_root, validate_thread
+from .namespace import (
+    MESSAGE_KEYS,
+    initial_root,
+    section,
+    stat_record,
+    system_metadata,
+    validate_memory_only,
+    validate_root,
+    validate_thread,
+)
 from .paths import format_path, lib_name, parse, validate_address, validate_mount_name, validate_script_name
 from .redact import redact
 from .snapshot import check_root_hash, decode_snapshot_unverified, encode_snapshot
@@ -361,7 +370,6 @@ class Process:
         self,
         mutations: Sequence[Mutation],
         source: str,
-        *,
         applied: tuple[Node, Node] | None = None,
         effects: Callable[[], None] | None = None,
         dry_run: bool = False,
@@ -370,7 +378,8 @@ class Process:
         before_record: Callable[[Transition], None] | None = None,
         script: str | None = None,
         output: Node | None = None,
-    ) -> Transition:
+        memory_only: bool = False,
+    ) -> Transition | None:
         """The one commit path of every transition: host writes, inbox and thread changes,
         activations.
 
@@ -382,7 +391,13 @@ class Process:
         (external mount writes), the effects run, the sink records the transition, and the
         new version is published in one assignment. A dry run stops after validation.
         ``before_record`` runs after the effects, just before the sink sees the transition
-        (an activation completes its ``receipt`` there).
+        (an activation completes its ``receipt`` there). ``memory_only`` says the applied
+        candidate is ``base`` with at most ``/memory`` replaced (an activation's working
+        copy that changed nothing else), so only that section and the tree's sizes are checked.
+
+        Returns the transition, or None when nothing records or is told of it (no sink, no
+        effects, no ``before_record``, not a dry run: an in-memory commit), which is then not
+        described at all; the new version and root are the process's own once it returns.
         """
         version, root = self._state
         if version >= U64_MAX:
@@ -391,12 +406,20 @@ class Process:
             candidate = applied[1]
         else:
             candidate = apply_each(root, mutations)
-        validate_root(candidate, self._address, self._limits, script_compiler(self._limits), previous=root, error=InvalidValue)
+            memory_only = False  # made here: checked in full
+        if memory_only:
+            validate_memory_only(candidate, self._limits)
+        else:
+            validate_root(candidate, self._address, self._limits, script_compiler(self._limits), previous=root,
+                          error=InvalidValue)
+        sink = self._sink
+        if sink is None and effects is None and before_record is None and dry_run is False:
+            self._state = (version + 1, candidate)
+            return None
         transition = Transition(self._address, version, version + 1, root, candidate, tuple(mutations), source, annex,
                                 receipt, script, output)
         if dry_run:
             return transition
-        sink = self._sink
         if sink is None or effects is None:
             # No external effects to order against other commits: no guard to hold.
             if effects is not None:
@@ -417,8 +440,9 @@ class Process:
 
     def _commit_change(self, mutations: Sequence[Mutation], source: str, annex: object = None) -> Change:
         """Commit host-side ``mutations`` and report them as a :class:`Change`."""
-        transition = self._commit(mutations, source, annex=annex)
-        return self._change(transition.version_after, transition.root_after, [m.path for m in mutations], list(mutations))
+        self._commit(mutations, source, annex=annex)
+        version, root = self._state  # what the commit published (the caller holds the lock)
+        return self._change(version, root, [m.path for m in mutations], list(mutations))
 
     @staticmethod
     def _change(version: int, root: Node, paths: Iterable[str], mutations: list[Mutation]) -> Change:
@@ -700,6 +724,13 @@ class Process:
                 _LAST_EXEC_PATH = (path, name)
         if name is None:
             raise InvalidPath(f"exec accepts only /lib/<name> paths: {path}")
+        if dry_run is False and not self.hooks:
+            # Nobody to consult or tell, and a real run: _activate's own path for it, written out.
+            with self._lock:
+                try:
+                    return self._run_activation(name, None, input, False, None, receipt)
+                except LispError as exc:  # defensive, as in _activate
+                    raise ScriptFailed(exc.message, stack=exc.stack, kind=exc.kind) from None
         if receipt is not None and dry_run is True:
             raise InvalidValue("a dry run commits nothing, so it takes no receipt")
         return self._activate(name, None, input, dry_run, receipt=receipt)
@@ -791,12 +822,12 @@ class Process:
                     _log.warning("after_activation hook failed: %s", sanitize(redact(str(exc) or type(exc).__name__)))
 
     def _run_activation(
-        self, name: str, inline_source: str | None, input: Any, *, dry_run: bool = False, consume: RemoveFront | None = None,
+        self, name: str, inline_source: str | None, input: Any, dry_run: bool = False, consume: RemoveFront | None = None,
         receipt: CommitReceipt | None = None,
     ) -> Activation:
         input_node = tree.from_value(input, scripts_allowed=False)
         tree.validate_value(input_node, self._limits, scripts_allowed=False)
-        ws = WorkingState(self, dry_run=dry_run, base=self._state[1], limits=self._limits)
+        ws = WorkingState(self, dry_run, self._state[1], self._limits)
         if inline_source is None:
             # The name is valid: exec and exec_inbox_item took it from a /lib path, and a
             # hook's rewrite is checked where it is made.
@@ -838,7 +869,20 @@ class Process:
             mutations.append(append)
             changed["/system/outbox"] = None
             messages = [{"message_id": i["message_id"], "to": i["to"], "body": i["body"]} for i in intents]
+        # Nothing but /memory can differ from the base (the commit then checks that alone).
+        memory_only = consume is None and not ws.messages and ws.lib is ws.base_lib
         mount_writes = ws.mount_writes
+        script_path = "inline" if inline_source is not None else f"/lib/{name}"
+        if not mount_writes and receipt is None and dry_run is False:
+            # The common activation: no external effect to order and nobody to tell before
+            # the commit is recorded, so the result is made after it (as complete() below).
+            # A scalar output is its node's own value (Node.to_value, written out for it).
+            self._commit(mutations, "activation", (ws.base, candidate), None, False, None, None, None, script_path, output,
+                         memory_only)
+            code = output.code
+            value = output.to_value() if code == tree.MAP or code == tree.ARRAY else output.value
+            version, root = self._state  # what the commit published
+            return Activation(value, ws.logs, messages, version, root, sorted(changed))
 
         def apply_mount_writes() -> None:
             # External mount effects happen only once the candidate is known to be valid.
@@ -849,23 +893,25 @@ class Process:
 
         result: list[Activation] = []
 
-        def complete(transition: Transition) -> None:
+        def complete(version_after: int, root_after: Node) -> None:
             # Everything the caller is told is known here, mount-write paths included.
             # (output, logs, messages, version, root (hashed when read), changed)
             # A scalar output is its node's own value (Node.to_value, written out for it).
             code = output.code
             value = output.to_value() if code == tree.MAP or code == tree.ARRAY else output.value
-            activation = Activation(value, ws.logs, messages, transition.version_after,
-                                    transition.root_after, sorted(changed))
+            activation = Activation(value, ws.logs, messages, version_after, root_after, sorted(changed))
             result.append(activation)
             if receipt is not None:
                 receipt.complete(activation)
 
-        transition = self._commit(
+        def before_record(transition: Transition) -> None:
+            complete(transition.version_after, transition.root_after)
+
+        self._commit(
             mutations, "activation", applied=(ws.base, candidate),
             effects=apply_mount_writes if mount_writes else None, dry_run=dry_run,
-            receipt=receipt, before_record=complete if receipt is not None else None,
-            script="inline" if inline_source is not None else f"/lib/{name}", output=output,
+            receipt=receipt, before_record=before_record if receipt is not None else None, script=script_path,
+            output=output, memory_only=memory_only,
         )
         if dry_run:
             for _op, path, _value in mount_writes:
@@ -881,7 +927,7 @@ class Process:
             )
         if receipt is None:
             # Nobody to tell before the commit is recorded: the result is made after it.
-            complete(transition)
+            complete(*self._state)
         return result[0]
 
     # ------------------------------------------------------------------ snapshots and forks

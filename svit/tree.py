@@ -25,11 +25,11 @@ import copyreg
 from collections.abc import Iterator
 from typing import Any
 
-from ._tree.build import build, empty_array, empty_map
+from ._tree.build import build, empty_array, empty_map, from_value
 from ._tree.chunks import ABSENT, array_items, map_items
 from ._tree.codec import ChunkError, decode_chunk, load_container, new_chunks, node_cbor, verify_chunk
 from ._tree.decoded import build_decoded
-from ._tree.edits import append_items, find, get, node_hash, remove_at, set_at
+from ._tree.edits import append_items, find, find_key, get, node_hash, remove_at, set_at, set_key, set_leaf_entry
 from ._tree.node import (
     ARRAY,
     BOOL,
@@ -70,6 +70,7 @@ __all__ = [
     "empty_map",
     "entries",
     "find",
+    "find_key",
     "from_decoded",
     "from_value",
     "get",
@@ -82,6 +83,8 @@ __all__ = [
     "remove_at",
     "script_default",
     "set_at",
+    "set_key",
+    "set_leaf_entry",
     "to_value",
     "validate_value",
     "verify_chunk",
@@ -89,16 +92,6 @@ __all__ = [
 
 #: CBOR tag of a script record ``[source, documentation]`` ("SVIT"; unregistered).
 CBOR_SCRIPT_TAG = SCRIPT_TAG
-
-
-def from_value(value: Any, *, scripts_allowed: bool) -> Node:
-    """Build (and validate the kinds of) a node tree from plain host data.
-
-    Rejects non-finite floats, integers outside i64, non-text keys, unsupported types,
-    lone surrogates, and scripts where not allowed. Size limits are checked separately
-    by :func:`validate_value` from the cached counts.
-    """
-    return build(value, scripts_allowed, False)
 
 
 def from_decoded(value: Any) -> Node:

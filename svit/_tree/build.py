@@ -16,7 +16,7 @@ from ..values import I64_MAX, I64_MIN, MAX_NESTING, Script
 from .chunks import LEAF_MIN, build_array_root, build_map_root, empty_root, scalar_leaf
 from .node import ARRAY, BAD_TEXT, MAP, NESTING, Node, leaf, make_container
 
-__all__ = ["build", "empty_array", "empty_map"]
+__all__ = ["build", "empty_array", "empty_map", "from_value"]
 
 _SIMPLE = frozenset((str, int, bool, type(None)))
 
@@ -29,6 +29,23 @@ def build(value: Any, scripts_allowed: bool, strict: bool) -> Node:
         return small if small is not None else _map(value, scripts_allowed, 0, strict)
     if t is list:
         return _array(value, scripts_allowed, 0, strict)
+    return leaf(value, scripts_allowed)
+
+
+def from_value(value: Any, *, scripts_allowed: bool) -> Node:
+    """Build (and validate the kinds of) a node tree from plain host data.
+
+    Rejects non-finite floats, integers outside i64, non-text keys, unsupported types,
+    lone surrogates, and scripts where not allowed. Size limits are checked separately
+    by :func:`~svit._tree.node.validate_value` from the cached counts. (``build`` with
+    ``strict`` off, written out: every activation's input is built here.)
+    """
+    t = type(value)
+    if t is dict:
+        small = _small_map(value, False) if len(value) <= LEAF_MIN else None
+        return small if small is not None else _map(value, scripts_allowed, 0, False)
+    if t is list:
+        return _array(value, scripts_allowed, 0, False)
     return leaf(value, scripts_allowed)
 
 
@@ -108,13 +125,16 @@ def _small_map(mapping: dict[Any, Any], strict: bool) -> Node | None:
             text += len(key) if key.isascii() else len(key.encode("utf-8"))
     except UnicodeEncodeError:
         return None
-    keys = list(mapping)
-    ordered = sorted(keys)
-    if ordered != keys:
-        if strict:
-            return None
-        keys = ordered
-    return make_container(MAP, scalar_leaf(MAP, tuple(keys), tuple(map(mapping.__getitem__, keys)), text, None))
+    keys = tuple(mapping)
+    if len(keys) > 1:
+        ordered = tuple(sorted(keys))
+        if ordered != keys:
+            if strict:
+                return None
+            return make_container(MAP, scalar_leaf(MAP, ordered, tuple(map(mapping.__getitem__, ordered)), text, None))
+    # Already in canonical order (one key is): the values in the mapping's own order.
+    chunk = scalar_leaf(MAP, keys, tuple(mapping.values()), text, None)
+    return Node(MAP, chunk, None, chunk.count + 1, text, chunk.height + 1, -1)  # make_container, written out
 
 
 def _map(mapping: dict[Any, Any], scripts_allowed: bool, depth: int, strict: bool) -> Node:

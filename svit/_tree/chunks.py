@@ -74,6 +74,7 @@ __all__ = [
     "build_map_root",
     "empty_root",
     "key_rank",
+    "leaf_item_set",
     "make_inner",
     "make_leaf",
     "scalar_leaf",
@@ -601,29 +602,17 @@ def map_set(root: Chunk, key: str, item: Any) -> Chunk:
             if type(old) in _PLAIN_TYPES and type(item) in _PLAIN_TYPES:
                 # A number, truth or null for another: every aggregate stays (_copy of
                 # two items with _PLAIN_AGGREGATES), derived from the base as _copy records it.
-                copy = Chunk(MAP, 0, keys, items[:position] + (item,) + items[position + 1:], None, root.size,
+                replaced = list(items)
+                replaced[position] = item
+                copy = Chunk(MAP, 0, keys, tuple(replaced), None, root.size,
                              root.count, root.text, root.height, root.max_script, root.rank, root.nested)
                 derived = root.derived
-                if derived is None or root.encoded:
+                if derived is None or root._data is not None:  # noqa: SLF001 (root.encoded, written out)
                     copy.derived = (root, position, old, item)
                 elif derived[1] == position:
                     copy.derived = (derived[0], position, derived[2], item)
                 return copy
-            if type(old) is Node and type(item) is Node and old.height == item.height \
-                    and old.max_script == item.max_script:
-                # A container for one as tall and with scripts as long (a new /memory in the
-                # root): the maxima stay, the sums move by the difference, and the copy
-                # derives from the base as _copy records it.
-                copy = Chunk(MAP, 0, keys, items[:position] + (item,) + items[position + 1:], None, root.size,
-                             root.count - old.count + item.count, root.text - old.text + item.text, root.height,
-                             root.max_script, root.rank, root.nested)
-                derived = root.derived
-                if derived is None or root.encoded:
-                    copy.derived = (root, position, old, item)
-                elif derived[1] == position:
-                    copy.derived = (derived[0], position, derived[2], item)
-                return copy
-            return _replace(MAP, [], [], root, position, item)
+            return leaf_item_set(root, position, item)
     path, route, leaf, position, found = _map_route(root, key)
     if found:
         return _replace(MAP, path, route, leaf, position, item)
@@ -633,6 +622,30 @@ def map_set(root: Chunk, key: str, item: Any) -> Chunk:
         return entries
 
     return _splice(MAP, root, route, insert)
+
+
+def leaf_item_set(root: Chunk, position: int, item: Any) -> Chunk:
+    """A new root with the entry at ``position`` of a one-leaf map (the root's sections, a
+    record) given ``item``: :func:`map_set` of a key known to be there, with no search."""
+    keys = root.keys
+    items = root.items
+    old = items[position]
+    if type(old) is Node and type(item) is Node and old.height == item.height and old.max_script == item.max_script:
+        # A container for one as tall and with scripts as long (a new /memory in the
+        # root): the maxima stay, the sums move by the difference, and the copy
+        # derives from the base as _copy records it.
+        replaced = list(items)
+        replaced[position] = item
+        copy = Chunk(MAP, 0, keys, tuple(replaced), None, root.size,
+                     root.count - old.count + item.count, root.text - old.text + item.text, root.height,
+                     root.max_script, root.rank, root.nested)
+        derived = root.derived
+        if derived is None or root._data is not None:  # noqa: SLF001 (root.encoded, written out)
+            copy.derived = (root, position, old, item)
+        elif derived[1] == position:
+            copy.derived = (derived[0], position, derived[2], item)
+        return copy
+    return _replace(MAP, [], [], root, position, item)
 
 
 def map_remove(root: Chunk, key: str) -> Chunk | None:

@@ -16,13 +16,15 @@ from .chunks import (
     array_find,
     array_remove,
     array_set,
+    leaf_item_set,
     map_find,
     map_remove,
     map_set,
 )
 from .node import ARRAY, MAP, Node, leaf, make_container
 
-__all__ = ["append_items", "find", "get", "node_hash", "remove_at", "set_at", "stored_item"]
+__all__ = ["append_items", "find", "find_key", "get", "node_hash", "remove_at", "set_at", "set_key", "set_leaf_entry",
+           "stored_item"]
 
 Segments = tuple[str, ...]
 
@@ -63,6 +65,11 @@ def get(node: Node, segments: Segments) -> Node | None:
         if current is ABSENT:
             return None
     return current if type(current) is Node else leaf(current, True)
+
+
+def find_key(mapping: Node, key: str) -> Any:
+    """``find(mapping, (key,))`` of a map node: the item stored at ``key``, or ``ABSENT``."""
+    return map_find(mapping.value, key)
 
 
 def find(node: Node, segments: Segments) -> Any:
@@ -148,6 +155,21 @@ def set_at(root: Node, segments: Segments, node: Node) -> Node:
     parent, segment = stack[-1]
     updated = _with_child(parent, segment, node, segments, len(segments) - 1)
     return _rebuild_ancestors(stack, updated, segments)
+
+
+def set_key(mapping: Node, key: str, node: Node) -> Node:
+    """``set_at(mapping, (key,), node)`` of a map node (an entry of ``/memory``): no walk."""
+    item = node if node.code == MAP or node.code == ARRAY else node.value  # stored_item
+    root = map_set(mapping.value, key, item)
+    return Node(MAP, root, None, root.count + 1, root.text, root.height + 1, root.max_script)  # make_container
+
+
+def set_leaf_entry(root: Node, position: int, node: Node) -> Node:
+    """``set_at(root, (key,), node)`` for the ``position``-th key of a map kept in one leaf
+    chunk (the process root's nine sections): the key is known to be there, so none is searched."""
+    item = node if node.code == MAP or node.code == ARRAY else node.value  # stored_item
+    chunk = leaf_item_set(root.value, position, item)
+    return Node(MAP, chunk, None, chunk.count + 1, chunk.text, chunk.height + 1, chunk.max_script)  # make_container
 
 
 def remove_at(root: Node, segments: Segments) -> Node:

@@ -377,3 +377,34 @@ def test_nodes_are_immutable():
         node.digest = b""  # type: ignore[misc]
     assert node == build({"a": 1}) and hash(node) == hash(build({"a": 1}))
     assert node != build({"a": 2})
+
+
+@given(
+    base=st.dictionaries(KEY, PLAIN, min_size=1, max_size=40),
+    edits=st.lists(st.tuples(st.integers(0, 39), PLAIN), min_size=1, max_size=6),
+    hashed=st.booleans(),
+)
+@settings(max_examples=60, deadline=None)
+def test_one_key_lookups_and_edits_agree_with_their_path_forms(base, edits, hashed):
+    # find_key / set_key are find / set_at of one key; set_leaf_entry is set_at of the
+    # key at a known place of a one-leaf map. Same values, aggregates and digests,
+    # whether or not the map was hashed (and so encoded) before the edit.
+    keyed = by_path = tree.from_value(base, scripts_allowed=False)
+    for index, value in edits:
+        key = sorted(base)[index % len(base)]
+        if hashed:
+            keyed.hash  # noqa: B018 (encode and hash before editing)
+        assert tree.find_key(keyed, key) == tree.find(keyed, (key,))
+        node = tree.from_value(value, scripts_allowed=False)
+        leaf_chunk = keyed.value
+        if leaf_chunk.level == 0:
+            placed = tree.set_leaf_entry(keyed, leaf_chunk.keys.index(key), node)
+            assert placed.to_value() == tree.set_at(keyed, (key,), node).to_value()
+            assert placed.hash == tree.set_at(keyed, (key,), node).hash
+        keyed = tree.set_key(keyed, key, node)
+        by_path = tree.set_at(by_path, (key,), node)
+        assert (keyed.count, keyed.text, keyed.height, keyed.max_script) == (
+            by_path.count, by_path.text, by_path.height, by_path.max_script)
+    assert keyed.to_value() == by_path.to_value()
+    assert keyed.hash == by_path.hash == tree.from_value(by_path.to_value(), scripts_allowed=False).hash
+    assert tree.find_key(keyed, "\x00absent") is tree.ABSENT or "\x00absent" in base
