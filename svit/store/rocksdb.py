@@ -73,7 +73,7 @@ import json
 import logging
 import os
 import re
-import select
+import selectors
 import shutil
 import subprocess
 import sys
@@ -556,23 +556,33 @@ class _Prober:
             process = self._process = subprocess.Popen(
                 [sys.executable, "-I", "-c", _PROBES, _ROCKSDICT_HOME],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        # An exchange cut short (a signal, an error) leaves the child's answer on its way,
+        # which the next reopen would take for its own: the child goes with it.
+        try:
+            line = self._exchange(process, path, deadline)
+        except BaseException:
+            self.close()
+            raise
+        if not line:
+            self.close()
+        return _probe_answer(line, "it exited" if not line else "bad answer")
+
+    @staticmethod
+    def _exchange(process: subprocess.Popen[bytes], path: str, deadline: float) -> bytes:
         assert process.stdin is not None and process.stdout is not None
         try:
             process.stdin.write(json.dumps(path).encode("utf-8") + b"\n")
             process.stdin.flush()
         except OSError:
-            self.close()
             raise PersistenceUnavailable("cannot open store: the process reading its files failed (it exited); "
                                          "open_deadline=None reads them in this process instead", reason="unknown") from None
-        # One line, written at once and shorter than a pipe's atomic write: readable means whole.
-        ready, _, _ = select.select([process.stdout], [], [], deadline)
-        if not ready:
-            self.close()
-            raise _late(deadline)
-        line = process.stdout.readline()
-        if not line:
-            self.close()
-        return _probe_answer(line, "it exited" if not line else "bad answer")
+        # One line, written at once: readable means the answer (or the end) came. A
+        # selector, not select(), which refuses a descriptor numbered past 1,023.
+        with selectors.DefaultSelector() as selector:
+            selector.register(process.stdout, selectors.EVENT_READ)
+            if not selector.select(deadline):
+                raise _late(deadline)
+        return process.stdout.readline()
 
     def close(self) -> None:
         process, self._process = self._process, None

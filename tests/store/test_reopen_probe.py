@@ -1,0 +1,82 @@
+"""The child process that makes a reader's read-only reopens first (``_Prober``), and the
+choice between RocksDB's secondary and read-only instances, in the cases that go wrong:
+an exchange with the child cut short, and a reader holding many file descriptors.
+
+Each reopen's answer must be the answer to *that* reopen: a stale one would pass a reopen
+the child never finished, so the in-process open would run unbounded.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from svit import Process
+from svit.store import ProcessStore, rocksdb
+
+# A stand-in for the probe loop: answers each store directory with that directory as its
+# one "column family", after a pause (long enough for a timer to cut the exchange short).
+ECHO = """
+import json, sys, time
+for line in sys.stdin:
+    time.sleep(0.3)
+    print(json.dumps({"column_families": [json.loads(line)]}), flush=True)
+"""
+
+
+class Interrupted(Exception):
+    pass
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise Interrupted
+
+
+def test_an_exchange_cut_short_leaves_no_answer_for_the_next_reopen(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rocksdb, "_PROBES", ECHO)
+    prober = rocksdb._Prober()
+    previous = signal.signal(signal.SIGALRM, _interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.1)  # while the child works on the first path
+        with pytest.raises(Interrupted):
+            prober.column_families("first", 10.0)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        # The answer read is the one to this request, not the first one's, still on its way.
+        assert prober.column_families("second", 10.0) == ["second"]
+        assert prober.column_families("third", 10.0) == ["third"]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        prober.close()
+
+
+def test_a_reader_holding_many_file_descriptors_still_reopens(tmp_path: Path) -> None:
+    """``select`` refuses a descriptor numbered past 1,023; a reader of a store with many
+    table files (a read-only instance keeps every one open), or in a busy server, has one."""
+    path = tmp_path / "store"
+    store = ProcessStore.open(path)
+    store.create(Process.builder("svit://local/test/fds").memory("count", 0).build())
+    store.close()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 1200
+    if soft < wanted:
+        if hard != resource.RLIM_INFINITY and hard < wanted:
+            pytest.fail(f"the test needs {wanted} file descriptors; the hard limit is {hard}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    held: list[int] = []
+    prober = rocksdb._Prober()
+    try:
+        while not held or held[-1] < 1100:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        names = prober.column_families(str(path), 60.0)  # its pipes are numbered past 1,100
+        assert "default" in names and len(names) > 1
+    finally:
+        prober.close()
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
