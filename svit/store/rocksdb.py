@@ -905,6 +905,9 @@ def writer_reuses_logs(path: str | os.PathLike[str]) -> bool:
     write-ahead logs: the ``recycle_log_file_num`` of the newest OPTIONS file, which
     RocksDB writes at every open with the options it runs with."""
     reuses = _options_reuse_logs(os.fspath(path))
+    if reuses is None:
+        raise PersistenceUnavailable("cannot tell how the store's writer runs: its OPTIONS files were replaced "
+                                     "each time they were read; try again", reason="unavailable")
     return bool(reuses) and reuses[max(reuses)]
 
 
@@ -912,12 +915,15 @@ def _logs_may_be_reused(path: str) -> bool:
     """Whether either of the store's OPTIONS files (RocksDB keeps the two newest) reuses
     logs: an ordinary writer writes its OPTIONS file while it opens, before it deletes the
     logs its predecessor kept to reuse, so until the writer after it opened, a secondary
-    instance could still find them."""
-    return any(_options_reuse_logs(path).values())
+    instance could still find them. Files replaced at every look count as reusing: a
+    read-only instance follows any writer, a secondary one loops on a reused log."""
+    reuses = _options_reuse_logs(path)
+    return reuses is None or any(reuses.values())
 
 
-def _options_reuse_logs(path: str) -> dict[int, bool]:
-    """By number, whether each OPTIONS file of the store has RocksDB reuse logs."""
+def _options_reuse_logs(path: str) -> dict[int, bool] | None:
+    """By number, whether each OPTIONS file of the store has RocksDB reuse logs (None:
+    a writer replaced them each time they were read)."""
     for _attempt in range(3):  # a writer opening meanwhile replaces its older OPTIONS files
         found: dict[int, bool] = {}
         try:
@@ -928,5 +934,7 @@ def _options_reuse_logs(path: str) -> dict[int, bool]:
                     found[int(number.group(1))] = any(int(value) > 0 for value in _RECYCLED.findall(text))
         except FileNotFoundError:
             continue
+        except OSError as exc:
+            raise storage_error(exc, "cannot read the store's options") from None
         return found
-    return {}
+    return None

@@ -1,6 +1,7 @@
 """The child process that makes a reader's read-only reopens first (``_Prober``), and the
 choice between RocksDB's secondary and read-only instances, in the cases that go wrong:
-an exchange with the child cut short, and a reader holding many file descriptors.
+an exchange with the child cut short, a reader holding many file descriptors, and
+OPTIONS files that vanish each time they are read.
 
 Each reopen's answer must be the answer to *that* reopen: a stale one would pass a reopen
 the child never finished, so the in-process open would run unbounded.
@@ -80,3 +81,20 @@ def test_a_reader_holding_many_file_descriptors_still_reopens(tmp_path: Path) ->
         for fd in held:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_options_files_that_keep_vanishing_choose_read_only_instances(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether the writer reuses its logs is read from its OPTIONS files, which a writer
+    opening replaces. Not knowing must not choose the secondary instance (which loops
+    forever on a reused log): the read-only one follows any writer."""
+    path = tmp_path / "store"
+    writer = ProcessStore.open(path, reuse_logs=True)
+    writer.close()
+    assert rocksdb._logs_may_be_reused(str(path))
+
+    def vanished(*args: Any, **kwargs: Any) -> Any:
+        raise FileNotFoundError(2, "No such file or directory")
+
+    monkeypatch.setattr(rocksdb, "open", vanished, raising=False)
+    assert rocksdb._logs_may_be_reused(str(path))
