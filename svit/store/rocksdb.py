@@ -1,6 +1,6 @@
 """The RocksDB storage engine: the only module that touches ``rocksdict``.
 
-Options relied on (pinned in :func:`_options`): WAL on (``disable_wal`` is False on
+Options relied on (pinned in :func:`store_options`): WAL on (``disable_wal`` is False on
 every write), every write batch followed by a sync of the log before it is acknowledged,
 WAL recovery mode ``PointInTime`` (recover to the last consistent record; every
 acknowledged batch was fsynced before it, so it survives), ``paranoid_checks``, missing
@@ -614,7 +614,11 @@ class _StoreFiles(NamedTuple):
     def settled(self) -> bool:
         """Whether any later write must show in the stamps: file times come from a coarse
         clock (a few ms a tick), so a write in the same tick as the newest stamp may leave it
-        as it was; stamps older than :data:`_SETTLED_SECONDS` when seen cannot be repeated."""
+        as it was; stamps older than :data:`_SETTLED_SECONDS` when seen cannot be repeated.
+        That assumes file times at least as fine as that, from this machine's clock, never
+        set back, and a write's bytes in the file within that second of its time (the
+        kernel sets it as the write begins); otherwise a commit may stay unseen until the
+        writer's next change (docs/durability.md says so)."""
         newest = max((mtime for _name, _size, mtime in self.stamps), default=0)
         return newest < self.seen - int(_SETTLED_SECONDS * 1e9)
 
