@@ -673,7 +673,11 @@ def _open_settled_read_only(path: str, deadline: float | None, probed: bool,
             if last or _listing(path) == listed:
                 raise
             continue
-        after = _store_files(path)
+        try:
+            after = _store_files(path)
+        except BaseException:
+            _close_quietly(db)  # not left to the failure's traceback, which a caller may keep
+            raise
         if not {name for name in before.names if name.endswith(".log")} - after.names:
             return db, before
         _close_quietly(db)

@@ -98,3 +98,38 @@ def test_options_files_that_keep_vanishing_choose_read_only_instances(
 
     monkeypatch.setattr(rocksdb, "open", vanished, raising=False)
     assert rocksdb._logs_may_be_reused(str(path))
+
+
+def test_an_instance_opened_before_its_files_could_be_listed_again_is_closed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read-only open whose files cannot be listed after it (the directory went, say)
+    fails, and the instance it made is closed then, not kept open by the failure."""
+    path = tmp_path / "store"
+    writer = ProcessStore.open(path, reuse_logs=True)
+    writer.create(Process.builder("svit://local/test/closed").memory("count", 0).build())
+    writer.close()
+    opened: list[Any] = []
+    real_open, real_files = rocksdb._open_read_only, rocksdb._store_files
+    looks: list[str] = []
+
+    def recording(where: str) -> Any:
+        db = real_open(where)
+        opened.append(db)
+        return db
+
+    def listed_once(where: str) -> Any:
+        looks.append(where)
+        if len(looks) > 1:
+            raise rocksdb.storage_error(PermissionError(13, "Permission denied"), "cannot follow the store's writer")
+        return real_files(where)
+
+    monkeypatch.setattr(rocksdb, "_open_read_only", recording)
+    monkeypatch.setattr(rocksdb, "_store_files", listed_once)
+    failure = None
+    try:
+        rocksdb._open_settled_read_only(str(path), None, True, rocksdb._Prober())
+    except Exception as exc:
+        failure = exc  # kept, as a caller may keep it: it must not keep the instance open
+    assert failure is not None and len(opened) == 1
+    with pytest.raises(Exception, match="closed"):
+        opened[0].get(b"x")
