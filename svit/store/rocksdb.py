@@ -51,8 +51,9 @@ RocksDB's secondary instance cannot follow such a writer: it replays every log f
 the directory, kept obsolete ones included, and loops forever (holding the GIL) on the
 first old record after a reused log's live ones. So a reader of a store whose latest
 writer, or the one before it, reuses logs (read from the OPTIONS files RocksDB writes at
-every open: :func:`writer_reuses_logs`) follows it with RocksDB *read-only* instances
-instead, opened afresh when the store's files changed: a read-only open recovers like a
+every open: :func:`writer_reuses_logs`), or that holds a log in the reusable format,
+follows it with RocksDB *read-only* instances instead, opened afresh when the store's
+files changed: a read-only open recovers like a
 writer's (the MANIFEST names the live logs, older ones are skipped, a reused log ends at
 its first old record), takes no lock and writes nothing. Each is preceded by the same
 bounded first read as a first open, in a child process the reader keeps for them
@@ -926,7 +927,33 @@ def _logs_may_be_reused(path: str) -> bool:
     instance could still find them. Files replaced at every look count as reusing: a
     read-only instance follows any writer, a secondary one loops on a reused log."""
     reuses = _options_reuse_logs(path)
-    return reuses is None or any(reuses.values())
+    return reuses is None or any(reuses.values()) or _reusable_format_logs(path)
+
+
+#: The record types of RocksDB's reusable log format (each record names its log), which
+#: only a writer reusing its logs writes: full, first, middle, last, and the one giving
+#: the sizes of user-defined timestamps.
+_REUSABLE_RECORD_TYPES = frozenset({5, 6, 7, 8, 11})
+
+
+def _reusable_format_logs(path: str) -> bool:
+    """Whether a log file in the directory begins with a record in the reusable format:
+    a log a reusing writer wrote, or reused, and left behind. The OPTIONS files miss it
+    when an ordinary writer was killed between writing its OPTIONS file and deleting those
+    logs, and another one opened after it: both kept OPTIONS files are then theirs."""
+    try:
+        for name in os.listdir(path):
+            if name.endswith(".log"):
+                try:
+                    with open(os.path.join(path, name), "rb") as handle:
+                        header = handle.read(7)
+                except FileNotFoundError:
+                    continue
+                if len(header) == 7 and header[6] in _REUSABLE_RECORD_TYPES:
+                    return True
+    except OSError as exc:
+        raise storage_error(exc, "cannot read the store's logs") from None
+    return False
 
 
 def _options_reuse_logs(path: str) -> dict[int, bool] | None:

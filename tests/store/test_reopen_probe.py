@@ -1,7 +1,8 @@
 """The child process that makes a reader's read-only reopens first (``_Prober``), and the
 choice between RocksDB's secondary and read-only instances, in the cases that go wrong:
-an exchange with the child cut short, a reader holding many file descriptors, and
-OPTIONS files that vanish each time they are read.
+an exchange with the child cut short, a reader holding many file descriptors, OPTIONS
+files that vanish each time they are read, and a reused log left behind by a writer
+whose OPTIONS files no longer say so.
 
 Each reopen's answer must be the answer to *that* reopen: a stale one would pass a reopen
 the child never finished, so the in-process open would run unbounded.
@@ -19,6 +20,7 @@ import pytest
 
 from svit import Process
 from svit.store import ProcessStore, rocksdb
+from tests.store.test_log_reuse import Follower, RollingWriter
 
 # A stand-in for the probe loop: answers each store directory with that directory as its
 # one "column family", after a pause (long enough for a timer to cut the exchange short).
@@ -133,3 +135,36 @@ def test_an_instance_opened_before_its_files_could_be_listed_again_is_closed(
     assert failure is not None and len(opened) == 1
     with pytest.raises(Exception, match="closed"):
         opened[0].get(b"x")
+
+
+def test_a_reused_log_left_behind_is_followed_read_only_whatever_the_options_files_say(tmp_path: Path) -> None:
+    """The OPTIONS files are not the whole story: an ordinary writer writes its own before
+    it deletes the logs its reusing predecessor left (one of them written over an older
+    log); killed in between, and followed by another ordinary writer, both kept OPTIONS
+    files are theirs while those logs are still there. A secondary instance loops forever
+    on such a log (holding the GIL), so the log files decide too: one in RocksDB's
+    reusable record format is followed by read-only instances."""
+    path = str(tmp_path / "store")
+    writer = RollingWriter(path)
+    try:
+        writer.wait_until(lambda: writer.reused >= 2, "wrote into a reused log twice")
+    finally:
+        writer.kill()
+    # What the two ordinary writers' opens leave: their OPTIONS files, the reused logs still there.
+    numbered = sorted((int(name[len("OPTIONS-"):]), name) for name in os.listdir(path)
+                      if rocksdb._OPTIONS.fullmatch(name))
+    text = Path(path, numbered[-1][1]).read_text().replace(
+        f"recycle_log_file_num={rocksdb.REUSED_LOGS}", "recycle_log_file_num=0")
+    assert "recycle_log_file_num=0" in text
+    for _number, name in numbered:
+        os.remove(Path(path, name))
+    for step in (1, 2):
+        Path(path, f"OPTIONS-{numbered[-1][0] + step:06d}").write_text(text)
+    assert not rocksdb.writer_reuses_logs(path)
+    assert rocksdb._logs_may_be_reused(path)
+    follower = Follower(path)  # in its own process: a secondary would loop there, not here
+    try:
+        seen = follower.ask("follow")
+        assert seen["reopening"] and seen["blob_ok"] and seen["version"] >= max(writer.acked), seen
+    finally:
+        follower.stop()
