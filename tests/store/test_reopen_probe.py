@@ -11,8 +11,12 @@ the child never finished, so the in-process open would run unbounded.
 from __future__ import annotations
 
 import os
+import re
 import resource
+import shutil
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +24,7 @@ import pytest
 
 from svit import Process
 from svit.store import ProcessStore, rocksdb
-from tests.store.test_log_reuse import Follower, RollingWriter
+from tests.store.test_log_reuse import ENV, Follower, RollingWriter
 
 # A stand-in for the probe loop: answers each store directory with that directory as its
 # one "column family", after a pause (long enough for a timer to cut the exchange short).
@@ -168,3 +172,68 @@ def test_a_reused_log_left_behind_is_followed_read_only_whatever_the_options_fil
         assert seen["reopening"] and seen["blob_ok"] and seen["version"] >= max(writer.acked), seen
     finally:
         follower.stop()
+
+
+# A writer reusing its logs that commits until its log was reused twice, and after each
+# commit returns looks up a file named for it (absent: the trace shows the lookup).
+REUSING_WRITER = """
+import os, sys
+from svit import Process
+from svit.store import ProcessStore
+from tests.store.log_roll_writer import ADDRESS, blob, log_files
+from svit.store.rocksdb import REUSED_LOG_BYTES
+path, marks = sys.argv[1], sys.argv[2]
+store = ProcessStore.open(path, reuse_logs=True)
+handle = store.create(Process.builder(ADDRESS).memory("blob", "").build())
+logs, reused = log_files(path), 0
+while reused < 3:
+    handle.write("/memory/blob", blob(handle.version + 1))
+    os.path.exists(os.path.join(marks, f"acknowledged-{handle.version}"))
+    now = log_files(path)
+    reused += now.keys() != logs.keys() and now[max(now)] > REUSED_LOG_BYTES // 2
+    logs = now
+store.close()
+"""
+
+
+def test_a_reused_log_s_new_name_is_synced_before_a_commit_in_it_is_acknowledged(tmp_path: Path) -> None:
+    """Reusing a log renames a kept file to the new log's number; a commit written into it
+    may be acknowledged only once the directory holding that name was synced (else a power
+    loss could leave the old name, whose records recovery ignores). RocksDB syncs the
+    directory at the first log sync after a new log; this traces the system calls."""
+    strace = shutil.which("strace")
+    if strace is None:
+        pytest.skip("strace is not installed")
+    path, marks, trace = tmp_path / "store", tmp_path / "marks", tmp_path / "trace"
+    marks.mkdir()
+    subprocess.run([strace, "-f", "-qq", "-o", str(trace), "-e", "trace=openat,close,rename,renameat,renameat2,"
+                    "fsync,fdatasync,access,newfstatat,stat", sys.executable, "-c", REUSING_WRITER, str(path), str(marks)],
+                   check=True, env=ENV, timeout=120, stdout=subprocess.DEVNULL)
+    directory: set[int] = set()  # descriptors open on the store directory (shared by all threads)
+    pending_fsync: dict[str, int] = {}
+    renamed: list[str] = []  # reused logs' new names whose directory sync is still owed
+    reused = acknowledged = 0
+    store = re.escape(str(path))
+    for line in trace.read_text().splitlines():
+        pid, _, call = line.partition(" ")
+        call = call.strip()
+        if (opened := re.match(rf'openat\(AT_FDCWD, "{store}/?", [^)]*\) = (\d+)', call)) is not None:
+            directory.add(int(opened.group(1)))
+        elif (closed := re.match(r"close\((\d+)\)", call)) is not None:
+            directory.discard(int(closed.group(1)))
+        elif (moved := re.match(rf'rename\("{store}/\d+\.log", "({store}/\d+\.log)"\) = 0', call)) is not None:
+            renamed.append(moved.group(1))
+            reused += 1
+        elif (synced := re.match(r"fsync\((\d+)(\)\s+= 0| <unfinished)", call)) is not None:
+            fd = int(synced.group(1))
+            if synced.group(2).startswith(" <"):
+                pending_fsync[pid] = fd if renamed else -1  # counts only if begun after the rename
+            elif fd in directory:
+                renamed.clear()
+        elif call.startswith("<... fsync resumed>") and call.endswith("= 0"):
+            if pending_fsync.pop(pid, -1) in directory:
+                renamed.clear()
+        elif f"{marks}/acknowledged-" in call:
+            acknowledged += 1
+            assert not renamed, f"commit acknowledged before the directory sync after renaming {renamed}"
+    assert reused >= 2 and acknowledged > 100, (reused, acknowledged)
