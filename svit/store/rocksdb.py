@@ -564,9 +564,11 @@ class _Prober:
         except BaseException:
             self.close()
             raise
-        if not line:
-            self.close()
-        return _probe_answer(line, "it exited" if not line else "bad answer")
+        try:
+            return _probe_answer(line, "it exited" if not line else "bad answer")
+        except PersistenceUnavailable:
+            self.close()  # gone, or it printed something else: its answer would come next
+            raise
 
     @staticmethod
     def _exchange(process: subprocess.Popen[bytes], path: str, deadline: float) -> bytes:

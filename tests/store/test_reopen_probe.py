@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from svit import Process
+from svit.errors import PersistenceUnavailable
 from svit.store import ProcessStore, rocksdb
 from tests.store.test_log_reuse import ENV, Follower, RollingWriter
 
@@ -59,6 +60,20 @@ def test_an_exchange_cut_short_leaves_no_answer_for_the_next_reopen(monkeypatch:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        prober.close()
+
+
+def test_a_child_that_printed_something_else_is_not_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A line that is not an answer (a library printing to standard output, say) is
+    refused, and the child with it: its real answer would come next, to the next reopen."""
+    monkeypatch.setattr(rocksdb, "_PROBES", "print('a warning', flush=True)\n" + ECHO)
+    prober = rocksdb._Prober()
+    try:
+        with pytest.raises(PersistenceUnavailable, match="bad answer"):
+            prober.column_families("first", 10.0)
+        monkeypatch.setattr(rocksdb, "_PROBES", ECHO)
+        assert prober.column_families("second", 10.0) == ["second"]
+    finally:
         prober.close()
 
 
