@@ -88,7 +88,7 @@ def test_a_reader_holding_many_file_descriptors_still_reopens(tmp_path: Path) ->
     wanted = 1200
     if soft < wanted:
         if hard != resource.RLIM_INFINITY and hard < wanted:
-            pytest.fail(f"the test needs {wanted} file descriptors; the hard limit is {hard}")
+            pytest.skip(f"the test needs {wanted} file descriptors; this machine allows {hard}")
         resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
     held: list[int] = []
     prober = rocksdb._Prober()
