@@ -1,6 +1,6 @@
 """The RocksDB storage engine: the only module that touches ``rocksdict``.
 
-Options relied on (pinned in :func:`_options`): WAL on (``disable_wal`` is False on
+Options relied on (pinned in :func:`store_options`): WAL on (``disable_wal`` is False on
 every write), every write batch followed by a sync of the log before it is acknowledged,
 WAL recovery mode ``PointInTime`` (recover to the last consistent record; every
 acknowledged batch was fsynced before it, so it survives), ``paranoid_checks``, missing
@@ -51,8 +51,9 @@ RocksDB's secondary instance cannot follow such a writer: it replays every log f
 the directory, kept obsolete ones included, and loops forever (holding the GIL) on the
 first old record after a reused log's live ones. So a reader of a store whose latest
 writer, or the one before it, reuses logs (read from the OPTIONS files RocksDB writes at
-every open: :func:`writer_reuses_logs`) follows it with RocksDB *read-only* instances
-instead, opened afresh when the store's files changed: a read-only open recovers like a
+every open: :func:`writer_reuses_logs`), or that holds a log in the reusable format,
+follows it with RocksDB *read-only* instances instead, opened afresh when the store's
+files changed: a read-only open recovers like a
 writer's (the MANIFEST names the live logs, older ones are skipped, a reused log ends at
 its first old record), takes no lock and writes nothing. Each is preceded by the same
 bounded first read as a first open, in a child process the reader keeps for them
@@ -73,7 +74,7 @@ import json
 import logging
 import os
 import re
-import select
+import selectors
 import shutil
 import subprocess
 import sys
@@ -556,23 +557,35 @@ class _Prober:
             process = self._process = subprocess.Popen(
                 [sys.executable, "-I", "-c", _PROBES, _ROCKSDICT_HOME],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        # An exchange cut short (a signal, an error) leaves the child's answer on its way,
+        # which the next reopen would take for its own: the child goes with it.
+        try:
+            line = self._exchange(process, path, deadline)
+        except BaseException:
+            self.close()
+            raise
+        try:
+            return _probe_answer(line, "it exited" if not line else "bad answer")
+        except PersistenceUnavailable:
+            self.close()  # gone, or it printed something else: its answer would come next
+            raise
+
+    @staticmethod
+    def _exchange(process: subprocess.Popen[bytes], path: str, deadline: float) -> bytes:
         assert process.stdin is not None and process.stdout is not None
         try:
             process.stdin.write(json.dumps(path).encode("utf-8") + b"\n")
             process.stdin.flush()
         except OSError:
-            self.close()
             raise PersistenceUnavailable("cannot open store: the process reading its files failed (it exited); "
                                          "open_deadline=None reads them in this process instead", reason="unknown") from None
-        # One line, written at once and shorter than a pipe's atomic write: readable means whole.
-        ready, _, _ = select.select([process.stdout], [], [], deadline)
-        if not ready:
-            self.close()
-            raise _late(deadline)
-        line = process.stdout.readline()
-        if not line:
-            self.close()
-        return _probe_answer(line, "it exited" if not line else "bad answer")
+        # One line, written at once: readable means the answer (or the end) came. A
+        # selector, not select(), which refuses a descriptor numbered past 1,023.
+        with selectors.DefaultSelector() as selector:
+            selector.register(process.stdout, selectors.EVENT_READ)
+            if not selector.select(deadline):
+                raise _late(deadline)
+        return process.stdout.readline()
 
     def close(self) -> None:
         process, self._process = self._process, None
@@ -604,7 +617,11 @@ class _StoreFiles(NamedTuple):
     def settled(self) -> bool:
         """Whether any later write must show in the stamps: file times come from a coarse
         clock (a few ms a tick), so a write in the same tick as the newest stamp may leave it
-        as it was; stamps older than :data:`_SETTLED_SECONDS` when seen cannot be repeated."""
+        as it was; stamps older than :data:`_SETTLED_SECONDS` when seen cannot be repeated.
+        That assumes file times at least as fine as that, from this machine's clock, never
+        set back, and a write's bytes in the file within that second of its time (the
+        kernel sets it as the write begins); otherwise a commit may stay unseen until the
+        writer's next change (docs/durability.md says so)."""
         newest = max((mtime for _name, _size, mtime in self.stamps), default=0)
         return newest < self.seen - int(_SETTLED_SECONDS * 1e9)
 
@@ -659,7 +676,11 @@ def _open_settled_read_only(path: str, deadline: float | None, probed: bool,
             if last or _listing(path) == listed:
                 raise
             continue
-        after = _store_files(path)
+        try:
+            after = _store_files(path)
+        except BaseException:
+            _close_quietly(db)  # not left to the failure's traceback, which a caller may keep
+            raise
         if not {name for name in before.names if name.endswith(".log")} - after.names:
             return db, before
         _close_quietly(db)
@@ -895,6 +916,9 @@ def writer_reuses_logs(path: str | os.PathLike[str]) -> bool:
     write-ahead logs: the ``recycle_log_file_num`` of the newest OPTIONS file, which
     RocksDB writes at every open with the options it runs with."""
     reuses = _options_reuse_logs(os.fspath(path))
+    if reuses is None:
+        raise PersistenceUnavailable("cannot tell how the store's writer runs: its OPTIONS files were replaced "
+                                     "each time they were read; try again", reason="unavailable")
     return bool(reuses) and reuses[max(reuses)]
 
 
@@ -902,12 +926,41 @@ def _logs_may_be_reused(path: str) -> bool:
     """Whether either of the store's OPTIONS files (RocksDB keeps the two newest) reuses
     logs: an ordinary writer writes its OPTIONS file while it opens, before it deletes the
     logs its predecessor kept to reuse, so until the writer after it opened, a secondary
-    instance could still find them."""
-    return any(_options_reuse_logs(path).values())
+    instance could still find them. Files replaced at every look count as reusing: a
+    read-only instance follows any writer, a secondary one loops on a reused log."""
+    reuses = _options_reuse_logs(path)
+    return reuses is None or any(reuses.values()) or _reusable_format_logs(path)
 
 
-def _options_reuse_logs(path: str) -> dict[int, bool]:
-    """By number, whether each OPTIONS file of the store has RocksDB reuse logs."""
+#: The record types of RocksDB's reusable log format (each record names its log), which
+#: only a writer reusing its logs writes: full, first, middle, last, and the one giving
+#: the sizes of user-defined timestamps.
+_REUSABLE_RECORD_TYPES = frozenset({5, 6, 7, 8, 11})
+
+
+def _reusable_format_logs(path: str) -> bool:
+    """Whether a log file in the directory begins with a record in the reusable format:
+    a log a reusing writer wrote, or reused, and left behind. The OPTIONS files miss it
+    when an ordinary writer was killed between writing its OPTIONS file and deleting those
+    logs, and another one opened after it: both kept OPTIONS files are then theirs."""
+    try:
+        for name in os.listdir(path):
+            if name.endswith(".log"):
+                try:
+                    with open(os.path.join(path, name), "rb") as handle:
+                        header = handle.read(7)
+                except FileNotFoundError:
+                    continue
+                if len(header) == 7 and header[6] in _REUSABLE_RECORD_TYPES:
+                    return True
+    except OSError as exc:
+        raise storage_error(exc, "cannot read the store's logs") from None
+    return False
+
+
+def _options_reuse_logs(path: str) -> dict[int, bool] | None:
+    """By number, whether each OPTIONS file of the store has RocksDB reuse logs (None:
+    a writer replaced them each time they were read)."""
     for _attempt in range(3):  # a writer opening meanwhile replaces its older OPTIONS files
         found: dict[int, bool] = {}
         try:
@@ -918,5 +971,7 @@ def _options_reuse_logs(path: str) -> dict[int, bool]:
                     found[int(number.group(1))] = any(int(value) > 0 for value in _RECYCLED.findall(text))
         except FileNotFoundError:
             continue
+        except OSError as exc:
+            raise storage_error(exc, "cannot read the store's options") from None
         return found
-    return {}
+    return None
