@@ -126,25 +126,27 @@ OPEN_DEADLINE_SECONDS = 60.0
 #: often (seconds): a catch-up costs about a millisecond even when nothing is new.
 FOLLOW_SECONDS = 0.05
 
-# Run in an isolated child process (``-I``) with the store directory and the directory
-# rocksdict was imported from as its arguments: list the column families, open every one
-# read-only (RocksDB reads the MANIFEST and replays the logs as the real open will), and
-# print what happened as one JSON line.
+# Run in an isolated child process (``-I``) with the directory rocksdict was imported
+# from as its argument, for a first open (one path) and for the reopens of a reader (see
+# :class:`_Prober`): for each store directory read from its input (one JSON string per
+# line), list the column families, open every one read-only (RocksDB reads the MANIFEST
+# and replays the logs as the real open will), and print what happened as one JSON line.
 _PROBE = """
 import json, sys
-sys.path.insert(0, sys.argv[2])
+sys.path.insert(0, sys.argv[1])
 import rocksdict
-path = sys.argv[1]
-try:
-    options = rocksdict.Options(raw_mode=True)
-    names = rocksdict.Rdict.list_cf(path, options)
-    db = rocksdict.Rdict(path, options, column_families={n: rocksdict.Options(raw_mode=True) for n in names if n != "default"},
-                         access_type=rocksdict.AccessType.read_only())
-    db.close()
-except Exception as exc:
-    print(json.dumps({"error": str(exc), "kind": type(exc).__name__}))
-else:
-    print(json.dumps({"column_families": names}))
+for line in sys.stdin:
+    try:
+        path = json.loads(line)
+        options = rocksdict.Options(raw_mode=True)
+        names = rocksdict.Rdict.list_cf(path, options)
+        db = rocksdict.Rdict(path, options, column_families={n: rocksdict.Options(raw_mode=True) for n in names if n != "default"},
+                             access_type=rocksdict.AccessType.read_only())
+        db.close()
+    except Exception as exc:
+        print(json.dumps({"error": str(exc), "kind": type(exc).__name__}), flush=True)
+    else:
+        print(json.dumps({"column_families": names}), flush=True)
 """
 
 
@@ -204,8 +206,8 @@ def _probe_column_families(path: str, deadline: float | None) -> list[str]:
         return list(rocksdict.Rdict.list_cf(path, rocksdict.Options(raw_mode=True)))
     try:
         probe = subprocess.run(
-            [sys.executable, "-I", "-c", _PROBE, path, _ROCKSDICT_HOME],
-            stdin=subprocess.DEVNULL, capture_output=True, timeout=deadline,
+            [sys.executable, "-I", "-c", _PROBE, _ROCKSDICT_HOME],
+            input=json.dumps(path).encode("utf-8") + b"\n", capture_output=True, timeout=deadline,
         )
     except subprocess.TimeoutExpired:
         raise _late(deadline) from None
@@ -517,28 +519,6 @@ def _open_read_only(path: str) -> rocksdict.Rdict:
                            access_type=rocksdict.AccessType.read_only())
 
 
-# The probe of :data:`_PROBE` as a loop, for the reopens of a reader (see :class:`_Prober`):
-# the directory rocksdict was imported from as its argument, then one store directory (a
-# JSON string) per line of input, each answered with one JSON line.
-_PROBES = """
-import json, sys
-sys.path.insert(0, sys.argv[1])
-import rocksdict
-for line in sys.stdin:
-    try:
-        path = json.loads(line)
-        options = rocksdict.Options(raw_mode=True)
-        names = rocksdict.Rdict.list_cf(path, options)
-        db = rocksdict.Rdict(path, options, column_families={n: rocksdict.Options(raw_mode=True) for n in names if n != "default"},
-                             access_type=rocksdict.AccessType.read_only())
-        db.close()
-    except Exception as exc:
-        print(json.dumps({"error": str(exc), "kind": type(exc).__name__}), flush=True)
-    else:
-        print(json.dumps({"column_families": names}), flush=True)
-"""
-
-
 class _Prober:
     """A child process that makes each of a reader's read-only reopens first, killed when
     one takes longer than the deadline (as :func:`_probe_column_families` does for a first
@@ -555,7 +535,7 @@ class _Prober:
         process = self._process
         if process is None or process.poll() is not None:
             process = self._process = subprocess.Popen(
-                [sys.executable, "-I", "-c", _PROBES, _ROCKSDICT_HOME],
+                [sys.executable, "-I", "-c", _PROBE, _ROCKSDICT_HOME],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         # An exchange cut short (a signal, an error) leaves the child's answer on its way,
         # which the next reopen would take for its own: the child goes with it.

@@ -404,7 +404,7 @@ def test_a_reopen_that_does_not_finish_in_time_is_refused_and_its_process_killed
         prober = reader.engine._prober  # type: ignore[attr-defined]
         first = prober._process
         assert first is not None and first.poll() is None
-        monkeypatch.setattr(rocksdb, "_PROBES", "import sys, time\nfor line in sys.stdin: time.sleep(60)\n")
+        monkeypatch.setattr(rocksdb, "_PROBE", "import sys, time\nfor line in sys.stdin: time.sleep(60)\n")
         prober.close()  # the next reopen starts a child that never answers
         handle.write("/memory/blob", blob(last + 2))
         with pytest.raises(InvalidPersistence) as late:

@@ -46,7 +46,7 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 
 def test_an_exchange_cut_short_leaves_no_answer_for_the_next_reopen(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(rocksdb, "_PROBES", ECHO)
+    monkeypatch.setattr(rocksdb, "_PROBE", ECHO)
     prober = rocksdb._Prober()
     previous = signal.signal(signal.SIGALRM, _interrupt)
     try:
@@ -66,12 +66,12 @@ def test_an_exchange_cut_short_leaves_no_answer_for_the_next_reopen(monkeypatch:
 def test_a_child_that_printed_something_else_is_not_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """A line that is not an answer (a library printing to standard output, say) is
     refused, and the child with it: its real answer would come next, to the next reopen."""
-    monkeypatch.setattr(rocksdb, "_PROBES", "print('a warning', flush=True)\n" + ECHO)
+    monkeypatch.setattr(rocksdb, "_PROBE", "print('a warning', flush=True)\n" + ECHO)
     prober = rocksdb._Prober()
     try:
         with pytest.raises(PersistenceUnavailable, match="bad answer"):
             prober.column_families("first", 10.0)
-        monkeypatch.setattr(rocksdb, "_PROBES", ECHO)
+        monkeypatch.setattr(rocksdb, "_PROBE", ECHO)
         assert prober.column_families("second", 10.0) == ["second"]
     finally:
         prober.close()
