@@ -997,7 +997,10 @@ class Interpreter:
         guard = _new_guard(_Guard)  # _Guard(self, compiled), written out (once per activation)
         guard.interp = self
         guard.compiled = compiled
-        with guard:
+        # The with statement, written out: entered, and left with the exception (if any)
+        # as a with statement leaves it; a with statement on a Python object costs more.
+        guard.__enter__()
+        try:
             prepared = self._prepared
             if (self._renewed and prepared is not None and prepared.compiled is compiled and self.reuse_top_levels
                     and prepared.installed is self._installed and prepared.steps <= self.budget.remaining):
@@ -1019,18 +1022,24 @@ class Interpreter:
             g = self.globals
             fn = g.get(gname)
             if fn is None:
-                return False, None
-            if g["_s"] == 0:
-                # The first slice the call's first step would draw through _tick, drawn here
-                # (the same slice and clock check; left to _tick when either would refuse).
-                budget = self.budget
-                remaining = budget.remaining
-                deadline = budget.deadline
-                if remaining > 0 and (deadline is None or budget.clock() <= deadline):
-                    grant = SLICE if remaining > SLICE else remaining
-                    budget.remaining = remaining - grant
-                    g["_s"] = grant
-            return True, fn(1, *args)
+                found, value = False, None
+            else:
+                if g["_s"] == 0:
+                    # The first slice the call's first step would draw through _tick, drawn
+                    # here (the same slice and clock check; left to _tick when either would refuse).
+                    budget = self.budget
+                    remaining = budget.remaining
+                    deadline = budget.deadline
+                    if remaining > 0 and (deadline is None or budget.clock() <= deadline):
+                        grant = SLICE if remaining > SLICE else remaining
+                        budget.remaining = remaining - grant
+                        g["_s"] = grant
+                found, value = True, fn(1, *args)
+        except BaseException as exc:
+            guard.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        guard.__exit__(None, None, None)
+        return found, value
 
     def steps_used(self) -> int:
         return self.budget.used

@@ -286,6 +286,12 @@ _LAST_SCRIPT: tuple[Node, str, Script] | None = None
 class WorkingState(GuestHelpers):
     """The private, transactional state of one activation and its nested execs."""
 
+    # Counters and a view most activations never change: class defaults until they do
+    # (an assignment makes the instance's own).
+    port_calls = 0
+    exec_depth = 0
+    _lib_view: Node | None = None
+
     def __init__(self, process: Process, dry_run: bool = False, base: Node | None = None,
                  limits: Limits | None = None) -> None:
         self.process = process
@@ -318,13 +324,10 @@ class WorkingState(GuestHelpers):
         self.logs: list[dict[str, Any]] = []
         self.messages: list[dict[str, Any]] = []
         self.mount_writes: list[tuple[str, str, Any]] = []  # (op, path, value)
-        self.port_calls = 0
-        self.exec_depth = 0
         self.dry_run = dry_run
         self.budget = Budget(limits.max_steps, limits.max_execution_millis)
         last = _LAST_LISP_LIMITS  # lisp_limits' own first check, written out
         self.lisp_limits = last[1] if last is not None and last[0] is limits else lisp_limits(limits)
-        self._lib_view: Node | None = None
 
     # ------------------------------------------------------------------ checkpoints
     def checkpoint(self) -> tuple[Any, ...]:
