@@ -432,6 +432,10 @@ class WorkingState(GuestHelpers):
             # Validated on entry: an over-size port response is reduced with jq, not walked here.
             node: Node | None = value.node
             tree.validate_value(value.node, self.limits, scripts_allowed=False)
+            if len(segments) == 1 and value.node.code == tree.MAP:
+                # One key of a record (an input's field): find and item_to_lisp, written out.
+                found = tree.find_key(value.node, segments[0])
+                return found if type(found) is int else item_to_lisp(found)  # an integer is itself
         else:
             node = to_node(value, self.limits) if type(value) is tuple else None
         if node is None:

@@ -8,10 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from svit import Process, tree
 from svit.activation import WorkingState
 from svit.errors import SvitError
+from svit.guest import SvitValue, item_to_lisp
 from svit.lisp.budget import SLICE, Budget
 from svit.lisp.context import LispLimits
 from svit.lisp.errors import BudgetExhausted, HostFunctionError, LispError
@@ -152,3 +155,26 @@ def test_a_write_of_an_integer_records_the_set_the_general_conversion_makes() ->
     with pytest.raises(BudgetExhausted):
         state.fn_write("/memory/count", 5)  # its one step, refused: nothing staged
     assert state.mutations == [] and state.memory.to_value() == {"count": 0}
+
+
+_SCALARS = st.one_of(st.integers(-(2**63), 2**63 - 1), st.booleans(), st.none(), st.text(max_size=3),
+                     st.floats(allow_nan=False, allow_infinity=False))
+_VALUES = st.one_of(_SCALARS, st.lists(_SCALARS, max_size=3), st.dictionaries(st.text(max_size=2), _SCALARS, max_size=3))
+
+
+@given(record=st.dictionaries(st.text(max_size=3), _VALUES, max_size=60), key=st.text(max_size=3))
+@settings(max_examples=80, deadline=None)
+def test_value_get_of_one_key_reads_what_the_general_walk_reads(record: dict[str, Any], key: str) -> None:
+    # value-get of "/key" on a record looks the key up directly; the general walk
+    # (tree.find, then item_to_lisp) is the reference, for present and absent keys,
+    # one-leaf and many-chunk maps, scalars and containers.
+    process = Process.builder("svit://local/test/value-get").build()
+    state = WorkingState(process)
+    node = tree.from_value(record, scripts_allowed=False)
+    for probe in {key, *list(record)[:3]}:
+        if "/" in probe or probe in ("", ".", ".."):
+            continue
+        got = state.fn_value_get(SvitValue(node), "/" + probe)
+        expected = item_to_lisp(tree.find(node, (probe,)))
+        assert type(got) is type(expected)
+        assert (got.node == expected.node) if type(got) is SvitValue else got == expected
