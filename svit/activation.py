@@ -39,7 +39,7 @@ from .guest import NULL_VALUE, Measure, SvitValue, charge_copy, item_to_lisp, pl
 from .limits import Limits
 from .mutation import Mutation, Remove, Set
 from .namespace import ROOT_KEYS, compile_error_to_svit, section, stat_record
-from .paths import format_path, lib_name, parse, validate_address
+from .paths import format_path, lib_name, parse, parsed_before, validate_address
 from .redact import redact
 from .tree import Node
 from .values import I64_MAX, I64_MIN, Script
@@ -427,7 +427,9 @@ class WorkingState(GuestHelpers):
         interp.define_functions(GUEST_TABLE, owner=self)
 
     def fn_value_get(self, value: Any, path: Any) -> Any:
-        segments = parse(path if type(path) is str else _text(path, "value-get path"))
+        segments = parsed_before(path) if type(path) is str else None
+        if segments is None:
+            segments = parse(path if type(path) is str else _text(path, "value-get path"))
         if type(value) is SvitValue:
             # Validated on entry: an over-size port response is reduced with jq, not walked here.
             node: Node | None = value.node
@@ -499,7 +501,9 @@ class WorkingState(GuestHelpers):
         return tree.get(self.base, segments)
 
     def fn_read(self, path: Any) -> Any:
-        segments = parse(path if type(path) is str else _text(path, "read path"))
+        segments = parsed_before(path) if type(path) is str else None
+        if segments is None:
+            segments = parse(path if type(path) is str else _text(path, "read path"))
         if segments and segments[0] == "memory":
             # No node made for a scalar; /memory is a map.
             found = tree.find_key(self.memory, segments[1]) if len(segments) == 2 else tree.find(self.memory, segments[1:])
@@ -546,7 +550,9 @@ class WorkingState(GuestHelpers):
 
     def fn_write(self, path: Any, value: Any) -> Any:
         text = path if type(path) is str else _text(path, "write path")
-        segments = parse(text)
+        segments = parsed_before(text)
+        if segments is None:
+            segments = parse(text)
         if segments and segments[0] == "memory":
             # A parsed path that is not the root is its own canonical text.
             # The run's budget is this activation's own (nested runs share it).

@@ -21,6 +21,7 @@ from svit.lisp.errors import BudgetExhausted, HostFunctionError, LispError
 from svit.lisp.interpreter import Interpreter
 from svit.lisp.names import global_name
 from svit.mutation import Set
+from svit.paths import parse, parsed_before
 
 #: main counts down ``n`` iterations of a self tail loop (steps well past a slice), with a
 #: host call before and after it.
@@ -178,3 +179,20 @@ def test_value_get_of_one_key_reads_what_the_general_walk_reads(record: dict[str
         expected = item_to_lisp(tree.find(node, (probe,)))
         assert type(got) is type(expected)
         assert (got.node == expected.node) if type(got) is SvitValue else got == expected
+
+
+@given(text=st.one_of(st.text(alphabet="/ab.", max_size=8), st.sampled_from(["/memory/count", "/", "", "a/b", "/a//b"])))
+@settings(max_examples=80, deadline=None)
+def test_a_path_parsed_before_is_what_parse_gives_and_a_bad_one_never_is(text: str) -> None:
+    # The guest's reads and writes look a path up in parse's own table first.
+    try:
+        segments = parse(text)
+    except SvitError:
+        assert parsed_before(text) is None  # errors are never kept: parse raises again
+        process = Process.builder("svit://local/test/parsed").memory("count", 1).build()
+        with pytest.raises(SvitError):
+            WorkingState(process).fn_read(text)
+        return
+    assert parsed_before(text) in (None, segments)  # kept unless too long
+    if len(text) <= 256:
+        assert parsed_before(text) == segments
