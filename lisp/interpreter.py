@@ -85,6 +85,8 @@ _recursion = _RecursionAllowance()
 _RUN_LOCAL = run_context.RUN_LOCAL
 
 _NOARG = object()
+#: What a host function wrapper's unfilled parameter holds: no value guest code can hold.
+_NO_ARGUMENT = object()
 _new_guard = object.__new__
 
 #: CPython's complaint about a call to a generated function (``g_f()`` or a closure).
@@ -458,6 +460,23 @@ class Interpreter:
         takes_depth = bool(getattr(probe, "takes_depth", False))
 
         most = max_args if max_args is not None else sys.maxsize
+        if method is not None and not takes_depth and min_args == max_args and min_args in (1, 2):
+            # A method of one or two arguments (most guest functions): host below with its
+            # arguments named, no tuple made for them or counted.
+            wrapper = mark_function(self._fixed_host(name, method, min_args, arity_text), name)
+        else:
+            wrapper = mark_function(self._host(name, fn, method, min_args, most, arity_text, takes_depth), name)
+        g[gname] = wrapper
+        installed = self._installed
+        if installed is not None and gname in installed.pending:
+            # Made once for every later run of a renewed namespace.
+            del installed.pending[gname]
+            installed.globals[gname] = wrapper
+
+    def _host(self, name: str, fn: Any, method: str | None, min_args: int, most: int, arity_text: str,
+              takes_depth: bool) -> Callable[..., Any]:
+        """The wrapper guest code calls for host function ``name`` (see :meth:`_materialize`)."""
+        g = self.globals
 
         def host(_d: int, *args: Any) -> Any:
             if not min_args <= len(args) <= most:
@@ -487,13 +506,62 @@ class Interpreter:
                     raise HostFunctionError(name) from error
                 raise
 
-        wrapper = mark_function(host, name)
-        g[gname] = wrapper
-        installed = self._installed
-        if installed is not None and gname in installed.pending:
-            # Made once for every later run of a renewed namespace.
-            del installed.pending[gname]
-            installed.globals[gname] = wrapper
+        return host
+
+    def _fixed_host(self, name: str, method: str, count: int, arity_text: str) -> Callable[..., Any]:
+        """:meth:`_host` for a method taking exactly ``count`` (1 or 2) arguments, written out
+        with them named: the same checks, charge and errors, in the same order."""
+        g = self.globals
+        if count == 1:
+            def host_one(_d: int, a: Any = _NO_ARGUMENT, *more: Any) -> Any:
+                if a is _NO_ARGUMENT or more:
+                    raise EvalError(arity_text)
+                unused = g["_s"]
+                g["_s"] = 0
+                budget = self.budget
+                remaining = budget.remaining - 1
+                if unused > 0:
+                    remaining += unused
+                if remaining < 0:
+                    budget.remaining = 0
+                    raise BudgetExhausted("steps")
+                budget.remaining = remaining
+                deadline = budget.deadline
+                if deadline is not None and budget.clock() > deadline:
+                    raise BudgetExhausted("time")
+                try:
+                    return getattr(self.owner, method)(a)
+                except Exception as error:
+                    if self._host_fault(error):
+                        raise HostFunctionError(name) from error
+                    raise
+
+            return host_one
+
+        def host_two(_d: int, a: Any = _NO_ARGUMENT, b: Any = _NO_ARGUMENT, *more: Any) -> Any:
+            if b is _NO_ARGUMENT or more:
+                raise EvalError(arity_text)
+            unused = g["_s"]
+            g["_s"] = 0
+            budget = self.budget
+            remaining = budget.remaining - 1
+            if unused > 0:
+                remaining += unused
+            if remaining < 0:
+                budget.remaining = 0
+                raise BudgetExhausted("steps")
+            budget.remaining = remaining
+            deadline = budget.deadline
+            if deadline is not None and budget.clock() > deadline:
+                raise BudgetExhausted("time")
+            try:
+                return getattr(self.owner, method)(a, b)
+            except Exception as error:
+                if self._host_fault(error):
+                    raise HostFunctionError(name) from error
+                raise
+
+        return host_two
 
     def _host_fault(self, error: Exception) -> bool:
         """Whether ``error``, escaping a host function, is a failure of the host's own code.
@@ -913,13 +981,26 @@ class Interpreter:
 
         The steps charged are those of the two calls made one after the other.
         """
-        compiled = self.compile(source, compile_budget)
+        last = self._last_compile
+        names = self._host_names
+        if (last is not None and last[0] is source and compile_budget is not None and names is not None
+                and last[1] is names and len(self.defined) == self._names_seen and last[3] <= compile_budget.remaining
+                and self.globals["_s"] == 0):
+            # compile()'s first check, written out: the very text compiled last here, under
+            # the same names (a renewed namespace running its script again).
+            compile_budget.remaining -= last[3]
+            compiled = last[2]
+        else:
+            compiled = self.compile(source, compile_budget)
         self.compiled = compiled
         gname = global_name(name)
         guard = _new_guard(_Guard)  # _Guard(self, compiled), written out (once per activation)
         guard.interp = self
         guard.compiled = compiled
-        with guard:
+        # The with statement, written out: entered, and left with the exception (if any)
+        # as a with statement leaves it; a with statement on a Python object costs more.
+        guard.__enter__()
+        try:
             prepared = self._prepared
             if (self._renewed and prepared is not None and prepared.compiled is compiled and self.reuse_top_levels
                     and prepared.installed is self._installed and prepared.steps <= self.budget.remaining):
@@ -938,10 +1019,27 @@ class Interpreter:
                 self._execute(compiled)
             if gname in self.pending:
                 self._materialize(gname)
-            fn = self.globals.get(gname)
+            g = self.globals
+            fn = g.get(gname)
             if fn is None:
-                return False, None
-            return True, fn(1, *args)
+                found, value = False, None
+            else:
+                if g["_s"] == 0:
+                    # The first slice the call's first step would draw through _tick, drawn
+                    # here (the same slice and clock check; left to _tick when either would refuse).
+                    budget = self.budget
+                    remaining = budget.remaining
+                    deadline = budget.deadline
+                    if remaining > 0 and (deadline is None or budget.clock() <= deadline):
+                        grant = SLICE if remaining > SLICE else remaining
+                        budget.remaining = remaining - grant
+                        g["_s"] = grant
+                found, value = True, fn(1, *args)
+        except BaseException as exc:
+            guard.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        guard.__exit__(None, None, None)
+        return found, value
 
     def steps_used(self) -> int:
         return self.budget.used
@@ -1001,13 +1099,17 @@ class _Guard:
     # context.enter and leave, Meter.open and close), the same steps in the same order.
     def __enter__(self) -> None:
         allowance = _recursion
-        with allowance.lock:
+        # (The lock's acquire and release called directly: a with statement costs twice as much.)
+        allowance.lock.acquire()
+        try:
             if allowance.active == 0:
                 before = sys.getrecursionlimit()
                 if before < RUN_RECURSION_LIMIT:
                     sys.setrecursionlimit(RUN_RECURSION_LIMIT)
                     allowance.saved = before
             allowance.active += 1
+        finally:
+            allowance.lock.release()
         interp = self.interp
         context = interp.context
         self.previous = _RUN_LOCAL.context
@@ -1046,12 +1148,15 @@ class _Guard:
                 meter.leaves = {}
         _RUN_LOCAL.context = self.previous
         allowance = _recursion
-        with allowance.lock:
+        allowance.lock.acquire()
+        try:
             allowance.active -= 1
             if allowance.active == 0 and allowance.saved is not None:
                 if sys.getrecursionlimit() == RUN_RECURSION_LIMIT:
                     sys.setrecursionlimit(allowance.saved)
                 allowance.saved = None
+        finally:
+            allowance.lock.release()
         if exc is None:
             return False
         if interp.passthrough and isinstance(exc, interp.passthrough):

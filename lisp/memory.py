@@ -80,10 +80,14 @@ class Meter:
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.interval = max(limit // CHECK_FRACTION, MIN_CHECK_INTERVAL)
+        # max(limit // CHECK_FRACTION, MIN_CHECK_INTERVAL), written out (one meter per activation).
+        interval = limit // CHECK_FRACTION
+        if interval < MIN_CHECK_INTERVAL:
+            interval = MIN_CHECK_INTERVAL
+        self.interval = interval
         #: Units allocated by the run so far (never decreases).
         self.total = 0
-        self.next_check = self.interval
+        self.next_check = interval
         self.last_clock = 0
         #: The frame that entered the outermost run; frames above it are the host's.
         self.entry: FrameType | None = None

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from svit.lisp import context as lisp_context
 from svit.lisp.budget import Budget
 from svit.lisp.context import LispLimits
-from svit.lisp.errors import HostFunctionError, LispError
+from svit.lisp.errors import BudgetExhausted, HostFunctionError, LispError
 from svit.lisp.interpreter import HostFunctionTable, Interpreter
 
 from . import stdlib, tree
@@ -39,10 +39,10 @@ from .guest import NULL_VALUE, Measure, SvitValue, charge_copy, item_to_lisp, pl
 from .limits import Limits
 from .mutation import Mutation, Remove, Set
 from .namespace import ROOT_KEYS, compile_error_to_svit, section, stat_record
-from .paths import format_path, lib_name, parse, validate_address
+from .paths import format_path, lib_name, parse, parsed_before, validate_address
 from .redact import redact
 from .tree import Node
-from .values import Script
+from .values import I64_MAX, I64_MIN, Script
 
 if TYPE_CHECKING:
     from .process import Process
@@ -221,11 +221,15 @@ class NamespacePool:
     def take(self, state: WorkingState, filename: str, input_value: Any) -> Interpreter:
         limits = state.lisp_limits
         interp: Interpreter | None = None
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # (acquire and release called directly: a with statement costs twice as much)
+        try:
             free = self._free.get(filename)
             if free:
                 interp = free.pop()
                 self._kept -= 1
+        finally:
+            lock.release()
         if interp is not None and interp.limits is not limits and interp.limits != limits:
             interp = None  # made under other limits: the compile cache keys on them
         if interp is None:
@@ -237,7 +241,9 @@ class NamespacePool:
 
     def give_back(self, interp: Interpreter) -> None:
         interp.vacate()
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             if self._kept >= self.size:
                 return
             free = self._free.get(interp.filename)
@@ -245,7 +251,15 @@ class NamespacePool:
                 free = self._free[interp.filename] = []
             free.append(interp)
             self._kept += 1
+        finally:
+            lock.release()
 
+
+#: What fn_write makes a Set with (its frozen dataclass __init__ sets each field through
+#: object.__setattr__, which costs more than the slot's own setter).
+_new_object = object.__new__
+_set_path = Set.__dict__["path"].__set__
+_set_value = Set.__dict__["value"].__set__
 
 #: The namespaces every activation draws from.
 NAMESPACES = NamespacePool()
@@ -271,6 +285,12 @@ _LAST_SCRIPT: tuple[Node, str, Script] | None = None
 
 class WorkingState(GuestHelpers):
     """The private, transactional state of one activation and its nested execs."""
+
+    # Counters and a view most activations never change: class defaults until they do
+    # (an assignment makes the instance's own).
+    port_calls = 0
+    exec_depth = 0
+    _lib_view: Node | None = None
 
     def __init__(self, process: Process, dry_run: bool = False, base: Node | None = None,
                  limits: Limits | None = None) -> None:
@@ -304,13 +324,10 @@ class WorkingState(GuestHelpers):
         self.logs: list[dict[str, Any]] = []
         self.messages: list[dict[str, Any]] = []
         self.mount_writes: list[tuple[str, str, Any]] = []  # (op, path, value)
-        self.port_calls = 0
-        self.exec_depth = 0
         self.dry_run = dry_run
         self.budget = Budget(limits.max_steps, limits.max_execution_millis)
         last = _LAST_LISP_LIMITS  # lisp_limits' own first check, written out
         self.lisp_limits = last[1] if last is not None and last[0] is limits else lisp_limits(limits)
-        self._lib_view: Node | None = None
 
     # ------------------------------------------------------------------ checkpoints
     def checkpoint(self) -> tuple[Any, ...]:
@@ -378,7 +395,18 @@ class WorkingState(GuestHelpers):
             if not found:
                 raise ScriptFailed(f"{script_filename(name)}: script must define main(input)")
             # Converting the output is paid from this activation's budget, like any conversion.
-            return to_node(result, self.limits, self.budget)
+            limits = self.limits
+            if type(result) is int and I64_MIN <= result <= I64_MAX and limits.max_value_entries >= 1 \
+                    and limits.max_value_depth >= 0:
+                # to_node of an integer, written out (as in fn_write): its one step, and its node.
+                budget = self.budget
+                remaining = budget.remaining - 1
+                if remaining < 0:
+                    budget.remaining = 0
+                    raise BudgetExhausted("steps")
+                budget.remaining = remaining
+                return Node(tree.INTEGER, result, None, 1, 0, 0, -1)
+            return to_node(result, limits, self.budget)
         except HostFunctionError as exc:
             # A bug in a guest function's own code: the host's error, never the script's.
             cause = exc.__cause__
@@ -399,11 +427,17 @@ class WorkingState(GuestHelpers):
         interp.define_functions(GUEST_TABLE, owner=self)
 
     def fn_value_get(self, value: Any, path: Any) -> Any:
-        segments = parse(path if type(path) is str else _text(path, "value-get path"))
+        segments = parsed_before(path) if type(path) is str else None
+        if segments is None:
+            segments = parse(path if type(path) is str else _text(path, "value-get path"))
         if type(value) is SvitValue:
             # Validated on entry: an over-size port response is reduced with jq, not walked here.
             node: Node | None = value.node
             tree.validate_value(value.node, self.limits, scripts_allowed=False)
+            if len(segments) == 1 and value.node.code == tree.MAP:
+                # One key of a record (an input's field): find and item_to_lisp, written out.
+                found = tree.find_key(value.node, segments[0])
+                return found if type(found) is int else item_to_lisp(found)  # an integer is itself
         else:
             node = to_node(value, self.limits) if type(value) is tuple else None
         if node is None:
@@ -467,7 +501,9 @@ class WorkingState(GuestHelpers):
         return tree.get(self.base, segments)
 
     def fn_read(self, path: Any) -> Any:
-        segments = parse(path if type(path) is str else _text(path, "read path"))
+        segments = parsed_before(path) if type(path) is str else None
+        if segments is None:
+            segments = parse(path if type(path) is str else _text(path, "read path"))
         if segments and segments[0] == "memory":
             # No node made for a scalar; /memory is a map.
             found = tree.find_key(self.memory, segments[1]) if len(segments) == 2 else tree.find(self.memory, segments[1:])
@@ -514,15 +550,33 @@ class WorkingState(GuestHelpers):
 
     def fn_write(self, path: Any, value: Any) -> Any:
         text = path if type(path) is str else _text(path, "write path")
-        segments = parse(text)
+        segments = parsed_before(text)
+        if segments is None:
+            segments = parse(text)
         if segments and segments[0] == "memory":
             # A parsed path that is not the root is its own canonical text.
             # The run's budget is this activation's own (nested runs share it).
-            change = Set(text, to_node(value, self.limits, self.budget))
-            if len(segments) == 2:  # change.apply_below(memory, 1)
-                memory = tree.set_key(self.memory, segments[1], change.value)  # /memory is a map
+            limits = self.limits
+            if type(value) is int and I64_MIN <= value <= I64_MAX and limits.max_value_entries >= 1 \
+                    and limits.max_value_depth >= 0:
+                # to_node of an integer, written out: its one step, and its node.
+                budget = self.budget
+                remaining = budget.remaining - 1
+                if remaining < 0:
+                    budget.remaining = 0
+                    raise BudgetExhausted("steps")
+                budget.remaining = remaining
+                node = Node(tree.INTEGER, value, None, 1, 0, 0, -1)
             else:
-                memory = tree.set_at(self.memory, segments[1:], change.value)
+                node = to_node(value, limits, self.budget)
+            # Set(text, node), made without the frozen dataclass's two object.__setattr__ calls.
+            change = _new_object(Set)
+            _set_path(change, text)
+            _set_value(change, node)
+            if len(segments) == 2:  # change.apply_below(memory, 1)
+                memory = tree.set_key(self.memory, segments[1], node)  # /memory is a map
+            else:
+                memory = tree.set_at(self.memory, segments[1:], node)
             tree.validate_value(memory, self.limits, scripts_allowed=False)
             self.memory = memory
             self.mutations.append(change)  # _record, written out

@@ -142,16 +142,15 @@ def to_node(value: Any, limits: Limits, budget: Budget | None = None) -> Node:
     if type(value) is int and I64_MIN <= value <= I64_MAX and limits.max_value_entries >= 1 \
             and limits.max_value_depth >= 0:
         # One entry, no text, no depth: what Measure charges, within every value limit.
-        # (Budget.charge(1), written out: an activation converts its output and each write.)
+        # (Budget.take(1), written out: an activation converts its output and each write. An
+        # integer takes no time to convert, so the clock, read by every host call and slice
+        # drawn, is not read again for it.)
         charged = budget if budget is not None else current().budget
         remaining = charged.remaining - 1
         if remaining < 0:
             charged.remaining = 0
             raise BudgetExhausted("steps")
         charged.remaining = remaining
-        deadline = charged.deadline
-        if deadline is not None and charged.clock() > deadline:
-            raise BudgetExhausted("time")
         return Node(tree.INTEGER, value, None, 1, 0, 0, -1)  # tree.leaf_node, its range checked above
     node = _convert(value, limits, budget)
     tree.validate_value(node, limits, scripts_allowed=False)

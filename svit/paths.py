@@ -20,6 +20,7 @@ __all__ = [
     "lib_name",
     "memory_segments",
     "parse",
+    "parsed_before",
     "split_mount",
     "validate_address",
     "validate_mount_name",
@@ -41,6 +42,10 @@ MAX_ADDRESS_BYTES = 256
 _PARSED: dict[str, Segments] = {}
 _PARSED_ENTRIES = 4096
 _PARSED_TEXT = 256
+#: ``parsed_before(text)``: the segments :func:`parse` kept for ``text``, or None (then
+#: call :func:`parse`). A C call, for the guest's reads and writes to look paths up without
+#: a call of parse.
+parsed_before = _PARSED.get
 
 
 def parse(path: str) -> Segments:

@@ -6,6 +6,7 @@ change reaches (:mod:`svit._tree.chunks`); everything else is shared with the ol
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable
 from typing import Any
 
@@ -69,7 +70,15 @@ def get(node: Node, segments: Segments) -> Node | None:
 
 def find_key(mapping: Node, key: str) -> Any:
     """``find(mapping, (key,))`` of a map node: the item stored at ``key``, or ``ABSENT``."""
-    return map_find(mapping.value, key)
+    chunk = mapping.value
+    if chunk.level == 0:
+        # A map of one leaf (a record, a small /memory): map_find's last step, written out.
+        keys = chunk.keys
+        i = bisect_left(keys, key)
+        if i < len(keys) and keys[i] == key:
+            return chunk.items[i]
+        return ABSENT
+    return map_find(chunk, key)
 
 
 def find(node: Node, segments: Segments) -> Any:
