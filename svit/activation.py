@@ -221,15 +221,13 @@ class NamespacePool:
     def take(self, state: WorkingState, filename: str, input_value: Any) -> Interpreter:
         limits = state.lisp_limits
         interp: Interpreter | None = None
-        lock = self._lock
-        lock.acquire()  # (acquire and release called directly: a with statement costs twice as much)
-        try:
+        # A with statement, not acquire() and try: a signal's KeyboardInterrupt can be raised
+        # as acquire() returns, before a try has begun, and the lock would stay taken.
+        with self._lock:
             free = self._free.get(filename)
             if free:
                 interp = free.pop()
                 self._kept -= 1
-        finally:
-            lock.release()
         if interp is not None and interp.limits is not limits and interp.limits != limits:
             interp = None  # made under other limits: the compile cache keys on them
         if interp is None:
@@ -241,9 +239,7 @@ class NamespacePool:
 
     def give_back(self, interp: Interpreter) -> None:
         interp.vacate()
-        lock = self._lock
-        lock.acquire()
-        try:
+        with self._lock:  # (a with statement: see take)
             if self._kept >= self.size:
                 return
             free = self._free.get(interp.filename)
@@ -251,8 +247,6 @@ class NamespacePool:
                 free = self._free[interp.filename] = []
             free.append(interp)
             self._kept += 1
-        finally:
-            lock.release()
 
 
 #: What fn_write makes a Set with (its frozen dataclass __init__ sets each field through
