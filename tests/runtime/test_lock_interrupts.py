@@ -43,8 +43,8 @@ def taken_points(code: CodeType) -> list[int]:
 
 
 SITES = [
-    ("guest run entry", interpreter._Guard.__enter__.__code__),  # noqa: SLF001
-    ("guest run exit", interpreter._Guard.__exit__.__code__),  # noqa: SLF001
+    ("guest run entry", interpreter._Guard.__enter__.__code__),
+    ("guest run exit", interpreter._Guard.__exit__.__code__),
     ("namespace pool take", NamespacePool.take.__code__),
     ("namespace pool give back", NamespacePool.give_back.__code__),
     ("process exec", ProcessClass.exec.__code__),
@@ -96,14 +96,15 @@ def test_an_interrupt_right_after_a_lock_is_taken_leaves_it_free(site: str, code
     p = Process.builder("svit://local/test/interrupt").memory("count", 0).library("counter", COUNTER).build()
     p.exec("/lib/counter")  # warm: the namespace is pooled, the script compiled
     trace, fired = interrupt_at(code, offset)
+    previous = sys.gettrace()  # a coverage tracer, say: put back afterwards
     sys.settrace(trace)
     try:
         p.exec("/lib/counter")
     except KeyboardInterrupt:
         pass
     finally:
-        sys.settrace(None)
+        sys.settrace(previous)
     assert fired[0], f"{site}: the interrupt point was not reached"
-    assert not interpreter._recursion.lock.locked()  # noqa: SLF001
-    assert not NAMESPACES._lock.locked()  # noqa: SLF001
+    assert not interpreter._recursion.lock.locked()
+    assert not NAMESPACES._lock.locked()
     assert free_from_another_thread(p.lock)
