@@ -1099,17 +1099,15 @@ class _Guard:
     # context.enter and leave, Meter.open and close), the same steps in the same order.
     def __enter__(self) -> None:
         allowance = _recursion
-        # (The lock's acquire and release called directly: a with statement costs twice as much.)
-        allowance.lock.acquire()
-        try:
+        # A with statement, not acquire() and try: a signal's KeyboardInterrupt can be raised
+        # as acquire() returns, before a try has begun, and the lock would stay taken.
+        with allowance.lock:
             if allowance.active == 0:
                 before = sys.getrecursionlimit()
                 if before < RUN_RECURSION_LIMIT:
                     sys.setrecursionlimit(RUN_RECURSION_LIMIT)
                     allowance.saved = before
             allowance.active += 1
-        finally:
-            allowance.lock.release()
         interp = self.interp
         context = interp.context
         self.previous = _RUN_LOCAL.context
@@ -1148,15 +1146,12 @@ class _Guard:
                 meter.leaves = {}
         _RUN_LOCAL.context = self.previous
         allowance = _recursion
-        allowance.lock.acquire()
-        try:
+        with allowance.lock:  # (a with statement: see __enter__)
             allowance.active -= 1
             if allowance.active == 0 and allowance.saved is not None:
                 if sys.getrecursionlimit() == RUN_RECURSION_LIMIT:
                     sys.setrecursionlimit(allowance.saved)
                 allowance.saved = None
-        finally:
-            allowance.lock.release()
         if exc is None:
             return False
         if interp.passthrough and isinstance(exc, interp.passthrough):

@@ -221,15 +221,13 @@ class NamespacePool:
     def take(self, state: WorkingState, filename: str, input_value: Any) -> Interpreter:
         limits = state.lisp_limits
         interp: Interpreter | None = None
-        lock = self._lock
-        lock.acquire()  # (acquire and release called directly: a with statement costs twice as much)
-        try:
+        # A with statement, not acquire() and try: a signal's KeyboardInterrupt can be raised
+        # as acquire() returns, before a try has begun, and the lock would stay taken.
+        with self._lock:
             free = self._free.get(filename)
             if free:
                 interp = free.pop()
                 self._kept -= 1
-        finally:
-            lock.release()
         if interp is not None and interp.limits is not limits and interp.limits != limits:
             interp = None  # made under other limits: the compile cache keys on them
         if interp is None:
@@ -241,9 +239,7 @@ class NamespacePool:
 
     def give_back(self, interp: Interpreter) -> None:
         interp.vacate()
-        lock = self._lock
-        lock.acquire()
-        try:
+        with self._lock:  # (a with statement: see take)
             if self._kept >= self.size:
                 return
             free = self._free.get(interp.filename)
@@ -251,8 +247,6 @@ class NamespacePool:
                 free = self._free[interp.filename] = []
             free.append(interp)
             self._kept += 1
-        finally:
-            lock.release()
 
 
 #: What fn_write makes a Set with (its frozen dataclass __init__ sets each field through
@@ -306,8 +300,10 @@ class WorkingState(GuestHelpers):
         chunk = base.value
         if base.code == tree.MAP and chunk.level == 0 and chunk.keys == ROOT_KEYS:
             # The nine sections in one leaf, in order (namespace.section, written out:
-            # /memory and /lib are always maps, so stored as nodes).
-            self._base_memory: Node = chunk.items[_MEMORY_INDEX]
+            # /lib is always a map, so stored as a node; /memory may have been replaced by
+            # a scalar, stored raw).
+            memory = chunk.items[_MEMORY_INDEX]
+            self._base_memory: Node = memory if type(memory) is Node else tree.leaf_node(memory)
             self.base_lib: Node = chunk.items[_LIB_INDEX]
             self._sections_leaf = True
         else:
@@ -506,7 +502,9 @@ class WorkingState(GuestHelpers):
             segments = parse(path if type(path) is str else _text(path, "read path"))
         if segments and segments[0] == "memory":
             # No node made for a scalar; /memory is a map.
-            found = tree.find_key(self.memory, segments[1]) if len(segments) == 2 else tree.find(self.memory, segments[1:])
+            memory = self.memory  # a map unless a write to "/memory" replaced it
+            found = tree.find_key(memory, segments[1]) if len(segments) == 2 and memory.code == tree.MAP \
+                else tree.find(memory, segments[1:])
             return found if type(found) is int else item_to_lisp(found)  # an integer is itself
         if len(segments) >= 2 and segments[0] == "mounts":
             return plain_to_lisp(self.process.mount_read(segments))
@@ -573,10 +571,11 @@ class WorkingState(GuestHelpers):
             change = _new_object(Set)
             _set_path(change, text)
             _set_value(change, node)
-            if len(segments) == 2:  # change.apply_below(memory, 1)
-                memory = tree.set_key(self.memory, segments[1], node)  # /memory is a map
-            else:
-                memory = tree.set_at(self.memory, segments[1:], node)
+            memory = self.memory
+            if len(segments) == 2 and memory.code == tree.MAP:  # change.apply_below(memory, 1)
+                memory = tree.set_key(memory, segments[1], node)
+            else:  # a deeper path, the whole of /memory, or a key below a /memory that is not a map
+                memory = tree.set_at(memory, segments[1:], node)
             tree.validate_value(memory, self.limits, scripts_allowed=False)
             self.memory = memory
             self.mutations.append(change)  # _record, written out

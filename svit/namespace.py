@@ -159,9 +159,10 @@ def validate_memory_only(root: Node, limits: Limits) -> None:
     if root.text > limits.max_tree_text_bytes:
         raise ResourceLimitExceeded("process tree text bytes")
     chunk = root.value
-    # The nine sections in one leaf, in order (section(), written out: /memory is a map node).
+    # The nine sections in one leaf, in order (section(), written out: /memory is stored
+    # raw when a write to "/memory" made it a scalar).
     memory = chunk.items[_MEMORY_AT] if chunk.level == 0 and chunk.keys == ROOT_KEYS else section(root, "memory")
-    tree.validate_value(memory, limits, scripts_allowed=False)
+    tree.validate_value(memory if type(memory) is Node else tree.leaf_node(memory), limits, scripts_allowed=False)
 
 
 def validate_root(

@@ -726,15 +726,13 @@ class Process:
             raise InvalidPath(f"exec accepts only /lib/<name> paths: {path}")
         if dry_run is False and not self.hooks:
             # Nobody to consult or tell, and a real run: _activate's own path for it, written out
-            # (the lock's acquire and release called directly: a with statement costs twice as much).
-            lock = self._lock
-            lock.acquire()
-            try:
-                return self._run_activation(name, None, input, False, None, receipt)
-            except LispError as exc:  # defensive, as in _activate
-                raise ScriptFailed(exc.message, stack=exc.stack, kind=exc.kind) from None
-            finally:
-                lock.release()
+            # (a with statement, not acquire() and try: a signal's KeyboardInterrupt can be
+            # raised as acquire() returns, before a try has begun, and the lock would stay taken).
+            with self._lock:
+                try:
+                    return self._run_activation(name, None, input, False, None, receipt)
+                except LispError as exc:  # defensive, as in _activate
+                    raise ScriptFailed(exc.message, stack=exc.stack, kind=exc.kind) from None
         if receipt is not None and dry_run is True:
             raise InvalidValue("a dry run commits nothing, so it takes no receipt")
         return self._activate(name, None, input, dry_run, receipt=receipt)
