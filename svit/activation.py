@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from svit.lisp import context as lisp_context
 from svit.lisp.budget import Budget
 from svit.lisp.context import LispLimits
-from svit.lisp.errors import BudgetExhausted, HostFunctionError, LispError
+from svit.lisp.errors import HostFunctionError, LispError
 from svit.lisp.interpreter import HostFunctionTable, Interpreter
 
 from . import stdlib, tree
@@ -42,7 +42,7 @@ from .namespace import ROOT_KEYS, compile_error_to_svit, section, stat_record
 from .paths import format_path, lib_name, parse, parsed_before, validate_address
 from .redact import redact
 from .tree import Node
-from .values import I64_MAX, I64_MIN, Script
+from .values import Script
 
 if TYPE_CHECKING:
     from .process import Process
@@ -391,18 +391,7 @@ class WorkingState(GuestHelpers):
             if not found:
                 raise ScriptFailed(f"{script_filename(name)}: script must define main(input)")
             # Converting the output is paid from this activation's budget, like any conversion.
-            limits = self.limits
-            if type(result) is int and I64_MIN <= result <= I64_MAX and limits.max_value_entries >= 1 \
-                    and limits.max_value_depth >= 0:
-                # to_node of an integer, written out (as in fn_write): its one step, and its node.
-                budget = self.budget
-                remaining = budget.remaining - 1
-                if remaining < 0:
-                    budget.remaining = 0
-                    raise BudgetExhausted("steps")
-                budget.remaining = remaining
-                return Node(tree.INTEGER, result, None, 1, 0, 0, -1)
-            return to_node(result, limits, self.budget)
+            return to_node(result, self.limits, self.budget)
         except HostFunctionError as exc:
             # A bug in a guest function's own code: the host's error, never the script's.
             cause = exc.__cause__
@@ -554,19 +543,7 @@ class WorkingState(GuestHelpers):
         if segments and segments[0] == "memory":
             # A parsed path that is not the root is its own canonical text.
             # The run's budget is this activation's own (nested runs share it).
-            limits = self.limits
-            if type(value) is int and I64_MIN <= value <= I64_MAX and limits.max_value_entries >= 1 \
-                    and limits.max_value_depth >= 0:
-                # to_node of an integer, written out: its one step, and its node.
-                budget = self.budget
-                remaining = budget.remaining - 1
-                if remaining < 0:
-                    budget.remaining = 0
-                    raise BudgetExhausted("steps")
-                budget.remaining = remaining
-                node = Node(tree.INTEGER, value, None, 1, 0, 0, -1)
-            else:
-                node = to_node(value, limits, self.budget)
+            node = to_node(value, self.limits, self.budget)
             # Set(text, node), made without the frozen dataclass's two object.__setattr__ calls.
             change = _new_object(Set)
             _set_path(change, text)

@@ -464,9 +464,15 @@ def _copy(chunk: Chunk, index: int, chunk_items: tuple[Any, ...], old: Any, new:
     copy = Chunk(chunk.code, chunk.level, chunk.keys, chunk_items, chunk.bounds, chunk.size,
                  chunk.count - old_aggregates[0] + new_aggregates[0], chunk.text - old_aggregates[1] + new_aggregates[1],
                  height, max_script, chunk.rank, nested)
-    derived = chunk.derived
-    if chunk.encoded or derived is None:
-        copy.derived = (chunk, index, old, new)
+    return _derive(copy, chunk, index, old, new)
+
+
+def _derive(copy: Chunk, base: Chunk, index: int, old: Any, new: Any) -> Chunk:
+    """Record that ``copy`` is ``base`` with the item at ``index`` replaced (``old`` by
+    ``new``), so its bytes can be spliced from the base's encoding; returns ``copy``."""
+    derived = base.derived
+    if derived is None or base._data is not None:  # noqa: SLF001 (base.encoded, written out)
+        copy.derived = (base, index, old, new)
     elif derived[1] == index:
         # The same place replaced again before anything was encoded: derive from the
         # encoded base, so a chain of edits keeps one base alive, not every step.
@@ -606,12 +612,7 @@ def map_set(root: Chunk, key: str, item: Any) -> Chunk:
                 replaced[position] = item
                 copy = Chunk(MAP, 0, keys, tuple(replaced), None, root.size,
                              root.count, root.text, root.height, root.max_script, root.rank, root.nested)
-                derived = root.derived
-                if derived is None or root._data is not None:  # noqa: SLF001 (root.encoded, written out)
-                    copy.derived = (root, position, old, item)
-                elif derived[1] == position:
-                    copy.derived = (derived[0], position, derived[2], item)
-                return copy
+                return _derive(copy, root, position, old, item)
             return leaf_item_set(root, position, item)
     path, route, leaf, position, found = _map_route(root, key)
     if found:
@@ -639,12 +640,7 @@ def leaf_item_set(root: Chunk, position: int, item: Any) -> Chunk:
         copy = Chunk(MAP, 0, keys, tuple(replaced), None, root.size,
                      root.count - old.count + item.count, root.text - old.text + item.text, root.height,
                      root.max_script, root.rank, root.nested)
-        derived = root.derived
-        if derived is None or root._data is not None:  # noqa: SLF001 (root.encoded, written out)
-            copy.derived = (root, position, old, item)
-        elif derived[1] == position:
-            copy.derived = (derived[0], position, derived[2], item)
-        return copy
+        return _derive(copy, root, position, old, item)
     return _replace(MAP, [], [], root, position, item)
 
 
