@@ -228,6 +228,10 @@ class NamespacePool:
             if free:
                 interp = free.pop()
                 self._kept -= 1
+                if not free:
+                    # No entry for a script the pool keeps nothing of: the index stays as
+                    # bounded as the pool (scripts come and go by name).
+                    del self._free[filename]
         if interp is not None and interp.limits is not limits and interp.limits != limits:
             interp = None  # made under other limits: the compile cache keys on them
         if interp is None:

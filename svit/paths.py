@@ -68,6 +68,13 @@ def _parse(path: str) -> Segments:
         return ()
     if path[0] != "/":
         raise InvalidPath(f"path must be absolute: {path}")
+    if not path.isascii():
+        # A segment is a map key, and a key is valid Unicode: a lone surrogate (JSON
+        # text may carry one) names nothing, and would fail deep in the tree on a write.
+        try:
+            path.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidPath("path must be valid Unicode (no lone surrogates)") from None
     segments = path[1:].split("/")
     for segment in segments:
         if segment == "":

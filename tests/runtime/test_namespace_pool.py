@@ -131,6 +131,25 @@ def test_the_pool_keeps_at_most_its_size_and_empties_what_it_keeps() -> None:
     assert all(interp.globals["g_input"] == 2 and interp.owner is state for interp in again)
 
 
+def test_the_pool_keeps_no_entry_for_a_script_it_holds_no_namespace_of() -> None:
+    # A chain of scripts, each run nesting a new one: the outer namespace is taken from the
+    # pool, the nested one given back first (the pool has room), then the outer one finds
+    # it full. Every name the pool once held must not stay behind in its index.
+    pool = NamespacePool(size=2)
+    state = WorkingState(counter("svit://local/test/pool-index"))
+    for name in ("first", "second"):
+        pool.give_back(pool.take(state, f"/lib/{name}.svit-script", 0))
+    outer = "first"
+    for step in range(200):
+        held = pool.take(state, f"/lib/{outer}.svit-script", 0)
+        nested = pool.take(state, f"/lib/chain{step}.svit-script", 0)
+        pool.give_back(nested)
+        pool.give_back(held)
+        outer = f"chain{step}"
+    assert len(pool._free) <= pool.size
+    assert all(pool._free.values())
+
+
 def test_activations_use_the_shared_pool() -> None:
     p = counter("svit://local/test/pool-shared")
     p.exec("/lib/counter", {"by": 1})

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from svit import paths
+from svit import Process, paths
 from svit.errors import InvalidMount, InvalidPath, InvalidScriptName, InvalidValue
 from svit.values import (
     Script,
@@ -171,6 +171,23 @@ def test_parse_paths():
         paths.parse(5)  # type: ignore[arg-type]
     assert paths.format_path(("a", "b")) == "/a/b"
     assert paths.format_path(()) == "/"
+
+
+def test_a_path_that_is_not_valid_unicode_is_an_invalid_path():
+    # A segment is a map key, which must be valid Unicode: a path holding a lone surrogate
+    # (JSON text may carry one) names nothing, and writing it is refused as a path, not
+    # left to fail inside the tree as a UnicodeEncodeError.
+    for bad in ("/memory/\ud800", "/memory/a\udfffb/c", "/\udc80"):
+        with pytest.raises(InvalidPath, match="valid Unicode"):
+            paths.parse(bad)
+        assert paths.parsed_before(bad) is None
+    p = Process.builder("svit://local/test/surrogate").memory("a", 1).build()
+    before = (p.version, p.root_hash)
+    for call in (lambda: p.write("/memory/\ud800", 1), lambda: p.remove("/memory/\ud800"),
+                 lambda: p.read("/memory/\ud800"), lambda: p.write("/memory/a\ud800", {"k": 1})):
+        with pytest.raises(InvalidPath):
+            call()
+    assert (p.version, p.root_hash) == before
 
 
 def test_join():
