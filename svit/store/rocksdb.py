@@ -256,6 +256,9 @@ class RocksDBEngine(StorageEngine):
         self._ended = 0
         self._waiting = 0
         self._synced = threading.Condition(threading.Lock())
+        #: A write failed or its sync did: what RocksDB reads may hold a batch that is not
+        #: durable, so every read is refused from then on (the engine goes terminal).
+        self._unsynced = False
 
     @classmethod
     def open(
@@ -332,12 +335,18 @@ class RocksDBEngine(StorageEngine):
             else:
                 native.put(key, value, handles[space])
         self._begun += 1  # written by one leader at a time (see above)
+        synced = False
         try:
             self._db.write(native, self._write_options)
             # SyncWAL: returns once the log holding the batch is on disk; the GIL is
             # released meanwhile, so other threads prepare the next group.
             self._db.flush_wal(True)
+            synced = True
         finally:
+            if not synced:
+                # The batch may be in the memory table without its sync: noted before the
+                # count, so a reader woken by it is refused instead of shown the batch.
+                self._unsynced = True
             self._ended += 1
             if self._waiting:  # a reader counts itself before it compares the counts
                 with self._synced:
@@ -348,7 +357,11 @@ class RocksDBEngine(StorageEngine):
         later: a steady stream of commits cannot starve a reader), unless this thread
         holds the store lock: a commit preparing under it reads its own predecessors
         (queued behind the write being synced, failing with it), and any other holder
-        entered the lock only once every queued write was done."""
+        entered the lock only once every queued write was done.
+
+        Once a write or its sync failed, refuse: its batch may be in the memory table,
+        readable though not durable (a power loss takes it back), and a read outside the
+        store lock (a head read by the server, say) makes no check of its own."""
         begun = self._begun
         if self._ended < begun and not self.lock.owned():
             with self._synced:
@@ -358,6 +371,9 @@ class RocksDBEngine(StorageEngine):
                         self._synced.wait()
                 finally:
                     self._waiting -= 1
+        if self._unsynced:
+            self.check()  # the write path has recorded the failure by now, or is about to
+            raise PersistenceUnavailable("a synced write failed; reopen the store", reason="terminal")
 
     def get(self, space: str, key: bytes) -> bytes | None:
         self._settled()
