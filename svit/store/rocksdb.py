@@ -468,59 +468,49 @@ def _reader_options() -> rocksdict.Options:
 class _FollowingLock(GroupCommit[WriteBatch]):
     """The store lock of a reader: entering it from outside (not already holding it)
     first catches up with the writer, so an operation under the lock sees one state of
-    the store from its first read to its last."""
+    the store from its first read to its last. (Entered as the writer's lock is: what
+    this call took is given back when anything, a KeyboardInterrupt included, is raised
+    before it returns.)"""
 
     def __init__(self, write_group: Callable[[list[WriteBatch]], list[BaseException | None]],
                  on_enter: Callable[[], None]) -> None:
         super().__init__(write_group)
         self._on_enter = on_enter
-        self._owner: int | None = None
-        self._depth = 0
 
     @property
     def held(self) -> bool:
         """Whether the calling thread holds the lock."""
-        return self._owner == threading.get_ident()
-
-    def _entered(self) -> None:
-        self._depth += 1
-        if self._depth == 1:
-            self._owner = threading.get_ident()
-            try:
-                self._on_enter()
-            except BaseException:
-                self._left()
-                super().release()
-                raise
-
-    def _left(self) -> None:
-        self._depth -= 1
-        if self._depth == 0:
-            self._owner = None
+        return self.owned()
 
     def __enter__(self) -> GroupCommit[WriteBatch]:
-        super().__enter__()
-        self._entered()
+        lock = self._lock
+        held = self._count()
+        try:
+            super().__enter__()
+            if not held:
+                self._on_enter()
+        except BaseException:
+            if self._count() > held:
+                lock.release()
+            raise
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self._left()
-        super().__exit__(*exc)
-
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        if not super().acquire(blocking, timeout):
-            return False
-        self._entered()
+        lock = self._lock
+        held = self._count()
+        try:
+            if not super().acquire(blocking, timeout):
+                return False
+            if not held:
+                self._on_enter()
+        except BaseException:
+            if self._count() > held:
+                lock.release()
+            raise
         return True
 
-    def release(self) -> None:
-        self._left()
-        super().release()
-
-    @contextlib.contextmanager
-    def committing(self) -> Iterator[None]:
-        with self:
-            yield
+    def committing(self) -> contextlib.AbstractContextManager[Any]:
+        return self
 
 
 def _open_secondary(path: str, scratch: str) -> rocksdict.Rdict:
