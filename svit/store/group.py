@@ -60,26 +60,6 @@ class Ticket(Generic[B]):
         self.waker: threading.Lock | None = None
 
 
-class _Committing:
-    """``with`` it: the store lock held without waiting for queued batches (a plain
-    object rather than a generator: it is entered on every commit)."""
-
-    __slots__ = ("_lock", "_holding")
-
-    def __init__(self, lock: threading.RLock, holding: threading.local) -> None:
-        self._lock = lock
-        self._holding = holding
-
-    def __enter__(self) -> None:
-        self._lock.acquire()
-        holding = self._holding
-        holding.depth = getattr(holding, "depth", 0) + 1
-
-    def __exit__(self, *exc: Any) -> None:
-        self._holding.depth -= 1
-        self._lock.release()
-
-
 class GroupCommit(Generic[B]):
     """The store lock (reentrant) plus a leader/follower queue of synced write batches.
 
@@ -92,9 +72,6 @@ class GroupCommit(Generic[B]):
     def __init__(self, write_group: Callable[[list[B]], list[BaseException | None]]) -> None:
         self._write_group = write_group
         self._lock = threading.RLock()
-        #: How deep the calling thread holds the lock (for :meth:`owned`).
-        self._holding = threading.local()
-        self._committing = _Committing(self._lock, self._holding)
         self._state = threading.Lock()
         self._queue: list[Ticket[B]] = []
         self._in_flight = 0
@@ -118,18 +95,23 @@ class GroupCommit(Generic[B]):
         return self._in_flight
 
     # ------------------------------------------------------------------ the store lock
+    # CPython runs a pending signal's handler as a C call returns, so a KeyboardInterrupt
+    # may be raised just after the lock's acquire() returned: entering takes it inside a
+    # ``try`` that gives back what this call took (the lock's count for the calling thread
+    # says whether it took it), and leaving is the release alone.
     def __enter__(self) -> GroupCommit[B]:
-        self._lock.acquire()
+        lock = self._lock
+        held = self._count()
         try:
+            lock.acquire()
             self.drain()
         except BaseException:
-            self._lock.release()
+            if self._count() > held:
+                lock.release()
             raise
-        self._note_held()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self._note_released()
         self._lock.release()
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
@@ -137,36 +119,37 @@ class GroupCommit(Generic[B]):
         ``blocking=False``), give up (False) when the lock or the queued batches are not
         done in time; a write already in progress is never abandoned."""
         deadline = None if timeout < 0 else time.monotonic() + timeout
-        if not self._lock.acquire(blocking, timeout):
-            return False
+        lock = self._lock
+        held = self._count()
         try:
+            if not lock.acquire(blocking, timeout):
+                return False
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             if self.drain(left if blocking else 0.0):
-                self._note_held()
                 return True
+            lock.release()
         except BaseException:
-            self._lock.release()
+            if self._count() > held:
+                lock.release()
             raise
-        self._lock.release()
         return False
 
     def release(self) -> None:
-        self._note_released()
         self._lock.release()
 
     def owned(self) -> bool:
         """True when the calling thread holds the store lock."""
-        return bool(getattr(self._holding, "depth", 0))
+        return self._count() > 0
 
-    def _note_held(self) -> None:
-        self._holding.depth = getattr(self._holding, "depth", 0) + 1
+    def _count(self) -> int:
+        """How many times the calling thread holds the lock: the count the lock keeps itself
+        (CPython's reentrant lock, since 3.11), so it is right whatever was interrupted."""
+        return int(self._lock._recursion_count())  # type: ignore[attr-defined]  # noqa: SLF001
 
-    def _note_released(self) -> None:
-        self._holding.depth -= 1
-
-    def committing(self) -> AbstractContextManager[None]:
-        """Hold the store lock without waiting for queued batches (a commit's preparation)."""
-        return self._committing
+    def committing(self) -> AbstractContextManager[Any]:
+        """Hold the store lock without waiting for queued batches (a commit's preparation):
+        the lock itself, whose ``with`` statement takes it with no gap before its block."""
+        return self._lock
 
     # ------------------------------------------------------------------ the queue
     def submit(self, batch: B) -> Ticket[B]:
@@ -198,36 +181,34 @@ class GroupCommit(Generic[B]):
         the next one: no committer wakes for another's write."""
         gathered = False
         state = self._state
-        state.acquire()
-        try:
-            while not ticket.done:
-                if self._leading or not self._queue or (self._gatherers and not gathered):
-                    # A write in progress, or a committer already gathering company: this
-                    # batch goes with its group (one gatherer; the others sleep until written).
-                    self._sleep(ticket, None)
-                elif (not gathered and len(self._queue) < self._last_group and self._last_write
-                      and not self.owned()):
-                    gathered = True
-                    self._gatherers.append(ticket)
-                    self._gathering += 1
-                    try:
-                        self._sleep(ticket, min(self._last_write, GATHER_SECONDS))
-                    finally:
-                        self._gathering -= 1
-                        self._gatherers.remove(ticket)
-                        if ticket.done and not self._leading:
-                            # Another write carried its batch: the committers that slept
-                            # behind it while it gathered need a leader now.
-                            self._wake_next_leader()
-                else:
-                    self._lead()
-        except BaseException:
-            # Interrupted (it may have been woken to lead): another queued committer leads.
-            if not self._leading:
-                self._wake_next_leader()
-            raise
-        finally:
-            state.release()
+        with state:  # a with statement: no gap between taking it and its block
+            try:
+                while not ticket.done:
+                    if self._leading or not self._queue or (self._gatherers and not gathered):
+                        # A write in progress, or a committer already gathering company: this
+                        # batch goes with its group (one gatherer; the others sleep until written).
+                        self._sleep(ticket, None)
+                    elif (not gathered and len(self._queue) < self._last_group and self._last_write
+                          and not self.owned()):
+                        gathered = True
+                        self._gatherers.append(ticket)
+                        self._gathering += 1
+                        try:
+                            self._sleep(ticket, min(self._last_write, GATHER_SECONDS))
+                        finally:
+                            self._gathering -= 1
+                            self._gatherers.remove(ticket)
+                            if ticket.done and not self._leading:
+                                # Another write carried its batch: the committers that slept
+                                # behind it while it gathered need a leader now.
+                                self._wake_next_leader()
+                    else:
+                        self._lead()
+            except BaseException:
+                # Interrupted (it may have been woken to lead): another queued committer leads.
+                if not self._leading:
+                    self._wake_next_leader()
+                raise
         error = ticket.error
         if error is None:
             return
@@ -241,8 +222,7 @@ class GroupCommit(Generic[B]):
         False if ``timeout`` seconds passed first."""
         deadline = None if timeout is None else time.monotonic() + timeout
         state = self._state
-        state.acquire()
-        try:
+        with state:  # a with statement: no gap between taking it and its block
             while self._in_flight:
                 if not self._leading and self._queue:
                     self._lead()
@@ -256,8 +236,6 @@ class GroupCommit(Generic[B]):
                     self._sleep(drainer, left)
                 finally:
                     self._drainers.remove(drainer)
-        finally:
-            state.release()
         return True
 
     def _sleep(self, ticket: Ticket[Any], timeout: float | None) -> None:
@@ -266,8 +244,8 @@ class GroupCommit(Generic[B]):
         waker = threading.Lock()
         waker.acquire()
         ticket.waker = waker
-        self._state.release()
         try:
+            self._state.release()  # inside the try: a signal's exception raised as it returns takes it back
             waker.acquire(True, -1 if timeout is None else max(timeout, 0.0))
         finally:
             self._state.acquire()
@@ -287,17 +265,14 @@ class GroupCommit(Generic[B]):
         self._leading = True
         error: BaseException | None = None
         results: list[BaseException | None] = [None] * len(group)
-        released = False
         began = time.monotonic()
         try:
-            self._state.release()
-            released = True
+            self._state.release()  # inside the try: a signal's exception raised as it returns takes it back
             results = self._write_group([ticket.batch for ticket in group])
         except BaseException as exc:
             error = exc
         finally:
-            if released:
-                self._state.acquire()
+            self._state.acquire()
             self._last_write = time.monotonic() - began
             self._last_group = len(group)
             self._leading = False

@@ -256,6 +256,9 @@ class RocksDBEngine(StorageEngine):
         self._ended = 0
         self._waiting = 0
         self._synced = threading.Condition(threading.Lock())
+        #: A write failed or its sync did: what RocksDB reads may hold a batch that is not
+        #: durable, so every read is refused from then on (the engine goes terminal).
+        self._unsynced = False
 
     @classmethod
     def open(
@@ -332,12 +335,18 @@ class RocksDBEngine(StorageEngine):
             else:
                 native.put(key, value, handles[space])
         self._begun += 1  # written by one leader at a time (see above)
+        synced = False
         try:
             self._db.write(native, self._write_options)
             # SyncWAL: returns once the log holding the batch is on disk; the GIL is
             # released meanwhile, so other threads prepare the next group.
             self._db.flush_wal(True)
+            synced = True
         finally:
+            if not synced:
+                # The batch may be in the memory table without its sync: noted before the
+                # count, so a reader woken by it is refused instead of shown the batch.
+                self._unsynced = True
             self._ended += 1
             if self._waiting:  # a reader counts itself before it compares the counts
                 with self._synced:
@@ -348,7 +357,11 @@ class RocksDBEngine(StorageEngine):
         later: a steady stream of commits cannot starve a reader), unless this thread
         holds the store lock: a commit preparing under it reads its own predecessors
         (queued behind the write being synced, failing with it), and any other holder
-        entered the lock only once every queued write was done."""
+        entered the lock only once every queued write was done.
+
+        Once a write or its sync failed, refuse: its batch may be in the memory table,
+        readable though not durable (a power loss takes it back), and a read outside the
+        store lock (a head read by the server, say) makes no check of its own."""
         begun = self._begun
         if self._ended < begun and not self.lock.owned():
             with self._synced:
@@ -358,6 +371,9 @@ class RocksDBEngine(StorageEngine):
                         self._synced.wait()
                 finally:
                     self._waiting -= 1
+        if self._unsynced:
+            self.check()  # the write path has recorded the failure by now, or is about to
+            raise PersistenceUnavailable("a synced write failed; reopen the store", reason="terminal")
 
     def get(self, space: str, key: bytes) -> bytes | None:
         self._settled()
@@ -452,59 +468,49 @@ def _reader_options() -> rocksdict.Options:
 class _FollowingLock(GroupCommit[WriteBatch]):
     """The store lock of a reader: entering it from outside (not already holding it)
     first catches up with the writer, so an operation under the lock sees one state of
-    the store from its first read to its last."""
+    the store from its first read to its last. (Entered as the writer's lock is: what
+    this call took is given back when anything, a KeyboardInterrupt included, is raised
+    before it returns.)"""
 
     def __init__(self, write_group: Callable[[list[WriteBatch]], list[BaseException | None]],
                  on_enter: Callable[[], None]) -> None:
         super().__init__(write_group)
         self._on_enter = on_enter
-        self._owner: int | None = None
-        self._depth = 0
 
     @property
     def held(self) -> bool:
         """Whether the calling thread holds the lock."""
-        return self._owner == threading.get_ident()
-
-    def _entered(self) -> None:
-        self._depth += 1
-        if self._depth == 1:
-            self._owner = threading.get_ident()
-            try:
-                self._on_enter()
-            except BaseException:
-                self._left()
-                super().release()
-                raise
-
-    def _left(self) -> None:
-        self._depth -= 1
-        if self._depth == 0:
-            self._owner = None
+        return self.owned()
 
     def __enter__(self) -> GroupCommit[WriteBatch]:
-        super().__enter__()
-        self._entered()
+        lock = self._lock
+        held = self._count()
+        try:
+            super().__enter__()
+            if not held:
+                self._on_enter()
+        except BaseException:
+            if self._count() > held:
+                lock.release()
+            raise
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self._left()
-        super().__exit__(*exc)
-
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        if not super().acquire(blocking, timeout):
-            return False
-        self._entered()
+        lock = self._lock
+        held = self._count()
+        try:
+            if not super().acquire(blocking, timeout):
+                return False
+            if not held:
+                self._on_enter()
+        except BaseException:
+            if self._count() > held:
+                lock.release()
+            raise
         return True
 
-    def release(self) -> None:
-        self._left()
-        super().release()
-
-    @contextlib.contextmanager
-    def committing(self) -> Iterator[None]:
-        with self:
-            yield
+    def committing(self) -> contextlib.AbstractContextManager[Any]:
+        return self
 
 
 def _open_secondary(path: str, scratch: str) -> rocksdict.Rdict:

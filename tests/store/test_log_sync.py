@@ -247,3 +247,51 @@ def test_a_stream_of_later_syncs_does_not_starve_a_reader(store):
     reader.join(10)
     assert not reader.is_alive() and seen[0] is not None
     engine._ended = ended + 2
+
+
+def test_a_batch_whose_log_sync_failed_is_shown_to_no_reader(store):
+    """The batch is in RocksDB's memory table once written, before its log sync: a reader
+    that waited for that sync, or reads after it failed, must be refused (the store is
+    terminal), never shown a commit that was not made durable (the server's process
+    endpoint reads the head this way, outside the store lock)."""
+    address_0 = address(0)
+    handle = store.create(counter(address_0))
+    held = HeldLog(store.engine)
+    held.fail = True
+    failed: list[BaseException] = []
+
+    def commit() -> None:
+        try:
+            handle.exec("/lib/counter")
+        except PersistenceUnavailable as exc:
+            failed.append(exc)
+
+    worker = threading.Thread(target=commit)
+    worker.start()
+    assert held.syncing.wait(10)
+    seen: list[Any] = []
+
+    def read() -> None:
+        try:
+            seen.append(store.stored_head(address_0))
+        except PersistenceUnavailable as exc:
+            seen.append(exc)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    reader.join(0.2)
+    assert reader.is_alive() and seen == []  # waiting for the sync
+    held.release.set()
+    worker.join(10)
+    reader.join(10)
+    assert len(failed) == 1 and store.terminal and handle.version == 0
+    assert len(seen) == 1 and isinstance(seen[0], PersistenceUnavailable), seen
+    assert seen[0].reason == "terminal"
+    for read_again in (lambda: store.stored_head(address_0),
+                       lambda: store.engine.get(CF_RECORD, keys.head_key(address_0)),
+                       lambda: list(store.engine.scan(CF_RECORD, b"")),
+                       lambda: store.engine.last_key(CF_RECORD, b"")):
+        with pytest.raises(PersistenceUnavailable) as refused:
+            read_again()
+        assert refused.value.reason == "terminal"
+    held.restore()
