@@ -1106,8 +1106,12 @@ class MemoryArchive:
                                  message=f"{fallback}writing the partial marker failed ({_describe(exc)}); restore aborted")
         heads = store.archive_heads()
         # A removal this store recorded outlives every archived copy up to that version:
-        # restore never brings back what was deliberately removed (G4).
-        removed = {t["address"]: t["version"] for t in store.archive_tombstones() if t["address"] not in heads}
+        # restore never brings back what was deliberately removed (G4), neither into an
+        # absent address nor over a later incarnation created after the removal (whose
+        # versions start again, so an archived copy of the removed one may be higher).
+        removed: dict[str, int] = {}
+        for t in store.archive_tombstones():
+            removed[t["address"]] = max(removed.get(t["address"], -1), t["version"])
         written: list[str] = []
         problems: list[str] = []
         for address in sorted(generation.processes):
@@ -1134,7 +1138,7 @@ class MemoryArchive:
                                  f"{fallback}verification could not read the store ({_describe(exc)})", skipped)
         missing = []
         for address, record in sorted(generation.processes.items()):
-            if removed.get(address, -1) >= record.version and address not in heads:
+            if removed.get(address, -1) >= record.version:
                 continue
             current = heads.get(address)
             if not dominates(Entry(True, *current) if current is not None else None, record.entry()):

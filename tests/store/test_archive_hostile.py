@@ -256,3 +256,32 @@ def test_the_cli_reports_an_unusable_archive_without_a_traceback(tmp_path):
         assert run.returncode == 1, run.stderr
         assert "Traceback" not in run.stderr and str(tmp_path) not in run.stderr, run.stderr
         assert run.stderr.startswith("svit: invalid_archive_config:"), run.stderr
+
+
+# ---------------------------------------------------------------------- a removed incarnation stays removed
+def test_a_restore_never_replaces_a_recreated_address_with_the_removed_incarnation(paths, tmp_path):
+    store_path, archive_path = paths
+    store = ProcessStore.open(store_path)
+    handle = store.create(make(A, x="old"))
+    for i in range(5):
+        handle.write("/memory/x", f"old{i}")
+    archive = MemoryArchive(archive_path)
+    assert archive.export(store).outcome == "written"  # A's first incarnation, version 5
+    store.remove(A)
+    handle = store.create(make(A, x="new"))
+    handle.write("/memory/x", "new1")  # the second incarnation, version 1, acknowledged
+    try:
+        assert archive.check_rollback(store) == ()
+        result = archive.restore(store, mode="always")
+        assert result.outcome == "restored" and result.written == (), result
+        current = store.resume(A)
+        assert (current.version, current.read("/memory/x")) == (1, "new1")
+    finally:
+        store.close()
+    # control: the archive does hold the first incarnation, and an empty store takes it
+    fresh = ProcessStore.open(str(tmp_path / "fresh"))
+    try:
+        assert archive.restore(fresh).written == (A,)
+        assert fresh.resume(A).read("/memory/x") == "old4"
+    finally:
+        fresh.close()
