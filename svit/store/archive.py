@@ -32,6 +32,9 @@ refused by number.
 A reader checks the magic, the major version, the trailer magic, the digest, the
 count, every record's fields, and restores every process snapshot (matching its
 address, version and root hash) before it applies a single record.
+Only a regular file no longer than ``max_generation_bytes`` is read at all (a FIFO, a
+device link or a sparse giant under a generation's name would otherwise hang the reader
+or exhaust its memory, and keep a restore from falling back to an older generation).
 
 Rollbacks: the archive only ever holds acknowledged state, so a store that holds an
 address below the newest generation lost acknowledged commits (a damaged write-ahead
@@ -51,6 +54,7 @@ verification compares projections (tombstone == absent): the store dominates a r
 
 from __future__ import annotations
 
+import errno
 import itertools
 import logging
 import math
@@ -71,7 +75,7 @@ from .. import cbor
 from ..errors import SvitError
 from ..process import Process
 from .failures import describe as describe_storage_failure
-from .fsshim import FileSystem
+from .fsshim import FileSystem, FileTooLarge, NotARegularFile
 from .store import ProcessStore
 
 log = logging.getLogger("svit.store.archive")
@@ -85,7 +89,12 @@ _LENGTH = struct.Struct(">I")
 _COUNT = struct.Struct(">Q")
 TRAILER_BYTES = len(TRAILER_MAGIC) + _COUNT.size + 32
 MAX_RECORD_BYTES = 256 * 1024 * 1024
-GENERATION_RE = re.compile(r"^generation-(\d{20})\.svarc$")
+#: The default bound on one generation file, read or written (``max_generation_bytes``).
+DEFAULT_MAX_GENERATION_BYTES = 4 * 1024 * 1024 * 1024
+#: The last generation number a sealed header can carry (an unsigned 64-bit integer).
+MAX_GENERATION_NUMBER = 2**64 - 1
+#: ASCII digits only and nothing after the suffix (``\d`` takes any script's digits, ``$`` a final newline).
+GENERATION_RE = re.compile(r"^generation-([0-9]{20})\.svarc\Z")
 TEMP_PREFIX = ".tmp-generation-"
 
 DEFAULT_INTERVAL = 300.0
@@ -114,6 +123,12 @@ class ArchiveError(SvitError):
 
 class ArchiveConfigError(ArchiveError):
     code, prefix = "invalid_archive_config", "invalid memory archive configuration"
+
+
+class ArchiveUnavailable(ArchiveError):
+    """The archive directory could not be listed (it went away, or is no longer a directory)."""
+
+    code, prefix = "archive_unavailable", "memory archive unavailable"
 
 
 class InvalidArchive(ArchiveError):
@@ -575,6 +590,7 @@ class MemoryArchive:
         interval_seconds: Any = DEFAULT_INTERVAL,
         stop_timeout_seconds: Any = DEFAULT_STOP_TIMEOUT,
         restore_mode: Any = "auto",
+        max_generation_bytes: int = DEFAULT_MAX_GENERATION_BYTES,
         fs: FileSystem | None = None,
         clock: Callable[[], float] = time.time,
         identity: str = "svit-archive-exporter",
@@ -588,6 +604,11 @@ class MemoryArchive:
             raise ArchiveConfigError("the archive directory must be an absolute path (a relative one names no chosen place)")
         if type(generations) is not int or generations < 1:
             raise ArchiveConfigError("generations must be a positive integer")
+        if type(max_generation_bytes) is not int or max_generation_bytes < _PREFIX.size + TRAILER_BYTES:
+            raise ArchiveConfigError("max_generation_bytes must be an integer of at least "
+                                     f"{_PREFIX.size + TRAILER_BYTES}")
+        #: No generation file longer than this is written or read (reading one means holding it).
+        self.max_generation_bytes = max_generation_bytes
         self.fs = fs or FileSystem()
         self.requested_directory = raw
         self.directory = os.path.realpath(raw)
@@ -617,7 +638,10 @@ class MemoryArchive:
         self._last_good: float | None = None
         #: Directories whose entry for a level of the archive path is not known to be durable yet:
         #: the parent of the archive directory, and of every level this object created.
-        self._unsynced_parents = self._create_directory()
+        try:
+            self._unsynced_parents = self._create_directory()
+        except OSError as exc:
+            raise ArchiveConfigError(f"the archive directory cannot be created or used: {_describe(exc)}") from None
 
     def _create_directory(self) -> list[str]:
         """Create the missing levels of the archive path, top-down; the parents to fsync at first publish."""
@@ -676,8 +700,13 @@ class MemoryArchive:
 
     # ------------------------------------------------------------------ listing and reading
     def _generation_files(self) -> list[tuple[int, str]]:
+        """Every file named as a generation, by number; an unlistable directory is :class:`ArchiveUnavailable`."""
+        try:
+            names = self.fs.listdir(self.directory)
+        except OSError as exc:
+            raise ArchiveUnavailable(f"the archive directory cannot be listed: {_describe(exc)}") from None
         out = []
-        for name in self.fs.listdir(self.directory):
+        for name in names:
             match = GENERATION_RE.match(name)
             if match:
                 out.append((int(match.group(1)), os.path.join(self.directory, name)))
@@ -689,7 +718,11 @@ class MemoryArchive:
         The file's name must agree with the generation number in its sealed header: a
         copy of an old generation under a newer name is refused, never taken as newer.
         """
-        generation = decode_generation(self.fs.read(path), restore_snapshots=restore_snapshots)
+        try:
+            data = self.fs.read(path, max_bytes=self.max_generation_bytes)
+        except (NotARegularFile, FileTooLarge) as exc:
+            raise InvalidArchive(str(exc)) from None
+        generation = decode_generation(data, restore_snapshots=restore_snapshots)
         match = GENERATION_RE.match(os.path.basename(path))
         if match is None or int(match.group(1)) != generation.generation:
             named = "no generation" if match is None else f"generation {int(match.group(1))}"
@@ -809,7 +842,7 @@ class MemoryArchive:
         try:
             self._sweep()
             files = self._generation_files()
-        except OSError as exc:
+        except (OSError, ArchiveError) as exc:
             return ExportResult("failed", message=f"archive directory unreadable: {_describe(exc)}; {self._only_in_store()}")
         try:
             store_id = store.store_id()
@@ -842,10 +875,19 @@ class MemoryArchive:
             if refusal is not None:
                 return refusal
         number = (files[-1][0] + 1) if files else 1
+        if number > MAX_GENERATION_NUMBER:
+            return ExportResult("failed", message=(
+                f"no generation number is left: a file in the archive directory is named generation {files[-1][0]}, "
+                "the last one a header can carry; move it out of the archive directory; old generations kept; "
+                + self._only_in_store()))
         data = encode_generation(store_id=store_id, generation=number, sequence=cut["sequence"],
                                  cut_time=int(self.clock()), writer=self.identity,
                                  processes=list(live.values()), tombstones=list(tombstones.values()))
         digest = data[-32:].hex()
+        if len(data) > self.max_generation_bytes:
+            return ExportResult("failed", number, message=(
+                f"the generation would be {len(data)} bytes, over the archive's limit of {self.max_generation_bytes} "
+                "(max_generation_bytes: no reader would take it); old generations kept; " + self._only_in_store()))
         try:
             path = self._publish(number, data, epoch)
         except _Cancelled:
@@ -867,7 +909,10 @@ class MemoryArchive:
                 f"generation {previous.generation} was written by store {previous.store_id}, this store is "
                 f"{store_id} and was not restored from it (two stores sharing one archive directory?); {keep}"))
         heads = {p["address"]: (p["version"], p["root_hash"]) for p in cut["processes"]}
-        behind = tuple(behind_archive(previous, heads, cut["tombstones"], include_absent=False))
+        # Absent counts too: an address missing from the store passed the shrink guard only
+        # by a tombstone, and one below the archived version (an earlier incarnation's
+        # removal, in a stale copy of the store) does not cover the newer archived state.
+        behind = tuple(behind_archive(previous, heads, cut["tombstones"], include_absent=True))
         if behind:
             return ExportResult("refused_older", behind=behind, message=(
                 f"{len(behind)} address(es) are older in the store than in generation {previous.generation} "
@@ -886,7 +931,7 @@ class MemoryArchive:
             self.fs.fsync(fd, temp)
             self.fs.close(fd, temp)
             fd = None
-            back = self.fs.read(temp, "reread")
+            back = self.fs.read(temp, "reread", max_bytes=len(data))
             if blake3.blake3(back).digest() != blake3.blake3(data).digest():
                 raise _PublishError("read-back verification failed: the temp file differs from what was written")
             if epoch < self._cancel_below:
@@ -934,7 +979,7 @@ class MemoryArchive:
                 except (OSError, InvalidArchive):
                     continue
                 good += 1
-        except OSError as exc:
+        except (OSError, ArchiveError) as exc:
             log.warning("memory archive: pruning failed (old generations kept): %s", _describe(exc))
 
     # ------------------------------------------------------------------ periodic and final export
@@ -1038,7 +1083,7 @@ class MemoryArchive:
         try:
             generation, skipped = self.newest_verified()
             any_files = bool(self._generation_files())
-        except OSError as exc:
+        except (OSError, ArchiveError) as exc:
             return RestoreResult("failed", message=f"archive directory unreadable: {_describe(exc)}")
         if generation is None:
             if any_files:
@@ -1061,8 +1106,12 @@ class MemoryArchive:
                                  message=f"{fallback}writing the partial marker failed ({_describe(exc)}); restore aborted")
         heads = store.archive_heads()
         # A removal this store recorded outlives every archived copy up to that version:
-        # restore never brings back what was deliberately removed (G4).
-        removed = {t["address"]: t["version"] for t in store.archive_tombstones() if t["address"] not in heads}
+        # restore never brings back what was deliberately removed (G4), neither into an
+        # absent address nor over a later incarnation created after the removal (whose
+        # versions start again, so an archived copy of the removed one may be higher).
+        removed: dict[str, int] = {}
+        for t in store.archive_tombstones():
+            removed[t["address"]] = max(removed.get(t["address"], -1), t["version"])
         written: list[str] = []
         problems: list[str] = []
         for address in sorted(generation.processes):
@@ -1089,7 +1138,7 @@ class MemoryArchive:
                                  f"{fallback}verification could not read the store ({_describe(exc)})", skipped)
         missing = []
         for address, record in sorted(generation.processes.items()):
-            if removed.get(address, -1) >= record.version and address not in heads:
+            if removed.get(address, -1) >= record.version:
                 continue
             current = heads.get(address)
             if not dominates(Entry(True, *current) if current is not None else None, record.entry()):
@@ -1120,6 +1169,8 @@ def _describe(exc: BaseException) -> str:
     errors only by their classified problem (their text names host files)."""
     if isinstance(exc, SvitError):
         return exc.message
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOTDIR, errno.EEXIST):
+        return "a path is not a directory where one is needed"
     return describe_storage_failure(exc)
 
 
@@ -1257,8 +1308,8 @@ __all__ = [
     "MemoryArchive", "open_store_with_archive", "install_sigterm_handler", "durability_statement",
     "encode_generation", "decode_generation", "Generation", "ProcessRecord", "Tombstone", "ExportResult",
     "RestoreResult", "GenerationInfo", "Entry", "join", "project", "dominates", "ArchiveError",
-    "ArchiveConfigError", "InvalidArchive", "ArchiveRestoreFailed", "EXPORT_OUTCOMES", "RESTORE_OUTCOMES",
+    "ArchiveConfigError", "ArchiveUnavailable", "InvalidArchive", "ArchiveRestoreFailed", "EXPORT_OUTCOMES", "RESTORE_OUTCOMES",
     "StoreRolledBack", "Rollback", "SkippedGeneration", "behind_archive", "lineage", "ROLLBACK_ACTIONS",
     "encode_marker", "decode_marker", "marker_source_store", "clamp_interval", "clamp_stop_timeout",
-    "normalize_restore_mode", "generation_name",
+    "normalize_restore_mode", "generation_name", "DEFAULT_MAX_GENERATION_BYTES", "MAX_GENERATION_NUMBER",
 ]

@@ -10,25 +10,49 @@ Step names, in the order one export uses them: ``sweep`` (unlink a stale temp fi
 ``open`` (O_EXCL create of the temp file), ``write``, ``fsync``, ``close``,
 ``reread`` (read-back verify), ``replace`` (``os.replace`` to the generation name),
 ``dir_fsync``, ``prune`` (unlink an old generation). Reads use ``read`` and ``list``.
+A generation file is read with :meth:`FileSystem.read` and a byte bound: only a regular
+file is opened (a symbolic link, a FIFO or a device in its place is refused without
+waiting on it or reading it), and one longer than the bound is refused before a byte of
+it is read, so whatever sits in the archive directory costs a bounded read.
 Creating a directory durably (:meth:`FileSystem.create_directories`, which the store's
 open uses) is ``mkdir`` followed by one ``dir_fsync`` per synced directory.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
+import stat
 import threading
 from typing import Callable
 
 __all__ = [
     "STEPS",
     "FileSystem",
+    "NotARegularFile",
+    "FileTooLarge",
     "InjectedFault",
     "FaultyFileSystem",
 ]
 
 STEPS = ("sweep", "open", "write", "fsync", "close", "reread", "replace", "dir_fsync", "prune")
+
+
+class NotARegularFile(OSError):
+    """A path read as a file names a symbolic link, a FIFO, a device or a directory."""
+
+    def __init__(self) -> None:
+        super().__init__("not a regular file (a symbolic link, a FIFO, a device or a directory)")
+
+
+class FileTooLarge(OSError):
+    """A file is longer than the bound its reader gave (nothing of it was kept)."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"file is larger than the limit ({size} bytes, limit {limit})")
+        self.size = size
+        self.limit = limit
 
 
 class FileSystem:
@@ -56,10 +80,42 @@ class FileSystem:
         self.step("close", path)
         os.close(fd)
 
-    def read(self, path: str, step: str = "read") -> bytes:
+    def read(self, path: str, step: str = "read", max_bytes: int | None = None) -> bytes:
+        """The bytes of the regular file ``path``, at most ``max_bytes`` of them.
+
+        Opened without following a symbolic link and without blocking (a FIFO would
+        wait for a writer forever, a device such as ``/dev/zero`` never ends); anything
+        but a regular file is :class:`NotARegularFile`, and a file longer than
+        ``max_bytes`` (by its size, or by what a read finds should it grow meanwhile) is
+        :class:`FileTooLarge`.
+        """
         self.step(step, path)
-        with open(path, "rb") as handle:
-            return handle.read()
+        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+        try:
+            fd = os.open(path, flags)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a symbolic link
+                raise NotARegularFile() from None
+            raise
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise NotARegularFile()
+            if max_bytes is not None and info.st_size > max_bytes:
+                raise FileTooLarge(info.st_size, max_bytes)
+            chunks: list[bytes] = []
+            total = 0
+            while True:
+                want = 1 << 20 if max_bytes is None else min(1 << 20, max_bytes + 1 - total)
+                chunk = os.read(fd, want)
+                if not chunk:
+                    return b"".join(chunks)
+                chunks.append(chunk)
+                total += len(chunk)
+                if max_bytes is not None and total > max_bytes:
+                    raise FileTooLarge(total, max_bytes)
+        finally:
+            os.close(fd)
 
     def replace(self, source: str, target: str) -> None:
         self.step("replace", target)
