@@ -51,8 +51,10 @@ or data): every failure is described from a fixed vocabulary by its SQLSTATE cla
 
 from __future__ import annotations
 
+import os
 import secrets
 import select
+import socket
 import struct
 import threading
 import time
@@ -261,7 +263,8 @@ class PostgreSQLEngine(StorageEngine):
         for _attempt in range(self._pool.max_size):
             conn = self._pool.getconn()
             try:
-                self._pool.check_connection(conn)
+                with _Deadline(conn, self.commit_seconds):
+                    self._pool.check_connection(conn)
             except psycopg.OperationalError:
                 self._pool.putconn(conn)  # the pool drops it and opens another
                 continue
@@ -299,6 +302,13 @@ class PostgreSQLEngine(StorageEngine):
         if single is not None:
             committer.run(*single, token, self.commit_seconds)
             return
+        with _Deadline(conn, self.commit_seconds):
+            self._pipelined(conn, parts, writer, token)
+
+    def _pipelined(self, conn: psycopg.Connection[Any], parts: list[BatchPart], writer: str, token: bytes) -> None:
+        """:meth:`_transaction` of several parts (psycopg's pipeline, awaited by psycopg:
+        the caller bounds the wait)."""
+        statements = self._statements
         try:
             with conn.pipeline() as pipeline:
                 conn.execute("BEGIN")
@@ -726,34 +736,53 @@ class _Committer:
         name = shape.name
         params.append(self._writer_bytes)
         params.append(token)
+        deadline = time.monotonic() + wait_seconds
         try:
             if name not in self._prepared:
-                prepared = pgconn.prepare(name, shape.text)
+                # Sent and awaited like the commit itself (libpq's blocking prepare would
+                # wait for a server that stops answering without any bound).
+                pgconn.send_prepare(name, shape.text)
+                prepared = self._reply(pgconn, deadline)
                 # Already there: this pool's connection was the commit connection before
                 # (the name stands for the same text on every connection of the engine).
                 if prepared.error_field(_SQLSTATE) != _ALREADY_PREPARED:
                     _outcome(pgconn, prepared)
                 self._prepared.add(name)
             pgconn.send_query_prepared(name, params, shape.formats)
-            deadline = time.monotonic() + wait_seconds
-            socket = pgconn.socket
-            # The connection is non-blocking: what the socket did not take yet is sent as
-            # it drains (a large commit), then the reply is read as it comes.
-            while pgconn.flush():
-                self._wait(select.select([socket], [socket], [], self._left(deadline)), deadline)
-                pgconn.consume_input()
-            while pgconn.is_busy():
-                self._wait(select.select([socket], [], [], self._left(deadline)), deadline)
-                pgconn.consume_input()
-            result = pgconn.get_result()
-            while pgconn.get_result() is not None:
-                pass  # a one-statement commit has one result; the end of it reads as None
+            result = self._reply(pgconn, deadline)
         except psycopg.OperationalError:
             raise _LostReply() from None  # libpq could not send or receive (the connection is gone)
-        if result is None:
-            raise _LostReply()
         _outcome(pgconn, result)
 
+    def _reply(self, pgconn: psycopg.pq.abc.PGconn, deadline: float) -> psycopg.pq.abc.PGresult:
+        """The outcome of what was just sent, awaited until the server is ready for the next
+        query (at most until ``deadline``, in ``select``): its first failed result if any,
+        else its first result.
+
+        Every result is read: the statement's own result comes before the implicit
+        transaction ends, and a failure of that end (a deferred check, a serialization
+        failure) follows it as a second one; the first alone would acknowledge a commit
+        the server refused."""
+        fd = pgconn.socket
+        # The connection is non-blocking: what the socket did not take yet is sent as
+        # it drains (a large commit), then the reply is read as it comes.
+        while pgconn.flush():
+            self._wait(select.select([fd], [fd], [], self._left(deadline)), deadline)
+            pgconn.consume_input()
+        outcome = None
+        while True:
+            while pgconn.is_busy():
+                self._wait(select.select([fd], [], [], self._left(deadline)), deadline)
+                pgconn.consume_input()
+            result = pgconn.get_result()
+            if result is None:
+                break
+            if outcome is None or (outcome.status in (_TUPLES_OK, _COMMAND_OK)
+                                   and result.status not in (_TUPLES_OK, _COMMAND_OK)):
+                outcome = result
+        if outcome is None:
+            raise _LostReply()
+        return outcome
 
     @staticmethod
     def _left(deadline: float) -> float:
@@ -765,6 +794,49 @@ class _Committer:
         if not (ready[0] or ready[1]) and time.monotonic() >= deadline:
             self.conn.close()
             raise _LostReply()
+
+
+class _Deadline:
+    """Bounds a wait that psycopg makes without one (a pipelined transaction, a check of
+    a connection): past ``seconds`` the connection's socket is shut down, so the wait ends
+    with the connection lost (:class:`_LostReply` once ``COMMIT`` may have been sent),
+    never with a hang on a server that stopped answering.
+
+    The socket is shut down only while the block runs (under a lock its end takes too),
+    so a timer that fires late never touches a descriptor reused since."""
+
+    __slots__ = ("_conn", "_timer", "_lock", "_running")
+
+    def __init__(self, conn: psycopg.Connection[Any], seconds: float) -> None:
+        self._conn = conn
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+        self._lock = threading.Lock()
+        self._running = False
+
+    def __enter__(self) -> None:
+        self._running = True
+        self._timer.start()
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._running = False
+        self._timer.cancel()
+
+    def _expire(self) -> None:
+        with self._lock:
+            if not self._running:
+                return
+            try:
+                shared = socket.socket(fileno=os.dup(self._conn.pgconn.socket))
+            except (OSError, psycopg.Error):
+                return  # no socket left: the connection is already gone
+            try:
+                shared.shutdown(socket.SHUT_RDWR)  # the connection's own socket, not only this copy
+            except OSError:
+                pass
+            finally:
+                shared.close()
 
 
 def _outcome(pgconn: psycopg.pq.abc.PGconn, result: psycopg.pq.abc.PGresult) -> None:
