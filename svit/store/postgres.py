@@ -51,6 +51,7 @@ or data): every failure is described from a fixed vocabulary by its SQLSTATE cla
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import select
@@ -157,8 +158,10 @@ class PostgreSQLEngine(StorageEngine):
 
     shared = True
 
-    def __init__(self, url: str, pool: psycopg_pool.ConnectionPool, engine_id: str) -> None:
+    def __init__(self, url: str, pool: psycopg_pool.ConnectionPool, engine_id: str, *,
+                 read_only: bool = False) -> None:
         super().__init__(location(url))
+        self.read_only = read_only
         #: The URL as given (it may hold a password: never shown; :attr:`path` is safe).
         self.url = url
         self._pool = pool
@@ -174,6 +177,8 @@ class PostgreSQLEngine(StorageEngine):
         #: and the store lock already make them one at a time: this only makes sure).
         self._kept: _Committer | None = None
         self._committing = threading.Lock()
+        #: What bounds the waits psycopg makes for commits (None for a read-only engine).
+        self._deadlines: _Deadlines | None = None if read_only else _Deadlines()
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -213,9 +218,7 @@ class PostgreSQLEngine(StorageEngine):
             raise
         except Exception as exc:
             raise _unavailable(exc, "cannot open store") from None
-        engine = cls(url, pool, engine_id)
-        engine.read_only = read_only
-        return engine
+        return cls(url, pool, engine_id, read_only=read_only)
 
     # ------------------------------------------------------------------ writing
     def apply(self, batch: WriteBatch) -> None:
@@ -263,7 +266,7 @@ class PostgreSQLEngine(StorageEngine):
         for _attempt in range(self._pool.max_size):
             conn = self._pool.getconn()
             try:
-                with _Deadline(conn, self.commit_seconds):
+                with self._bounded(conn):
                     self._pool.check_connection(conn)
             except psycopg.OperationalError:
                 self._pool.putconn(conn)  # the pool drops it and opens another
@@ -273,6 +276,12 @@ class PostgreSQLEngine(StorageEngine):
         conn = self._pool.getconn()
         committer = self._kept = _Committer(conn, _writer(self._engine_id, conn))
         return committer
+
+    def _bounded(self, conn: psycopg.Connection[Any]) -> contextlib.AbstractContextManager[None]:
+        """A block whose waits on ``conn`` end within :attr:`commit_seconds` (see :class:`_Deadlines`)."""
+        if self._deadlines is None:
+            return contextlib.nullcontext()
+        return self._deadlines.bound(conn, self.commit_seconds)
 
     def _let_go(self, committer: _Committer, *, unless_idle: bool = False) -> None:
         """Give the commit connection back to the pool (which replaces it if broken) and
@@ -302,7 +311,7 @@ class PostgreSQLEngine(StorageEngine):
         if single is not None:
             committer.run(*single, token, self.commit_seconds)
             return
-        with _Deadline(conn, self.commit_seconds):
+        with self._bounded(conn):
             self._pipelined(conn, parts, writer, token)
 
     def _pipelined(self, conn: psycopg.Connection[Any], parts: list[BatchPart], writer: str, token: bytes) -> None:
@@ -451,6 +460,8 @@ class PostgreSQLEngine(StorageEngine):
         with self._committing:
             if self._kept is not None:
                 self._let_go(self._kept)
+        if self._deadlines is not None:
+            self._deadlines.stop()
         if self.read_only:  # it wrote no marker rows
             self._pool.close(timeout=5)
             return
@@ -796,47 +807,69 @@ class _Committer:
             raise _LostReply()
 
 
-class _Deadline:
-    """Bounds a wait that psycopg makes without one (a pipelined transaction, a check of
-    a connection): past ``seconds`` the connection's socket is shut down, so the wait ends
-    with the connection lost (:class:`_LostReply` once ``COMMIT`` may have been sent),
-    never with a hang on a server that stopped answering.
+class _Deadlines:
+    """Bounds the waits psycopg makes without one (a pipelined transaction, the check of a
+    connection): past its deadline a bounded block's connection has its socket shut
+    down, so the wait ends with the connection lost (:class:`_LostReply` once ``COMMIT``
+    may have been sent), never with a hang on a server that stopped answering.
 
-    The socket is shut down only while the block runs (under a lock its end takes too),
-    so a timer that fires late never touches a descriptor reused since."""
+    One thread per engine, started when it opens (a commit starts none): it sleeps until
+    the earliest deadline armed. A socket is shut down only while its block is armed
+    (under the lock the block's end takes too), so a descriptor reused since is never
+    touched."""
 
-    __slots__ = ("_conn", "_timer", "_lock", "_running")
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._armed: dict[int, tuple[float, psycopg.Connection[Any]]] = {}
+        self._count = 0
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="svit-store-deadlines", daemon=True)
+        self._thread.start()
 
-    def __init__(self, conn: psycopg.Connection[Any], seconds: float) -> None:
-        self._conn = conn
-        self._timer = threading.Timer(seconds, self._expire)
-        self._timer.daemon = True
-        self._lock = threading.Lock()
-        self._running = False
+    @contextlib.contextmanager
+    def bound(self, conn: psycopg.Connection[Any], seconds: float) -> Iterator[None]:
+        with self._changed:
+            self._count += 1
+            key = self._count
+            self._armed[key] = (time.monotonic() + seconds, conn)
+            self._changed.notify()
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._armed.pop(key, None)
 
-    def __enter__(self) -> None:
-        self._running = True
-        self._timer.start()
+    def stop(self) -> None:
+        with self._changed:
+            self._stopped = True
+            self._changed.notify()
+        self._thread.join(timeout=5)
 
-    def __exit__(self, *exc: object) -> None:
-        with self._lock:
-            self._running = False
-        self._timer.cancel()
+    def _run(self) -> None:
+        with self._changed:
+            while not self._stopped:
+                now = time.monotonic()
+                for key, (deadline, conn) in list(self._armed.items()):
+                    if deadline <= now:
+                        del self._armed[key]
+                        _shut_down(conn)
+                earliest = min((deadline for deadline, _conn in self._armed.values()), default=None)
+                self._changed.wait(None if earliest is None else max(0.0, earliest - now))
 
-    def _expire(self) -> None:
-        with self._lock:
-            if not self._running:
-                return
-            try:
-                shared = socket.socket(fileno=os.dup(self._conn.pgconn.socket))
-            except (OSError, psycopg.Error):
-                return  # no socket left: the connection is already gone
-            try:
-                shared.shutdown(socket.SHUT_RDWR)  # the connection's own socket, not only this copy
-            except OSError:
-                pass
-            finally:
-                shared.close()
+
+def _shut_down(conn: psycopg.Connection[Any]) -> None:
+    """Shut the socket of ``conn`` down (its own socket, through a duplicate descriptor):
+    every wait on it ends at once, with the connection lost."""
+    try:
+        shared = socket.socket(fileno=os.dup(conn.pgconn.socket))
+    except (OSError, psycopg.Error):
+        return  # no socket left: the connection is already gone
+    try:
+        shared.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    finally:
+        shared.close()
 
 
 def _outcome(pgconn: psycopg.pq.abc.PGconn, result: psycopg.pq.abc.PGresult) -> None:
