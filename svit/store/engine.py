@@ -72,14 +72,29 @@ def is_database_url(location: str | os.PathLike[str]) -> bool:
 
 def database_location(url: str) -> str:
     """``url`` without its password (what errors and statements may show); the rest,
-    query options included, still opens the same database where no password is needed."""
+    query options included, still opens the same database where no password is needed.
+
+    The user and password are cut off as libpq reads them: everything before the first
+    ``@`` that comes before any ``/``, so a password holding ``?`` or ``#`` (which a
+    generic URL parser takes for the start of the query or fragment) is never shown."""
     try:
-        parts = urllib.parse.urlsplit(url)
+        scheme, sep, rest = url.partition("://")
+        credentials = ""
+        for index, char in enumerate(rest):
+            if char == "/":
+                break
+            if char == "@":
+                credentials, rest = rest[:index], rest[index + 1:]
+                break
+        parts = urllib.parse.urlsplit(f"{scheme}{sep}{rest}")
+        if "@" in parts.netloc:
+            raise ValueError("a second user designator")
         host = parts.hostname or ""
         if ":" in host:
             host = f"[{host}]"
         port = f":{parts.port}" if parts.port is not None else ""
-        user = f"{urllib.parse.quote(urllib.parse.unquote(parts.username), safe='')}@" if parts.username else ""
+        username = credentials.split(":", 1)[0]
+        user = f"{urllib.parse.quote(urllib.parse.unquote(username), safe='')}@" if username else ""
         query = urllib.parse.urlencode(
             [(name, value) for name, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
              if name.lower() not in ("password", "sslpassword")], quote_via=urllib.parse.quote)

@@ -51,8 +51,11 @@ or data): every failure is described from a fixed vocabulary by its SQLSTATE cla
 
 from __future__ import annotations
 
+import contextlib
+import os
 import secrets
 import select
+import socket
 import struct
 import threading
 import time
@@ -155,8 +158,10 @@ class PostgreSQLEngine(StorageEngine):
 
     shared = True
 
-    def __init__(self, url: str, pool: psycopg_pool.ConnectionPool, engine_id: str) -> None:
+    def __init__(self, url: str, pool: psycopg_pool.ConnectionPool, engine_id: str, *,
+                 read_only: bool = False) -> None:
         super().__init__(location(url))
+        self.read_only = read_only
         #: The URL as given (it may hold a password: never shown; :attr:`path` is safe).
         self.url = url
         self._pool = pool
@@ -172,6 +177,8 @@ class PostgreSQLEngine(StorageEngine):
         #: and the store lock already make them one at a time: this only makes sure).
         self._kept: _Committer | None = None
         self._committing = threading.Lock()
+        #: What bounds the waits psycopg makes for commits (None for a read-only engine).
+        self._deadlines: _Deadlines | None = None if read_only else _Deadlines()
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -211,9 +218,7 @@ class PostgreSQLEngine(StorageEngine):
             raise
         except Exception as exc:
             raise _unavailable(exc, "cannot open store") from None
-        engine = cls(url, pool, engine_id)
-        engine.read_only = read_only
-        return engine
+        return cls(url, pool, engine_id, read_only=read_only)
 
     # ------------------------------------------------------------------ writing
     def apply(self, batch: WriteBatch) -> None:
@@ -261,7 +266,8 @@ class PostgreSQLEngine(StorageEngine):
         for _attempt in range(self._pool.max_size):
             conn = self._pool.getconn()
             try:
-                self._pool.check_connection(conn)
+                with self._bounded(conn):
+                    self._pool.check_connection(conn)
             except psycopg.OperationalError:
                 self._pool.putconn(conn)  # the pool drops it and opens another
                 continue
@@ -270,6 +276,12 @@ class PostgreSQLEngine(StorageEngine):
         conn = self._pool.getconn()
         committer = self._kept = _Committer(conn, _writer(self._engine_id, conn))
         return committer
+
+    def _bounded(self, conn: psycopg.Connection[Any]) -> contextlib.AbstractContextManager[None]:
+        """A block whose waits on ``conn`` end within :attr:`commit_seconds` (see :class:`_Deadlines`)."""
+        if self._deadlines is None:
+            return contextlib.nullcontext()
+        return self._deadlines.bound(conn, self.commit_seconds)
 
     def _let_go(self, committer: _Committer, *, unless_idle: bool = False) -> None:
         """Give the commit connection back to the pool (which replaces it if broken) and
@@ -299,6 +311,13 @@ class PostgreSQLEngine(StorageEngine):
         if single is not None:
             committer.run(*single, token, self.commit_seconds)
             return
+        with self._bounded(conn):
+            self._pipelined(conn, parts, writer, token)
+
+    def _pipelined(self, conn: psycopg.Connection[Any], parts: list[BatchPart], writer: str, token: bytes) -> None:
+        """:meth:`_transaction` of several parts (psycopg's pipeline, awaited by psycopg:
+        the caller bounds the wait)."""
+        statements = self._statements
         try:
             with conn.pipeline() as pipeline:
                 conn.execute("BEGIN")
@@ -441,6 +460,8 @@ class PostgreSQLEngine(StorageEngine):
         with self._committing:
             if self._kept is not None:
                 self._let_go(self._kept)
+        if self._deadlines is not None:
+            self._deadlines.stop()
         if self.read_only:  # it wrote no marker rows
             self._pool.close(timeout=5)
             return
@@ -726,34 +747,53 @@ class _Committer:
         name = shape.name
         params.append(self._writer_bytes)
         params.append(token)
+        deadline = time.monotonic() + wait_seconds
         try:
             if name not in self._prepared:
-                prepared = pgconn.prepare(name, shape.text)
+                # Sent and awaited like the commit itself (libpq's blocking prepare would
+                # wait for a server that stops answering without any bound).
+                pgconn.send_prepare(name, shape.text)
+                prepared = self._reply(pgconn, deadline)
                 # Already there: this pool's connection was the commit connection before
                 # (the name stands for the same text on every connection of the engine).
                 if prepared.error_field(_SQLSTATE) != _ALREADY_PREPARED:
                     _outcome(pgconn, prepared)
                 self._prepared.add(name)
             pgconn.send_query_prepared(name, params, shape.formats)
-            deadline = time.monotonic() + wait_seconds
-            socket = pgconn.socket
-            # The connection is non-blocking: what the socket did not take yet is sent as
-            # it drains (a large commit), then the reply is read as it comes.
-            while pgconn.flush():
-                self._wait(select.select([socket], [socket], [], self._left(deadline)), deadline)
-                pgconn.consume_input()
-            while pgconn.is_busy():
-                self._wait(select.select([socket], [], [], self._left(deadline)), deadline)
-                pgconn.consume_input()
-            result = pgconn.get_result()
-            while pgconn.get_result() is not None:
-                pass  # a one-statement commit has one result; the end of it reads as None
+            result = self._reply(pgconn, deadline)
         except psycopg.OperationalError:
             raise _LostReply() from None  # libpq could not send or receive (the connection is gone)
-        if result is None:
-            raise _LostReply()
         _outcome(pgconn, result)
 
+    def _reply(self, pgconn: psycopg.pq.abc.PGconn, deadline: float) -> psycopg.pq.abc.PGresult:
+        """The outcome of what was just sent, awaited until the server is ready for the next
+        query (at most until ``deadline``, in ``select``): its first failed result if any,
+        else its first result.
+
+        Every result is read: the statement's own result comes before the implicit
+        transaction ends, and a failure of that end (a deferred check, a serialization
+        failure) follows it as a second one; the first alone would acknowledge a commit
+        the server refused."""
+        fd = pgconn.socket
+        # The connection is non-blocking: what the socket did not take yet is sent as
+        # it drains (a large commit), then the reply is read as it comes.
+        while pgconn.flush():
+            self._wait(select.select([fd], [fd], [], self._left(deadline)), deadline)
+            pgconn.consume_input()
+        outcome = None
+        while True:
+            while pgconn.is_busy():
+                self._wait(select.select([fd], [], [], self._left(deadline)), deadline)
+                pgconn.consume_input()
+            result = pgconn.get_result()
+            if result is None:
+                break
+            if outcome is None or (outcome.status in (_TUPLES_OK, _COMMAND_OK)
+                                   and result.status not in (_TUPLES_OK, _COMMAND_OK)):
+                outcome = result
+        if outcome is None:
+            raise _LostReply()
+        return outcome
 
     @staticmethod
     def _left(deadline: float) -> float:
@@ -765,6 +805,71 @@ class _Committer:
         if not (ready[0] or ready[1]) and time.monotonic() >= deadline:
             self.conn.close()
             raise _LostReply()
+
+
+class _Deadlines:
+    """Bounds the waits psycopg makes without one (a pipelined transaction, the check of a
+    connection): past its deadline a bounded block's connection has its socket shut
+    down, so the wait ends with the connection lost (:class:`_LostReply` once ``COMMIT``
+    may have been sent), never with a hang on a server that stopped answering.
+
+    One thread per engine, started when it opens (a commit starts none): it sleeps until
+    the earliest deadline armed. A socket is shut down only while its block is armed
+    (under the lock the block's end takes too), so a descriptor reused since is never
+    touched."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._armed: dict[int, tuple[float, psycopg.Connection[Any]]] = {}
+        self._count = 0
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="svit-store-deadlines", daemon=True)
+        self._thread.start()
+
+    @contextlib.contextmanager
+    def bound(self, conn: psycopg.Connection[Any], seconds: float) -> Iterator[None]:
+        with self._changed:
+            self._count += 1
+            key = self._count
+            self._armed[key] = (time.monotonic() + seconds, conn)
+            self._changed.notify()
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._armed.pop(key, None)
+
+    def stop(self) -> None:
+        with self._changed:
+            self._stopped = True
+            self._changed.notify()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        with self._changed:
+            while not self._stopped:
+                now = time.monotonic()
+                for key, (deadline, conn) in list(self._armed.items()):
+                    if deadline <= now:
+                        del self._armed[key]
+                        _shut_down(conn)
+                earliest = min((deadline for deadline, _conn in self._armed.values()), default=None)
+                self._changed.wait(None if earliest is None else max(0.0, earliest - now))
+
+
+def _shut_down(conn: psycopg.Connection[Any]) -> None:
+    """Shut the socket of ``conn`` down (its own socket, through a duplicate descriptor):
+    every wait on it ends at once, with the connection lost."""
+    try:
+        shared = socket.socket(fileno=os.dup(conn.pgconn.socket))
+    except (OSError, psycopg.Error):
+        return  # no socket left: the connection is already gone
+    try:
+        shared.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    finally:
+        shared.close()
 
 
 def _outcome(pgconn: psycopg.pq.abc.PGconn, result: psycopg.pq.abc.PGresult) -> None:

@@ -564,3 +564,130 @@ def test_a_commit_larger_than_the_socket_takes_at_once_is_sent_as_it_drains(post
         assert handle.read("/memory/big") == big
     with ProcessStore.open(postgresql_url) as store:
         assert store.resume(ADDRESS).read("/memory/big") == big
+
+
+# ---------------------------------------------------------------------------- the end of a commit
+
+
+def _refuse_at_commit(url: str) -> None:
+    """A deferred constraint trigger on ``svit_default`` that fails the transaction at its
+    end (as a serialization failure does under serializable isolation): the statement
+    itself completes, and only the commit that follows it is refused."""
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute("CREATE FUNCTION refuse_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                      "RAISE EXCEPTION 'refused at commit' USING ERRCODE = 'serialization_failure'; END $$")
+        admin.execute("CREATE CONSTRAINT TRIGGER refuse_at_commit AFTER INSERT OR UPDATE ON svit_default "
+                      "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_at_commit()")
+
+
+def test_a_one_statement_commit_refused_at_its_end_is_not_reported_written(postgresql_url: str) -> None:
+    """The statement's own result comes before the commit that ends it: a commit refused
+    there is a failed write (terminal), never an acknowledged one."""
+    engine = PostgreSQLEngine.open(postgresql_url)
+    try:
+        _refuse_at_commit(postgresql_url)
+        key = keys.lease_key("svit://local/pg/refused")
+        batch = engine.batch()
+        batch.put(CF_DEFAULT, key, b"held")
+        with pytest.raises(PersistenceUnavailable) as caught:
+            engine.write(batch)
+        assert "SQLSTATE 40001" in caught.value.message and engine.terminal
+        assert engine.resolved == []
+    finally:
+        engine.close()
+    with psycopg.connect(postgresql_url, autocommit=True) as admin:
+        assert admin.execute("SELECT count(*) FROM svit_default").fetchone() == (0,)
+
+
+def _stopped_commit(postgresql_url: str, make: Any) -> tuple[list[BaseException], bool]:
+    """Stop (SIGSTOP) the server process of an engine's commit connection, write the batch
+    ``make(engine)`` returns, and wait up to 20 s for the write to end: the errors it
+    raised, and whether it ended in that time. The process runs again afterwards (and is
+    ended by the engine before it could commit anything)."""
+    import signal
+
+    engine = PostgreSQLEngine.open(postgresql_url)
+    try:
+        first = engine.batch()
+        first.put(CF_DEFAULT, keys.lease_key("svit://local/pg/first"), b"1")
+        engine.write(first)
+        engine.commit_seconds, engine.resolve_seconds = 0.5, 1.0
+        batch = make(engine)
+        [pid] = _commit_backends(postgresql_url)
+        raised: list[BaseException] = []
+
+        def write() -> None:
+            try:
+                engine.write(batch)
+            except BaseException as exc:
+                raised.append(exc)
+
+        writer = threading.Thread(target=write, daemon=True)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            writer.start()
+            writer.join(20)
+            ended = not writer.is_alive()
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        writer.join(30)
+        return raised, ended
+    finally:
+        engine.close()
+
+
+def _stored_leases(url: str) -> int:
+    with psycopg.connect(url, autocommit=True) as admin:
+        row = admin.execute("SELECT count(*) FROM svit_default").fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_a_group_commit_whose_server_process_stops_answering_fails_closed_instead_of_hanging(
+        postgresql_url: str) -> None:
+    """Batches written together (several parts, one pipelined transaction) are bounded
+    like a one-statement commit: the reply is taken as lost, never awaited for ever."""
+    from svit.store.engine import StorageEngine
+
+    def group(engine: PostgreSQLEngine) -> Any:
+        parts = []
+        for name in ("b", "c"):
+            part = engine.batch()
+            key = keys.lease_key(f"svit://local/pg/{name}")
+            part.expect(CF_DEFAULT, key, None)
+            part.put(CF_DEFAULT, key, b"1")
+            parts.append(part)
+        return StorageEngine._merge(parts)
+
+    raised, ended = _stopped_commit(postgresql_url, group)
+    assert ended, "the group commit waited for a server process that does not answer"
+    assert len(raised) == 1 and isinstance(raised[0], PersistenceUnavailable)
+    assert "could not be ended" in str(raised[0])
+    assert _stored_leases(postgresql_url) == 1  # the first write only
+
+
+def test_the_first_commit_of_a_new_shape_whose_server_process_stops_answering_fails_closed(
+        postgresql_url: str) -> None:
+    """A commit of a shape the connection has not prepared yet prepares it first: that
+    round trip is bounded by the same wait as the commit itself."""
+    def new_shape(engine: PostgreSQLEngine) -> Any:
+        batch = engine.batch()
+        for name in ("d", "e"):
+            batch.put(CF_DEFAULT, keys.lease_key(f"svit://local/pg/{name}"), b"1")
+        return batch
+
+    raised, ended = _stopped_commit(postgresql_url, new_shape)
+    assert ended, "preparing the commit waited for a server process that does not answer"
+    assert len(raised) == 1 and isinstance(raised[0], PersistenceUnavailable)
+    assert "could not be ended" in str(raised[0])
+    assert _stored_leases(postgresql_url) == 1
+
+
+@pytest.mark.parametrize("secret", ["12?hunter2-secret", "12#hunter2-secret"])
+def test_the_location_of_a_url_whose_password_holds_a_delimiter_shows_none_of_it(secret: str) -> None:
+    """libpq takes everything up to the first ``@`` (before any ``/``) as the user and
+    password, ``?`` and ``#`` included: so does the location shown in errors."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    url = f"postgresql://svit:{secret}@db.example:6543/svit?sslmode=require"
+    assert conninfo_to_dict(url)["password"] == secret  # what the server is sent
+    assert location(url) == "postgresql://svit@db.example:6543/svit?sslmode=require"
