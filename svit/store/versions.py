@@ -234,7 +234,8 @@ class Versions:
             if not segments or len(out) >= limit or position < first:
                 return out
             older = [p for p in store.history.indexed_positions(address, segments, None) if p <= position]
-            for position in reversed(older[len(older) - (limit - len(out)):]):
+            # The newest of them, as many as are still asked for (all when fewer).
+            for position in reversed(older[max(0, len(older) - (limit - len(out))):]):
                 record = self._transaction(address, position)
                 if not _touches(record, segments):
                     raise InvalidPersistence(f"path index of {address} names transaction {position} wrongly; reset_index")

@@ -470,6 +470,21 @@ def test_recent_transactions_are_newest_first_and_bounded(store):
         store.versions.recent("svit://local/tt/none", 5)
 
 
+def test_recent_with_a_prefix_takes_every_older_match_the_index_holds_when_fewer_than_asked(store, monkeypatch):
+    # The walk of the newest records finds one match; the index then holds two older
+    # ones, fewer than the three still asked for: all of them are taken, newest first.
+    h = fresh(store)
+    h.write("/memory/long", 1)  # version 1
+    h.write("/memory/long", 2)  # version 2
+    for i in range(3):
+        h.write("/memory/other", i)  # versions 3-5
+    h.write("/memory/long", 3)  # version 6
+    h.write("/memory/other", 9)  # version 7
+    monkeypatch.setattr(versions_module, "_RECENT_WALK", 0)
+    found = store.versions.recent(h.address, 4, "/memory/long")
+    assert [t.process_version_after for t in found] == [6, 2, 1]
+
+
 PREFIXES = [None, "/memory", "/memory/a", "/memory/m", "/memory/m/x", "/memory/arr", "/memory/long",
             "/memory/wide/k150", "/memory/nowhere"]
 
