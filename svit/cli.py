@@ -316,7 +316,17 @@ def archive_for(args: argparse.Namespace) -> MemoryArchive:
     directory = getattr(args, "archive", None) or os.environ.get("SVIT_ARCHIVE")
     if not directory:
         raise CliError("archive_not_configured", "name the archive directory with --archive DIR or SVIT_ARCHIVE")
-    return MemoryArchive(os.path.abspath(os.path.expanduser(directory)))
+    bound = getattr(args, "max_generation_bytes", None)
+    if bound is None:
+        return MemoryArchive(os.path.abspath(os.path.expanduser(directory)))
+    return MemoryArchive(os.path.abspath(os.path.expanduser(directory)), max_generation_bytes=bound)
+
+
+def _generation_bytes(text: str) -> int:
+    """``--max-generation-bytes``: a whole number of bytes, at least 1."""
+    if not text.isascii() or not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of bytes of at least 1, got {text!r}")
+    return int(text)
 
 
 def _archive_warning(text: str) -> None:
@@ -726,6 +736,9 @@ def build_parser() -> argparse.ArgumentParser:
     archive_sub.required = True
     archive_common = _Parser(add_help=False)
     archive_common.add_argument("--archive", default=None, help="the archive directory (or SVIT_ARCHIVE); never defaulted")
+    archive_common.add_argument("--max-generation-bytes", type=_generation_bytes, default=None, metavar="N",
+                                help="the longest generation file read or written (default 4 GiB): a longer one "
+                                     "is refused by its size, and an export that would be longer fails")
     p = archive_sub.add_parser("export", help="write a new verified generation of every process", parents=[common, archive_common])
     p.add_argument("--supersede", action="store_true",
                    help="publish even though the archive holds another store's or newer state (on purpose only)")

@@ -78,3 +78,18 @@ def test_restore_says_it_fell_back(svit, tmp_path: Path) -> None:
     assert result["skipped"] == [{"number": 2, "reason": "digest mismatch"}]
     assert "svit: warning: fell back to generation 1" in restored.stderr
     assert ok(svit("read", ADDRESS, "/memory/n")) == 1
+
+
+def test_the_generation_bound_is_an_option_and_a_bad_one_is_refused(svit, tmp_path: Path) -> None:
+    ok(svit("new", ADDRESS, "--memory", "n=1"))
+    small = svit("archive", "export", "--max-generation-bytes", "200")
+    assert small.returncode == 1 and "over the archive's limit of 200" in small.stderr
+    assert not (tmp_path / "archive").exists() or list((tmp_path / "archive").glob("generation-*")) == []
+    assert ok(svit("archive", "export", "--max-generation-bytes", str(1 << 20)))["outcome"] == "written"
+    # The bound applies to reading too: a generation over it is not read.
+    refused = svit("archive", "status", "--max-generation-bytes", "200")
+    assert "larger than the limit" in refused.stdout + refused.stderr
+    for bad in ("0", "-5", "many", "1e9"):
+        result = svit("archive", "status", "--max-generation-bytes", bad)
+        assert result.returncode == 2, (bad, result.stdout, result.stderr)
+        assert "--max-generation-bytes" in result.stderr and "Traceback" not in result.stderr
