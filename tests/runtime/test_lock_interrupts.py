@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import dis
 import sys
-import threading
-from types import CodeType, FrameType
-from typing import Any
+from types import CodeType
 
 import pytest
 
@@ -24,6 +22,7 @@ from svit import Process
 from svit.activation import NAMESPACES, NamespacePool
 from svit.lisp import interpreter
 from svit.process import Process as ProcessClass
+from tests.interrupting import free_from_another_thread, interrupt_at
 
 COUNTER = '(define (main input) (let ((n (+ (read "/memory/count") 1))) (do (write "/memory/count" n) n)))'
 
@@ -52,38 +51,6 @@ SITES = [
 CASES = [(name, code, at) for name, code in SITES for at in taken_points(code)]
 
 
-def interrupt_at(code: CodeType, offset: int) -> Any:
-    """A trace function raising KeyboardInterrupt once, before the instruction at ``offset`` of ``code``."""
-    fired = [False]
-
-    def local(frame: FrameType, event: str, arg: Any) -> Any:
-        if event == "opcode" and not fired[0] and frame.f_lasti == offset:
-            fired[0] = True
-            raise KeyboardInterrupt
-        return local
-
-    def global_trace(frame: FrameType, event: str, arg: Any) -> Any:
-        if frame.f_code is code and not fired[0]:
-            frame.f_trace_opcodes = True
-            return local
-        return None
-
-    return global_trace, fired
-
-
-def free_from_another_thread(lock: Any) -> bool:
-    result: list[bool] = []
-
-    def probe() -> None:
-        got = lock.acquire(timeout=0.5)
-        if got:
-            lock.release()
-        result.append(got)
-
-    thread = threading.Thread(target=probe)
-    thread.start()
-    thread.join()
-    return result[0]
 
 
 def test_every_site_takes_a_lock() -> None:
@@ -107,4 +74,4 @@ def test_an_interrupt_right_after_a_lock_is_taken_leaves_it_free(site: str, code
     assert fired[0], f"{site}: the interrupt point was not reached"
     assert not interpreter._recursion.lock.locked()
     assert not NAMESPACES._lock.locked()
-    assert free_from_another_thread(p.lock)
+    assert free_from_another_thread(p.lock, 0.5)

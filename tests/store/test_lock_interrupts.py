@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import dis
 import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
-from types import CodeType, FrameType
+from types import CodeType
 from typing import Any
 
 import pytest
 
 from svit import Process
 from svit.store import ProcessStore, group, rocksdb
+from tests.interrupting import free_from_another_thread, interrupt_at
 
 ADDRESS = "svit://local/test/interrupt"
 COUNTER = '(define (main input) (let ((n (+ (read "/memory/count") 1))) (do (write "/memory/count" n) n)))'
@@ -78,39 +78,6 @@ def interrupt_points() -> list[tuple[str, CodeType, int]]:
 POINTS = interrupt_points()
 
 
-def interrupt_at(code: CodeType, offset: int) -> tuple[Any, list[bool]]:
-    """A trace function raising KeyboardInterrupt once, before the instruction at ``offset`` of ``code``."""
-    fired = [False]
-
-    def local(frame: FrameType, event: str, arg: Any) -> Any:
-        if event == "opcode" and not fired[0] and frame.f_lasti == offset:
-            fired[0] = True
-            raise KeyboardInterrupt
-        return local
-
-    def global_trace(frame: FrameType, event: str, arg: Any) -> Any:
-        if frame.f_code is code and not fired[0]:
-            frame.f_trace_opcodes = True
-            return local
-        return None
-
-    return global_trace, fired
-
-
-def free_from_another_thread(lock: group.GroupCommit[Any]) -> bool:
-    """Whether another thread can take the store lock (it leads any batch left queued)."""
-    result: list[bool] = []
-
-    def probe() -> None:
-        got = lock.acquire(timeout=2.0)
-        if got:
-            lock.release()
-        result.append(got)
-
-    thread = threading.Thread(target=probe)
-    thread.start()
-    thread.join(10)
-    return bool(result) and result[0]
 
 
 @pytest.fixture(scope="module")
@@ -168,7 +135,7 @@ def test_an_interrupt_in_the_store_lock_leaves_it_free(stores: Any, site: str, c
         reached = True
         lock = store.engine.lock
         assert not lock._state.locked(), f"{site}@{offset}: the queue lock is left held"
-        assert free_from_another_thread(lock), f"{site}@{offset}: the store lock is left held"
+        assert free_from_another_thread(lock, 2.0), f"{site}@{offset}: the store lock is left held"
         assert not lock._lock._is_owned(), f"{site}@{offset}: this thread still holds the store lock"
     if not reached:
         pytest.skip(f"{site}@{offset} is not run by these operations")
