@@ -72,7 +72,9 @@ class GroupCommit(Generic[B]):
     def __init__(self, write_group: Callable[[list[B]], list[BaseException | None]]) -> None:
         self._write_group = write_group
         self._lock = threading.RLock()
-        self._state = threading.Lock()
+        #: The queue's lock (reentrant only so that its owner can be asked: a leader
+        #: interrupted while settling its write must know whether it holds it).
+        self._state = threading.RLock()
         self._queue: list[Ticket[B]] = []
         self._in_flight = 0
         self._leading = False
@@ -261,33 +263,54 @@ class GroupCommit(Generic[B]):
 
     def _lead(self) -> None:
         """Write every queued batch as one synced write (called holding ``_state``)."""
+        began = time.monotonic()  # before the queue is taken: an interrupt here changes nothing
+        results: list[BaseException | None] = [None] * len(self._queue)
         group, self._queue = self._queue, []
         self._leading = True
         error: BaseException | None = None
-        results: list[BaseException | None] = [None] * len(group)
-        began = time.monotonic()
         try:
             self._state.release()  # inside the try: a signal's exception raised as it returns takes it back
             results = self._write_group([ticket.batch for ticket in group])
         except BaseException as exc:
             error = exc
         finally:
-            self._state.acquire()
-            self._last_write = time.monotonic() - began
-            self._last_group = len(group)
-            self._leading = False
-            self.writes += 1
-            self.batches += len(group)
-            wake = self._wake
-            for ticket, result in zip(group, results):
-                ticket.error = error if error is not None else result
-                ticket.done = True
-                wake(ticket)
-            self._in_flight -= len(group)
-            if self._queue:
-                self._wake_next_leader()
-            for drainer in self._drainers:
-                wake(drainer)
+            self._settle(group, results, error, began)
+
+    def _settle(self, group: list[Ticket[B]], results: list[BaseException | None], error: BaseException | None,
+                began: float) -> None:
+        """Record a finished write and wake whom it concerns, taking ``_state`` again.
+
+        Every committer of the group, the next leader and the drainers wait on this, so a
+        KeyboardInterrupt (a signal's handler runs as any call returns) landing part way
+        does not end it: each step is safe to repeat, the settling starts over until it
+        is complete, and the interrupt is raised again afterwards."""
+        interrupt: BaseException | None = None
+        settled = False
+        while not settled:
+            try:
+                if not self._state._is_owned():  # type: ignore[attr-defined]  # noqa: SLF001
+                    self._state.acquire()
+                if self._leading:
+                    elapsed, count = time.monotonic() - began, len(group)
+                    # One assignment with no call in it (a signal's handler runs only as a
+                    # call returns): the write is counted once, whatever interrupts.
+                    (self._last_write, self._last_group, self.writes, self.batches, self._in_flight,
+                     self._leading) = (elapsed, count, self.writes + 1, self.batches + count,
+                                       self._in_flight - count, False)
+                for ticket, result in zip(group, results):
+                    if not ticket.done:
+                        ticket.error = error if error is not None else result
+                        ticket.done = True
+                    self._wake(ticket)
+                if self._queue:
+                    self._wake_next_leader()
+                for drainer in self._drainers:
+                    self._wake(drainer)
+                settled = True
+            except BaseException as exc:
+                interrupt = exc
+        if interrupt is not None:
+            raise interrupt
 
     def _wake_next_leader(self) -> None:
         """Batches queued with no write in progress need a leader: wake the first of their

@@ -570,7 +570,7 @@ class _DelayedLock:
     thread back before it re-enters, as a busy scheduler can)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self.delay_thread: int | None = None
         self.delay = 0.0
 
@@ -582,6 +582,9 @@ class _DelayedLock:
 
     def release(self) -> None:
         self._lock.release()
+
+    def _is_owned(self) -> bool:
+        return bool(self._lock._is_owned())  # type: ignore[attr-defined]
 
     def __enter__(self) -> bool:
         return self.acquire()

@@ -43,9 +43,11 @@ def functions(*owners: type) -> list[tuple[str, CodeType]]:
 
 
 ENTRY_AND_EXIT = {"__enter__", "__exit__", "acquire", "release", "committing", "_entered", "_left"}
-#: The functions that take the queue lock to wait on it. (The leader's bookkeeping after its
-#: write, under the queue lock, is not covered: interrupted there, it leaves the queue led.)
+#: The functions that take the queue lock to wait on it.
 QUEUE_LOCK_TAKERS = {"wait", "drain", "_sleep"}
+#: A leader's write and the settling after it, under the queue lock: interrupted there, it
+#: must still mark its group written and hand the queue on, or every commit would wait.
+LEADING = {"_lead", "_settle"}
 
 
 def interrupt_points() -> list[tuple[str, CodeType, int]]:
@@ -57,7 +59,7 @@ def interrupt_points() -> list[tuple[str, CodeType, int]]:
                and value not in (group.GroupCommit, group.Ticket)]
     for name, code in functions(*owners):
         instructions = list(dis.get_instructions(code))
-        if name.rsplit(".", 1)[1] in ENTRY_AND_EXIT:
+        if name.rsplit(".", 1)[1] in ENTRY_AND_EXIT | LEADING:
             # Where a signal's handler runs inside them: as each call returns. (It also runs
             # as a Python function starts: an ``__exit__`` so interrupted before its release
             # is a gap no Python code can close.)
@@ -113,7 +115,8 @@ def operations(writer: ProcessStore, reader: ProcessStore) -> list[tuple[str, Ca
 def test_the_points_cover_the_store_lock_s_entry_and_exit() -> None:
     names = {name for name, _code, _offset in POINTS}
     assert {"GroupCommit.__enter__", "GroupCommit.__exit__", "GroupCommit.acquire", "GroupCommit.release",
-            "GroupCommit.wait", "GroupCommit.drain", "_FollowingLock.__enter__"} <= names
+            "GroupCommit.wait", "GroupCommit.drain", "GroupCommit._lead", "GroupCommit._settle",
+            "_FollowingLock.__enter__"} <= names
 
 
 @pytest.mark.parametrize(("site", "code", "offset"), POINTS, ids=[f"{n}@{at}" for n, _c, at in POINTS])
@@ -134,8 +137,11 @@ def test_an_interrupt_in_the_store_lock_leaves_it_free(stores: Any, site: str, c
             continue
         reached = True
         lock = store.engine.lock
-        assert not lock._state.locked(), f"{site}@{offset}: the queue lock is left held"
+        assert not lock._state._is_owned(), f"{site}@{offset}: the queue lock is left held"
+        assert free_from_another_thread(lock._state, 2.0), f"{site}@{offset}: the queue lock is left held"
         assert free_from_another_thread(lock, 2.0), f"{site}@{offset}: the store lock is left held"
+        # Taking the store lock wrote whatever the interrupted commit left queued.
+        assert not lock._leading and not lock.pending, f"{site}@{offset}: the queue is left led or unwritten"
         assert not lock._lock._is_owned(), f"{site}@{offset}: this thread still holds the store lock"
     if not reached:
         pytest.skip(f"{site}@{offset} is not run by these operations")
