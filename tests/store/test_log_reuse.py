@@ -291,10 +291,13 @@ def test_a_reader_follows_writers_that_do_and_do_not_reuse_logs_in_turn(tmp_path
         assert "Traceback" not in follower.stop()
 
 
-def test_a_commit_over_a_reused_log_is_seen_even_when_no_file_stamp_changed(tmp_path: Path) -> None:
+def test_a_commit_over_a_reused_log_is_seen_even_when_no_file_stamp_changed(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """A commit written over a reused log's old bytes changes no file size, and file times
     are only as fine as the kernel's clock tick: two commits in one tick leave the same
-    stamps. The reader trusts unchanged stamps only once they are a second old."""
+    stamps. The reader trusts unchanged stamps only once they are a second old (here 30 s,
+    so a loaded machine's pauses between the steps below cannot age them past it)."""
+    monkeypatch.setattr(rocksdb, "_SETTLED_SECONDS", 30.0)
     path = tmp_path / "store"
     writer = reusing(path)
     handle = writer.create(Process.builder(ADDRESS).memory("blob", "").build())
@@ -309,8 +312,8 @@ def test_a_commit_over_a_reused_log_is_seen_even_when_no_file_stamp_changed(tmp_
                 os.utime(path / name, ns=(stat.st_atime_ns, stat.st_mtime_ns))
         reader.follow()
         assert reader.resume(ADDRESS).read("/memory/blob") == blob(last + 1)
-        # Stamps a second old are trusted: an idle store is not reopened at every follow.
-        old = time.time_ns() - 5 * 10**9
+        # Stamps older than that are trusted: an idle store is not reopened at every follow.
+        old = time.time_ns() - 60 * 10**9
         for name in os.listdir(path):
             os.utime(path / name, ns=(old, old))
         reader.follow()
