@@ -95,6 +95,14 @@ def test_rejections_change_nothing(served: Served, script: str, input: Any, code
     assert head(served) == before
 
 
+def test_a_script_name_with_a_lone_surrogate_is_rejected_as_json(served: Served) -> None:
+    before = head(served)
+    answer = post(served, json.dumps(control_body("surrogate-script", before["version"], script="\ud800")).encode())
+    result = outcome(answer)
+    assert result["status"] == "rejected" and result["failure"]["code"] == "invalid_script_name"
+    assert head(served) == before
+
+
 def test_an_address_the_store_does_not_hold_is_persistence_not_found(served: Served) -> None:
     answer = outcome(post(served, control_body("missing-1", 0, address="svit://local/srv/absent")))
     assert answer["status"] == "rejected" and answer["failure"]["code"] == "persistence_not_found"
@@ -123,6 +131,9 @@ def test_process_mismatch_cannot_happen_over_http(served: Served) -> None:
     (json.dumps({**control_body("x", 0), "command": {"operation": "delete"}}).encode(), "invalid_request", "operation"),
     (json.dumps({**control_body("x", 0), "process_id": "http://x"}).encode(), "invalid_request", "address"),
     (json.dumps(control_body("bad id!", 0)).encode(), "invalid_control_id", "request_id"),
+    # a lone surrogate (a valid JSON escape) echoed in the message is still answered as JSON
+    (json.dumps({**control_body("x", 0), "command": {"operation": "\ud800"}}).encode(), "invalid_request", "operation"),
+    (json.dumps({**control_body("x", 0), "process_id": "svit://local/srv/\ud800"}).encode(), "invalid_request", "address"),
 ])
 def test_malformed_requests_are_400_naming_the_problem(served: Served, body: bytes, code: str, needle: str) -> None:
     before = head(served)
