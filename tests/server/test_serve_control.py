@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import threading
@@ -206,6 +207,38 @@ def test_read_endpoints_check_the_prefix(served: Served) -> None:
         refused(client.get("/v1/processes/"), 400, "invalid_request")
         refused(client.get("/v1/processes/has space"), 400, "invalid_request")
         refused(client.get("/v1/nothing"), 404, "not_found")
+
+
+@pytest.mark.parametrize("raw", [
+    "local/srv/../other/counter",          # sent as is: no client folds the dot segments
+    "local/srv/%2e%2e/other/counter",
+    "local/srv%2F..%2Fother/counter",
+    "local/srv/./../other/counter",
+    "local//other/counter",
+    "local/SRV/../other/counter",
+    "local/Other/counter",
+    "local/other/counter/",
+    "local/srv/%00/../../other/counter",
+])
+def test_no_spelling_of_an_address_reaches_a_process_outside_the_prefix(served: Served, raw: str) -> None:
+    """The read token covers ``svit://local/srv/``; the process at ``svit://local/other/counter``
+    is never answered, whatever the path spells: the address is the decoded text, compared
+    with the prefix as text and looked up as that same text."""
+    host, port = served.url.removeprefix("http://").rsplit(":", 1)
+    initialize = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}})
+    headers = {"Authorization": f"Bearer {served.tokens.read}", "Accept": "application/json, text/event-stream",
+               "Content-Type": "application/json"}
+    for method, route in (("GET", "/v1/processes"), ("GET", "/v1/read"), ("GET", "/v1/events"), ("POST", "/mcp")):
+        connection = http.client.HTTPConnection(host, int(port), timeout=10)
+        try:
+            connection.request(method, f"{route}/{raw}", body=initialize if method == "POST" else None, headers=headers)
+            answer = connection.getresponse()
+            status, text = answer.status, answer.read(4096).decode("utf-8", "replace")
+        finally:
+            connection.close()
+        assert status in (400, 403, 404), (route, raw, status, text)
+        assert json.loads(text)["error"]["code"] in ("invalid_request", "forbidden", "not_found")
 
 
 # ---------------------------------------------------------------------------- races and bounds
