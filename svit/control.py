@@ -467,7 +467,10 @@ class _ReceiptProcess(Protocol):
 
 
 def _failure(exc: SvitError) -> Failure:
-    return Failure(exc.code, sanitize(exc.message.replace("\n", " "), MESSAGE_CAP))
+    """The failure a response carries; a lone surrogate the message repeats from the
+    request (a script name) becomes ``?``, so the response encodes as UTF-8."""
+    message = sanitize(exc.message.replace("\n", " "), MESSAGE_CAP)
+    return Failure(exc.code, message.encode("utf-8", "replace").decode("utf-8"))
 
 
 class ProcessController:

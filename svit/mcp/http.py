@@ -152,28 +152,50 @@ class McpHttp:
             entry.in_flight -= 1
 
     async def _acquire(self, address: str, access: Access) -> _Entry:
-        """The entry serving (address, access), built on first use; counted as in flight."""
-        group, lock = self._task_group, self._lock
-        if group is None or lock is None:
+        """The entry serving (address, access), built on first use; counted as in flight.
+
+        The build (opening the process, in a worker thread) runs outside the lock, so a
+        process that is slow to open holds up only the requests for it, never those for
+        servers already ready; two requests building the same key at once keep the first
+        entry stored."""
+        lock = self._lock
+        if self._task_group is None or lock is None:
             raise _Refused(503, "unavailable", "the MCP endpoint is not running")
         key = (address, access)
         async with lock:
-            entry = self._entries.get(key)
+            entry = self._ready(key)
             if entry is not None:
-                self._entries.move_to_end(key)
-                entry.in_flight += 1
                 return entry
-            full = len(self._entries) >= self._max_servers
-            if full and all(other.in_flight for other in self._entries.values()):
-                raise _Refused(503, "unavailable", "too many processes are being served over MCP at once; retry later")
-            server = await self._build(address, access)  # a refused build evicts nothing
-            if full:
+            self._check_room()
+        server = await self._build(address, access)  # a refused build evicts nothing
+        async with lock:
+            entry = self._ready(key)
+            if entry is not None:
+                return entry
+            group = self._task_group
+            if group is None:
+                raise _Refused(503, "unavailable", "the MCP endpoint is not running")
+            self._check_room()
+            if len(self._entries) >= self._max_servers:
                 self._evict_one()
             entry = _Entry(StreamableHTTPSessionManager(server, stateless=True, json_response=True))
             await group.start(_run_manager, entry.manager, entry.stop)
             entry.in_flight += 1
             self._entries[key] = entry
             return entry
+
+    def _ready(self, key: tuple[str, Access]) -> _Entry | None:
+        """The live entry of ``key`` counted as in flight, or None (under the lock)."""
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries.move_to_end(key)
+            entry.in_flight += 1
+        return entry
+
+    def _check_room(self) -> None:
+        """Refuse (503) when every live server is serving and no more may start (under the lock)."""
+        if len(self._entries) >= self._max_servers and all(other.in_flight for other in self._entries.values()):
+            raise _Refused(503, "unavailable", "too many processes are being served over MCP at once; retry later")
 
     def _evict_one(self) -> None:
         """Stop the least recently used idle server."""

@@ -38,7 +38,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..control import Committed, decode_request, encode_response
 from ..errors import InvalidControlId, InvalidPath, PersistenceNotFound, SvitError
@@ -366,13 +366,16 @@ class _Server:
 
     def mcp_gate(self, inner: ASGIApp) -> ASGIApp:
         """``/mcp/{address}``: authenticated and authorized here, served by ``inner`` with
-        ``svit_address`` and ``svit_access`` in the request state."""
+        ``svit_address`` and ``svit_access`` in the request state.
+
+        The body is read here under ``max_body_bytes`` (413 as on the other routes) and
+        handed on whole: the MCP SDK reads a request body without any bound."""
 
         async def gate(scope: Scope, receive: Receive, send: Send) -> None:
             if scope["type"] != "http":
                 await inner(scope, receive, send)
                 return
-            request = Request(scope)
+            request = Request(scope, receive)
             try:
                 grant = self.authenticate(request.headers)
                 rest = scope["path"][len(scope.get("root_path", "")):] if scope["path"].startswith(scope.get("root_path", "")) else scope["path"]
@@ -382,15 +385,35 @@ class _Server:
             except HttpRefusal as refusal:
                 await refusal.response()(scope, receive, send)
                 return
-            state = dict(scope.get("state") or {})
-            state["svit_address"] = address
-            state["svit_access"] = grant.access
             try:
-                await inner({**scope, "state": state}, receive, send)
+                try:
+                    body = await read_bounded(request, self.options.max_body_bytes)
+                except HttpRefusal as refusal:
+                    await refusal.response()(scope, receive, send)
+                    return
+                state = dict(scope.get("state") or {})
+                state["svit_address"] = address
+                state["svit_access"] = grant.access
+                await inner({**scope, "state": state}, _replaying(body, receive), send)
             finally:
                 release()
 
         return gate
+
+
+def _replaying(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that gives ``body`` (already read) as the whole request, then hands
+    on to ``receive`` (which then only reports the client leaving)."""
+    given = False
+
+    async def replay() -> Message:
+        nonlocal given
+        if not given:
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
 
 
 async def _refused(request: Request, exc: Exception) -> Response:

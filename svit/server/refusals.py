@@ -29,7 +29,10 @@ class HttpRefusal(Exception):
 
 
 def refusal_body(code: str, message: str) -> dict[str, dict[str, str]]:
-    return {"error": {"code": code, "message": sanitize(message.replace("\n", " "))}}
+    """The error shape; a lone surrogate a message repeats from the request (a valid JSON
+    escape) becomes ``?``, so the answer can always be encoded as UTF-8."""
+    text = sanitize(message.replace("\n", " ")).encode("utf-8", "replace").decode("utf-8")
+    return {"error": {"code": code, "message": text}}
 
 
 def refusal_response(status: int, code: str, message: str) -> JSONResponse:

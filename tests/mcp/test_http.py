@@ -262,3 +262,41 @@ def test_refusals_before_the_lifespan_and_for_other_protocols() -> None:
     status, body, sent = anyio.run(main)
     assert status == 503 and body == {"error": {"code": "unavailable", "message": "the MCP endpoint is not running"}}
     assert sent == [{"type": "websocket.close", "code": 1003}]
+
+
+class SlowToOpen(Processes):
+    """Opening ``svit://local/me/c`` waits until a request to another address was served
+    (at most 20 s), and records whether it was."""
+
+    def __init__(self, store: ProcessStore) -> None:
+        super().__init__(store)
+        self.opening = threading.Event()
+        self.other_served = threading.Event()
+        self.saw_other_served: bool | None = None
+
+    def resolve(self, address: str) -> ProcessLike:
+        if address == "svit://local/me/c" and self.saw_other_served is None:
+            self.opening.set()
+            self.saw_other_served = self.other_served.wait(20)
+        return super().resolve(address)
+
+
+def test_a_slow_process_open_does_not_hold_up_requests_to_other_addresses(processes: Processes) -> None:
+    slow = SlowToOpen(processes.store)
+    with serving(slow) as (base, _endpoint):
+        warm = httpx.post(f"{base}/w/local/me/a", json=INITIALIZE, headers=HEADERS, timeout=30)
+        assert warm.status_code == 200
+        answers: list[httpx.Response] = []
+        opener = threading.Thread(target=lambda: answers.append(
+            httpx.post(f"{base}/w/local/me/c", json=INITIALIZE, headers=HEADERS, timeout=60)))
+        opener.start()
+        try:
+            assert slow.opening.wait(20), "the slow open did not start"
+            served = httpx.post(f"{base}/w/local/me/a", json=INITIALIZE, headers=HEADERS, timeout=60)
+            assert served.status_code == 200
+            slow.other_served.set()
+        finally:
+            slow.other_served.set()
+            opener.join(60)
+    assert slow.saw_other_served is True
+    assert [answer.status_code for answer in answers] == [200]

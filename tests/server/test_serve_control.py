@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import threading
@@ -95,6 +96,14 @@ def test_rejections_change_nothing(served: Served, script: str, input: Any, code
     assert head(served) == before
 
 
+def test_a_script_name_with_a_lone_surrogate_is_rejected_as_json(served: Served) -> None:
+    before = head(served)
+    answer = post(served, json.dumps(control_body("surrogate-script", before["version"], script="\ud800")).encode())
+    result = outcome(answer)
+    assert result["status"] == "rejected" and result["failure"]["code"] == "invalid_script_name"
+    assert head(served) == before
+
+
 def test_an_address_the_store_does_not_hold_is_persistence_not_found(served: Served) -> None:
     answer = outcome(post(served, control_body("missing-1", 0, address="svit://local/srv/absent")))
     assert answer["status"] == "rejected" and answer["failure"]["code"] == "persistence_not_found"
@@ -123,6 +132,9 @@ def test_process_mismatch_cannot_happen_over_http(served: Served) -> None:
     (json.dumps({**control_body("x", 0), "command": {"operation": "delete"}}).encode(), "invalid_request", "operation"),
     (json.dumps({**control_body("x", 0), "process_id": "http://x"}).encode(), "invalid_request", "address"),
     (json.dumps(control_body("bad id!", 0)).encode(), "invalid_control_id", "request_id"),
+    # a lone surrogate (a valid JSON escape) echoed in the message is still answered as JSON
+    (json.dumps({**control_body("x", 0), "command": {"operation": "\ud800"}}).encode(), "invalid_request", "operation"),
+    (json.dumps({**control_body("x", 0), "process_id": "svit://local/srv/\ud800"}).encode(), "invalid_request", "address"),
 ])
 def test_malformed_requests_are_400_naming_the_problem(served: Served, body: bytes, code: str, needle: str) -> None:
     before = head(served)
@@ -195,6 +207,38 @@ def test_read_endpoints_check_the_prefix(served: Served) -> None:
         refused(client.get("/v1/processes/"), 400, "invalid_request")
         refused(client.get("/v1/processes/has space"), 400, "invalid_request")
         refused(client.get("/v1/nothing"), 404, "not_found")
+
+
+@pytest.mark.parametrize("raw", [
+    "local/srv/../other/counter",          # sent as is: no client folds the dot segments
+    "local/srv/%2e%2e/other/counter",
+    "local/srv%2F..%2Fother/counter",
+    "local/srv/./../other/counter",
+    "local//other/counter",
+    "local/SRV/../other/counter",
+    "local/Other/counter",
+    "local/other/counter/",
+    "local/srv/%00/../../other/counter",
+])
+def test_no_spelling_of_an_address_reaches_a_process_outside_the_prefix(served: Served, raw: str) -> None:
+    """The read token covers ``svit://local/srv/``; the process at ``svit://local/other/counter``
+    is never answered, whatever the path spells: the address is the decoded text, compared
+    with the prefix as text and looked up as that same text."""
+    host, port = served.url.removeprefix("http://").rsplit(":", 1)
+    initialize = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}})
+    headers = {"Authorization": f"Bearer {served.tokens.read}", "Accept": "application/json, text/event-stream",
+               "Content-Type": "application/json"}
+    for method, route in (("GET", "/v1/processes"), ("GET", "/v1/read"), ("GET", "/v1/events"), ("POST", "/mcp")):
+        connection = http.client.HTTPConnection(host, int(port), timeout=10)
+        try:
+            connection.request(method, f"{route}/{raw}", body=initialize if method == "POST" else None, headers=headers)
+            answer = connection.getresponse()
+            status, text = answer.status, answer.read(4096).decode("utf-8", "replace")
+        finally:
+            connection.close()
+        assert status in (400, 403, 404), (route, raw, status, text)
+        assert json.loads(text)["error"]["code"] in ("invalid_request", "forbidden", "not_found")
 
 
 # ---------------------------------------------------------------------------- races and bounds

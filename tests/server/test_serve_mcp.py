@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -119,3 +120,54 @@ def test_the_mcp_instructions_name_the_address(served: Served) -> None:
         return (await session.initialize()).instructions
 
     assert ADDRESS in (session_run(served, served.tokens.read, scenario) or "")
+
+
+# ---------------------------------------------------------------------------- request bodies
+
+MCP_HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+
+
+def padded_read(padding: int) -> bytes:
+    """A stateless ``tools/call`` of read whose body carries ``padding`` extra bytes (an
+    argument the tool ignores)."""
+    return json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "read", "arguments": {"path": "/memory/count", "padding": "x" * padding}}}).encode()
+
+
+def test_an_mcp_body_within_the_bound_is_served_whole(served: Served) -> None:
+    with served.client(served.tokens.read) as client:
+        reply = client.post(f"/mcp/{PATH}", content=padded_read(512 * 1024), headers=MCP_HEADERS)
+    assert reply.status_code == 200, reply.text[:300]
+    assert reply.json()["result"]["structuredContent"]["path"] == "/memory/count"
+
+
+def test_an_oversized_mcp_body_is_413_with_and_without_content_length(served: Served) -> None:
+    big = padded_read(1024 * 1024 + 10)
+
+    def chunks() -> Any:
+        for start in range(0, len(big), 65536):
+            yield big[start:start + 65536]
+
+    with served.client(served.tokens.read) as client:
+        declared = client.post(f"/mcp/{PATH}", content=big, headers=MCP_HEADERS)
+        streamed = client.post(f"/mcp/{PATH}", content=chunks(), headers=MCP_HEADERS)
+    assert "content-length" not in {k.lower() for k in streamed.request.headers}
+    for reply in (declared, streamed):
+        assert reply.status_code == 413, reply.text[:300]
+        assert reply.json()["error"]["code"] == "payload_too_large"
+
+
+def test_a_huge_declared_mcp_length_is_refused_before_the_body_is_sent(served: Served) -> None:
+    host, port = served.url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall((f"POST /mcp/{PATH} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {served.tokens.read}\r\n"
+                      "Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n"
+                      "Content-Length: 1000000000\r\n\r\n").encode())
+        reply = ""
+        while "}}" not in reply:
+            more = sock.recv(65536).decode("latin-1")
+            if not more:
+                break
+            reply += more
+    assert reply.startswith("HTTP/1.1 413"), reply[:200]
+    assert '"payload_too_large"' in reply
