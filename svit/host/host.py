@@ -413,7 +413,13 @@ class Host:
         if lease is not None:
             handle.fences = [lease.fence]
         route = self._route(address)
-        reasoner = route.reasoner(address) if route is not None and route.reasoner is not None else None
+        try:
+            reasoner = route.reasoner(address) if route is not None and route.reasoner is not None else None
+        except BaseException:  # the factory failed: nothing of this opening stays held
+            handle.close()
+            if lease is not None and self.leases is not None:
+                self.leases.release(lease)
+            raise
         entry = _Entry(address, handle, lease, reasoner)
         evicted: list[_Entry] = []
         with self._entries_lock:
@@ -597,9 +603,15 @@ class Host:
                 again = self._serve(address)
             except PersistenceUnavailable as exc:
                 self._store_failed(exc)
-            except Exception as exc:  # the host's own machinery: recorded, never fatal
-                self._last_error = _error_record(exc)
-                _log.warning("host failed serving %s: %s", address, self._last_error["message"])
+            except BaseException as exc:  # a worker outlives whatever one slot raised
+                # The host's own machinery, or a reasoner (or its factory) raising past the
+                # loop (even SystemExit): recorded against the address, which waits a
+                # backoff; the worker goes on serving the others.
+                record = _error_record(exc)
+                self._last_error = record
+                _log.warning("host failed serving %s: %s", address, record["message"])
+                self._fail(address, record)
+                self._back_off(address)
             finally:
                 self._queue.done(address, again and self._accepting)
 
@@ -713,16 +725,20 @@ class Host:
             except SvitError as exc:
                 self._fail(address, _error_record(exc))
                 self._notify(address, "failed")
-                delay = min(self._backoff.get(address, self.retry_backoff[0] / 2) * 2, self.retry_backoff[1])
-                self._backoff[address] = delay
-                self._parked.at(address, time.time() + delay)
-                self._wakeup.set()
+                self._back_off(address)
                 return False
             self._backoff.pop(address, None)
             self._count("turns")
             self._notify(address, "handled")
             return True
         return self._agent_turn(entry, route, now)
+
+    def _back_off(self, address: str) -> None:
+        """Park ``address``'s handling for its next backoff (doubling up to the cap)."""
+        delay = min(self._backoff.get(address, self.retry_backoff[0] / 2) * 2, self.retry_backoff[1])
+        self._backoff[address] = delay
+        self._parked.at(address, time.time() + delay)
+        self._wakeup.set()
 
     def _agent_turn(self, entry: _Entry, route: _Route, now: float) -> bool:
         options = route.options if route.options is not None else LoopOptions()
@@ -736,6 +752,7 @@ class Host:
             self._fail(entry.address, outcome.error or {"code": "set_aside", "message": "item set aside"})
         else:
             self._count("turns")
+        self._backoff.pop(entry.address, None)
         self._notify(entry.address, outcome.kind)
         return True
 
