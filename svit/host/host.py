@@ -181,6 +181,8 @@ class Host:
         self._needs_lock = threading.Lock()
         #: Addresses another live host holds, with when its lease runs out (not polled till then).
         self._foreign: dict[str, float] = {}
+        #: Where each mailbox listing goes on at the next poll (absent: from the start).
+        self._cursors: dict[str, str] = {}
         self._queue = ReadyQueue()
         self._agent_due = Timers()
         self._parked = Timers()
@@ -514,7 +516,8 @@ class Host:
             for address in self._agent_due.due(now) + self._parked.due(now):
                 self._wake(address)
             if now >= next_poll:
-                self._quiet_check()
+                if not self._cursors:  # a round is a whole pass over the listings
+                    self._quiet_check()
                 try:
                     self._poll()
                 except PersistenceUnavailable as exc:
@@ -535,21 +538,35 @@ class Host:
             self._wakeup.clear()
 
     def _poll(self) -> None:
-        """Queue every address the store says has work for a host."""
+        """Queue every address the store says has work for a host.
+
+        Each listing takes at most ``scan_limit`` addresses a poll and the next poll goes
+        on after the last one (back to the start after a short page), so addresses no
+        slot can serve (unrouted inboxes, full inboxes, parked handlers, other hosts'
+        addresses) never keep the ones after them from being found."""
         mailbox = self.store.mailbox
         now = time.time()
         with self._entries_lock:
             foreign = {a for a, expires in self._foreign.items() if expires > now}
             self._foreign = {a: self._foreign[a] for a in foreign}
-        for target in mailbox.targets(limit=self.scan_limit):
+        for target in self._page("targets", mailbox.targets):
             if target not in foreign:
                 self._wake(target, DELIVER)
-        for sender in mailbox.unsettled(limit=self.scan_limit):
+        for sender in self._page("unsettled", mailbox.unsettled):
             if sender not in foreign:
                 self._wake(sender, SETTLE)
-        for address in mailbox.ready(limit=self.scan_limit):
+        for address in self._page("ready", mailbox.ready):
             if address not in foreign and self._route(address) is not None and not self._parked.waiting(address, now):
                 self._wake(address)
+
+    def _page(self, name: str, listing: Callable[..., list[str]]) -> list[str]:
+        """The next page of one of the mailbox's listings; its cursor moves on."""
+        found = listing(limit=self.scan_limit, after=self._cursors.get(name))
+        if len(found) < self.scan_limit:
+            self._cursors.pop(name, None)  # the end: the next poll starts again
+        else:
+            self._cursors[name] = found[-1]
+        return found
 
     def _store_failed(self, exc: PersistenceUnavailable) -> None:
         """A closed or terminal store ends the host's work (reopen the store, start a new

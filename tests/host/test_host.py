@@ -97,6 +97,25 @@ def test_a_full_inbox_holds_mail_back_in_the_mailbox(store: ProcessStore, hosts:
     assert [m["body"] for m in store.mailbox.pending(PREFIX + "x-target")] == [3, 4, 5]
 
 
+def test_addresses_no_slot_can_serve_never_hide_the_ones_after_them(store: ProcessStore, hosts: list[Host]) -> None:
+    """More addresses than ``scan_limit`` that sort first and stay listed (unrouted inboxes
+    that are full, with mail waiting for them) must not keep the host from finding a
+    routed address after them: its inbox item from before the host started, and its mail."""
+    plain = [f"svit://local/hosttest-plain/p{n}" for n in range(3)]
+    for address in plain:
+        handle = store.create(Process.builder(address).build())
+        handle.enqueue_inbox({"body": "stays"})
+    sends = " ".join(f'(send! "{address}" 1)' for address in plain)
+    sender = store.create(Process.builder("svit://local/hosttest-plain/sender").library(
+        "go", f'(define (main n) (do {sends} (send! "{PREFIX}z" "mail") n))').build())
+    sender.exec("/lib/go", 0)
+    store.create(recorder(PREFIX + "z")).enqueue_inbox({"body": "before"})
+    host = started(hosts, store, scan_limit=2, inbox_limit=1)
+    host.idle(timeout=30)
+    assert store.resume(PREFIX + "z").read("/memory/seen") == ["before", "mail"]
+    assert [m["to"] for m in store.mailbox.pending(plain[0])] == [plain[0]]
+
+
 def test_a_failing_handler_keeps_its_item_and_the_host_goes_on(store: ProcessStore, hosts: list[Host]) -> None:
     store.create(recorder(PREFIX + "bad"))
     store.create(recorder(PREFIX + "good"))
