@@ -169,6 +169,7 @@ class Host:
         self.scan_limit = scan_limit
         #: Called as ``on_turn(address, outcome)`` after each handled inbox item
         #: (``"handled"``, ``"done"``, ``"retry"``, ``"set_aside"``, ``"failed"``); for metrics.
+        #: It runs once the slot let go of the address, so it may ``send`` to it.
         self.on_turn = on_turn
         self.owner = owner if owner is not None else f"host-{uuid.uuid4().hex}"
         self.shared = bool(getattr(store.engine, "shared", False))
@@ -198,6 +199,8 @@ class Host:
         #: Set once the store went terminal (a failed synced write): the host stops.
         self._broken: PersistenceUnavailable | None = None
         self._threads: list[threading.Thread] = []
+        #: Per worker: the on_turn reports of the slot it runs (made after the slot).
+        self._slot = threading.local()
         self._started = False
         self._stopped = False
         self._accepting = False
@@ -616,6 +619,7 @@ class Host:
             if address is None:
                 continue
             again = False
+            self._slot.notes = []
             try:
                 again = self._serve(address)
             except PersistenceUnavailable as exc:
@@ -630,6 +634,9 @@ class Host:
                 self._fail(address, record)
                 self._back_off(address)
             finally:
+                notes, self._slot.notes = self._slot.notes, None
+                for noted in notes:  # outside the address's lock: on_turn may send to it
+                    self._call_on_turn(*noted)
                 self._queue.done(address, again and self._accepting)
 
     def _serve(self, address: str) -> bool:
@@ -774,10 +781,18 @@ class Host:
         return True
 
     def _notify(self, address: str, outcome: str) -> None:
+        """Report one handled item to ``on_turn`` once the slot let go of the address."""
+        notes = getattr(self._slot, "notes", None)
+        if notes is not None:
+            notes.append((address, outcome))
+        else:
+            self._call_on_turn(address, outcome)
+
+    def _call_on_turn(self, address: str, outcome: str) -> None:
         if self.on_turn is not None:
             try:
                 self.on_turn(address, outcome)
-            except Exception as exc:  # an observer never stops the host
+            except BaseException as exc:  # an observer never stops the host (nor its worker)
                 self._last_error = _error_record(exc)
 
     def _fail(self, address: str, error: dict[str, Any]) -> None:

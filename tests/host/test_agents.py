@@ -114,3 +114,27 @@ def test_a_reasoner_factory_that_fails_is_reported_for_its_address(store: Proces
     failure = host.failures()[PREFIX + "nofactory"]
     assert failure.count >= 1 and "no credentials configured" in failure.last_error["message"]
     assert len(store.resume(PREFIX + "nofactory").read("/inbox")) == 1
+
+
+def test_on_turn_may_send_to_the_address_it_reports(store: ProcessStore) -> None:
+    """``on_turn`` runs after the slot let go of the address: a follow-up it sends there is
+    handled in turn, and the worker that reported it does not wait on itself."""
+    store.create(Process.builder(PREFIX + "chain").build()).close()
+    outcomes: list[str] = []
+    host = Host(store, workers=1, poll_interval=0.02)
+
+    def on_turn(address: str, outcome: str) -> None:
+        outcomes.append(outcome)
+        if len(outcomes) == 1:
+            host.send(address, Message.user("follow-up"))
+
+    host.on_turn = on_turn
+    host.agents(PREFIX, reasoner=lambda address: ScriptedReasoner(["ok"], repeat_last=True))
+    host.start()
+    try:
+        host.send(PREFIX + "chain", Message.user("first"))
+        host.idle(timeout=30)
+    finally:
+        host.stop()
+    assert outcomes == ["done", "done"]
+    assert store.resume(PREFIX + "chain").read("/inbox") == []
