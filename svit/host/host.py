@@ -38,6 +38,7 @@ from ..loop.builders import LoopOptions
 from ..loop.turns import run_next_turn
 from ..paths import validate_address
 from ..redact import redact
+from ..store.mailbox import MAX_LIST_LIMIT
 from ..thread import Message
 from .leases import Lease, LeaseKeeper
 from .schedule import ReadyQueue, Timers
@@ -151,10 +152,18 @@ class Host:
             raise InvalidValue("workers must be an integer from 1 to 1024")
         if not isinstance(poll_interval, (int, float)) or not 0 < poll_interval <= 60:
             raise InvalidValue("poll_interval must be more than 0 and at most 60 seconds")
-        if inbox_limit is not None and (type(inbox_limit) is not int or inbox_limit < 1):
-            raise InvalidValue("inbox_limit must be a positive integer or None")
-        if type(delivery_batch) is not int or delivery_batch < 1:
-            raise InvalidValue("delivery_batch must be a positive integer")
+        # The mailbox takes counts of at most MAX_LIST_LIMIT: a larger one would fail every
+        # delivery or poll, quietly, so it is refused here.
+        if inbox_limit is not None and (type(inbox_limit) is not int or not 1 <= inbox_limit <= MAX_LIST_LIMIT):
+            raise InvalidValue(f"inbox_limit must be an integer from 1 to {MAX_LIST_LIMIT}, or None")
+        if type(delivery_batch) is not int or not 1 <= delivery_batch <= MAX_LIST_LIMIT:
+            raise InvalidValue(f"delivery_batch must be an integer from 1 to {MAX_LIST_LIMIT}")
+        if type(scan_limit) is not int or not 1 <= scan_limit <= MAX_LIST_LIMIT:
+            raise InvalidValue(f"scan_limit must be an integer from 1 to {MAX_LIST_LIMIT}")
+        if (not isinstance(retry_backoff, tuple) or len(retry_backoff) != 2
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in retry_backoff)
+                or not 0 < retry_backoff[0] <= retry_backoff[1]):
+            raise InvalidValue("retry_backoff must be (first, most) seconds with 0 < first <= most")
         if type(open_handles) is not int or open_handles < workers:
             raise InvalidValue("open_handles must be an integer of at least workers")
         if not isinstance(lease_ttl, (int, float)) or lease_ttl <= 0:

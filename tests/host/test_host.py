@@ -221,6 +221,11 @@ def test_options_are_checked() -> None:
         Host(None, poll_interval=0)  # type: ignore[arg-type]
     with pytest.raises(InvalidValue):
         Host(None, inbox_limit=0)  # type: ignore[arg-type]
+    # Counts the mailbox would refuse at every delivery or poll, and a backoff of no wait.
+    for bad in ({"inbox_limit": 1_000_000}, {"delivery_batch": 1_000_000}, {"scan_limit": 0},
+                {"scan_limit": 1_000_000}, {"retry_backoff": (0, 1)}, {"retry_backoff": (2.0, 1.0)}):
+        with pytest.raises(InvalidValue):
+            Host(None, **bad)  # type: ignore[arg-type]
 
 
 def test_routes_are_checked(store: ProcessStore) -> None:
