@@ -197,6 +197,8 @@ class Host:
         self._agent_due = Timers()
         self._parked = Timers()
         self._backoff: dict[str, float] = {}
+        #: Slots in a row that held an address's mail back while its inbox had items.
+        self._deferrals: dict[str, int] = {}
         self._failures: dict[str, AddressFailure] = {}
         self._counts = {"turns": 0, "delivered": 0, "undeliverable": 0, "failures": 0,
                         "stale_refusals": 0, "conflicts": 0}
@@ -709,10 +711,21 @@ class Host:
                 deferred.discard(SETTLE)
                 if mailbox.settle(handle) is not None:
                     progressed = True
+            now_too: set[str] = set()
+            if DELIVER in deferred:
+                # Mail waits for the inbox to drain, but not for ever: items sent straight
+                # to the inbox (host.send) may keep it from draining.
+                waited = self._deferrals.get(entry.address, 0) + 1
+                self._deferrals[entry.address] = waited
+                if waited >= self.delivery_batch:
+                    deferred.discard(DELIVER)
+                    now_too.add(DELIVER)
             if deferred:
                 with self._needs_lock:
                     self._needs.setdefault(entry.address, set()).update(deferred)
-            needs = set()
+            needs = now_too
+        if DELIVER in needs:
+            self._deferrals.pop(entry.address, None)
         if SETTLE in needs and mailbox.settle(handle) is not None:
             progressed = True
         if DELIVER in needs:

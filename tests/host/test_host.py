@@ -116,6 +116,33 @@ def test_addresses_no_slot_can_serve_never_hide_the_ones_after_them(store: Proce
     assert [m["to"] for m in store.mailbox.pending(plain[0])] == [plain[0]]
 
 
+def test_mail_is_not_held_back_for_ever_by_items_sent_straight_to_the_inbox(
+        store: ProcessStore, hosts: list[Host]) -> None:
+    """Mail waits for the inbox to drain, but an inbox that ``host.send`` keeps from
+    draining (here: one more item each time one is handled) must not hold it back for
+    ever: it is delivered once it has waited ``delivery_batch`` slots."""
+    sender = store.create(Process.builder(PREFIX + "mailer").library(
+        "go", f'(define (main n) (do (send! "{PREFIX}busy" "mail") n))').build())
+    target = store.create(recorder(PREFIX + "busy"))
+    target.enqueue_inbox({"body": 0})
+    sender.exec("/lib/go", 0)
+    sent = [0]
+
+    def on_turn(address: str, outcome: str) -> None:
+        if address == PREFIX + "busy" and sent[0] < 100:
+            sent[0] += 1
+            host.send(address, sent[0])
+
+    host = Host(store, workers=1, poll_interval=0.02, delivery_batch=4, on_turn=on_turn)
+    host.handle(PREFIX, script="/lib/on_message")
+    hosts.append(host)
+    host.start()
+    host.idle(timeout=60)
+    seen = store.resume(PREFIX + "busy").read("/memory/seen")
+    assert sorted(body for body in seen if body != "mail") == list(range(101))
+    assert seen.index("mail") <= 10, seen[:20]
+
+
 def test_a_failing_handler_keeps_its_item_and_the_host_goes_on(store: ProcessStore, hosts: list[Host]) -> None:
     store.create(recorder(PREFIX + "bad"))
     store.create(recorder(PREFIX + "good"))
