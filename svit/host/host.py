@@ -712,9 +712,12 @@ class Host:
                 if mailbox.settle(handle) is not None:
                     progressed = True
             now_too: set[str] = set()
-            if DELIVER in deferred:
+            now = time.time()
+            if DELIVER in deferred and not (self._parked.waiting(entry.address, now)
+                                            or self._agent_due.waiting(entry.address, now)):
                 # Mail waits for the inbox to drain, but not for ever: items sent straight
-                # to the inbox (host.send) may keep it from draining.
+                # to the inbox (host.send) may keep it from draining. (A head that is failing
+                # counts no slots: its mail stays in the mailbox meanwhile.)
                 waited = self._deferrals.get(entry.address, 0) + 1
                 self._deferrals[entry.address] = waited
                 if waited >= self.delivery_batch:
