@@ -38,6 +38,7 @@ from ..loop.builders import LoopOptions
 from ..loop.turns import run_next_turn
 from ..paths import validate_address
 from ..redact import redact
+from ..store.mailbox import MAX_LIST_LIMIT
 from ..thread import Message
 from .leases import Lease, LeaseKeeper
 from .schedule import ReadyQueue, Timers
@@ -151,10 +152,18 @@ class Host:
             raise InvalidValue("workers must be an integer from 1 to 1024")
         if not isinstance(poll_interval, (int, float)) or not 0 < poll_interval <= 60:
             raise InvalidValue("poll_interval must be more than 0 and at most 60 seconds")
-        if inbox_limit is not None and (type(inbox_limit) is not int or inbox_limit < 1):
-            raise InvalidValue("inbox_limit must be a positive integer or None")
-        if type(delivery_batch) is not int or delivery_batch < 1:
-            raise InvalidValue("delivery_batch must be a positive integer")
+        # The mailbox takes counts of at most MAX_LIST_LIMIT: a larger one would fail every
+        # delivery or poll, quietly, so it is refused here.
+        if inbox_limit is not None and (type(inbox_limit) is not int or not 1 <= inbox_limit <= MAX_LIST_LIMIT):
+            raise InvalidValue(f"inbox_limit must be an integer from 1 to {MAX_LIST_LIMIT}, or None")
+        if type(delivery_batch) is not int or not 1 <= delivery_batch <= MAX_LIST_LIMIT:
+            raise InvalidValue(f"delivery_batch must be an integer from 1 to {MAX_LIST_LIMIT}")
+        if type(scan_limit) is not int or not 1 <= scan_limit <= MAX_LIST_LIMIT:
+            raise InvalidValue(f"scan_limit must be an integer from 1 to {MAX_LIST_LIMIT}")
+        if (not isinstance(retry_backoff, tuple) or len(retry_backoff) != 2
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in retry_backoff)
+                or not 0 < retry_backoff[0] <= retry_backoff[1]):
+            raise InvalidValue("retry_backoff must be (first, most) seconds with 0 < first <= most")
         if type(open_handles) is not int or open_handles < workers:
             raise InvalidValue("open_handles must be an integer of at least workers")
         if not isinstance(lease_ttl, (int, float)) or lease_ttl <= 0:
@@ -169,6 +178,7 @@ class Host:
         self.scan_limit = scan_limit
         #: Called as ``on_turn(address, outcome)`` after each handled inbox item
         #: (``"handled"``, ``"done"``, ``"retry"``, ``"set_aside"``, ``"failed"``); for metrics.
+        #: It runs once the slot let go of the address, so it may ``send`` to it.
         self.on_turn = on_turn
         self.owner = owner if owner is not None else f"host-{uuid.uuid4().hex}"
         self.shared = bool(getattr(store.engine, "shared", False))
@@ -181,10 +191,14 @@ class Host:
         self._needs_lock = threading.Lock()
         #: Addresses another live host holds, with when its lease runs out (not polled till then).
         self._foreign: dict[str, float] = {}
+        #: Where each mailbox listing goes on at the next poll (absent: from the start).
+        self._cursors: dict[str, str] = {}
         self._queue = ReadyQueue()
         self._agent_due = Timers()
         self._parked = Timers()
         self._backoff: dict[str, float] = {}
+        #: Slots in a row that held an address's mail back while its inbox had items.
+        self._deferrals: dict[str, int] = {}
         self._failures: dict[str, AddressFailure] = {}
         self._counts = {"turns": 0, "delivered": 0, "undeliverable": 0, "failures": 0,
                         "stale_refusals": 0, "conflicts": 0}
@@ -196,6 +210,8 @@ class Host:
         #: Set once the store went terminal (a failed synced write): the host stops.
         self._broken: PersistenceUnavailable | None = None
         self._threads: list[threading.Thread] = []
+        #: Per worker: the on_turn reports of the slot it runs (made after the slot).
+        self._slot = threading.local()
         self._started = False
         self._stopped = False
         self._accepting = False
@@ -413,7 +429,13 @@ class Host:
         if lease is not None:
             handle.fences = [lease.fence]
         route = self._route(address)
-        reasoner = route.reasoner(address) if route is not None and route.reasoner is not None else None
+        try:
+            reasoner = route.reasoner(address) if route is not None and route.reasoner is not None else None
+        except BaseException:  # the factory failed: nothing of this opening stays held
+            handle.close()
+            if lease is not None and self.leases is not None:
+                self.leases.release(lease)
+            raise
         entry = _Entry(address, handle, lease, reasoner)
         evicted: list[_Entry] = []
         with self._entries_lock:
@@ -508,7 +530,8 @@ class Host:
             for address in self._agent_due.due(now) + self._parked.due(now):
                 self._wake(address)
             if now >= next_poll:
-                self._quiet_check()
+                if not self._cursors:  # a round is a whole pass over the listings
+                    self._quiet_check()
                 try:
                     self._poll()
                 except PersistenceUnavailable as exc:
@@ -529,21 +552,35 @@ class Host:
             self._wakeup.clear()
 
     def _poll(self) -> None:
-        """Queue every address the store says has work for a host."""
+        """Queue every address the store says has work for a host.
+
+        Each listing takes at most ``scan_limit`` addresses a poll and the next poll goes
+        on after the last one (back to the start after a short page), so addresses no
+        slot can serve (unrouted inboxes, full inboxes, parked handlers, other hosts'
+        addresses) never keep the ones after them from being found."""
         mailbox = self.store.mailbox
         now = time.time()
         with self._entries_lock:
             foreign = {a for a, expires in self._foreign.items() if expires > now}
             self._foreign = {a: self._foreign[a] for a in foreign}
-        for target in mailbox.targets(limit=self.scan_limit):
+        for target in self._page("targets", mailbox.targets):
             if target not in foreign:
                 self._wake(target, DELIVER)
-        for sender in mailbox.unsettled(limit=self.scan_limit):
+        for sender in self._page("unsettled", mailbox.unsettled):
             if sender not in foreign:
                 self._wake(sender, SETTLE)
-        for address in mailbox.ready(limit=self.scan_limit):
+        for address in self._page("ready", mailbox.ready):
             if address not in foreign and self._route(address) is not None and not self._parked.waiting(address, now):
                 self._wake(address)
+
+    def _page(self, name: str, listing: Callable[..., list[str]]) -> list[str]:
+        """The next page of one of the mailbox's listings; its cursor moves on."""
+        found = listing(limit=self.scan_limit, after=self._cursors.get(name))
+        if len(found) < self.scan_limit:
+            self._cursors.pop(name, None)  # the end: the next poll starts again
+        else:
+            self._cursors[name] = found[-1]
+        return found
 
     def _store_failed(self, exc: PersistenceUnavailable) -> None:
         """A closed or terminal store ends the host's work (reopen the store, start a new
@@ -593,14 +630,24 @@ class Host:
             if address is None:
                 continue
             again = False
+            self._slot.notes = []
             try:
                 again = self._serve(address)
             except PersistenceUnavailable as exc:
                 self._store_failed(exc)
-            except Exception as exc:  # the host's own machinery: recorded, never fatal
-                self._last_error = _error_record(exc)
-                _log.warning("host failed serving %s: %s", address, self._last_error["message"])
+            except BaseException as exc:  # a worker outlives whatever one slot raised
+                # The host's own machinery, or a reasoner (or its factory) raising past the
+                # loop (even SystemExit): recorded against the address, which waits a
+                # backoff; the worker goes on serving the others.
+                record = _error_record(exc)
+                self._last_error = record
+                _log.warning("host failed serving %s: %s", address, record["message"])
+                self._fail(address, record)
+                self._back_off(address)
             finally:
+                notes, self._slot.notes = self._slot.notes, None
+                for noted in notes:  # outside the address's lock: on_turn may send to it
+                    self._call_on_turn(*noted)
                 self._queue.done(address, again and self._accepting)
 
     def _serve(self, address: str) -> bool:
@@ -664,10 +711,24 @@ class Host:
                 deferred.discard(SETTLE)
                 if mailbox.settle(handle) is not None:
                     progressed = True
+            now_too: set[str] = set()
+            now = time.time()
+            if DELIVER in deferred and not (self._parked.waiting(entry.address, now)
+                                            or self._agent_due.waiting(entry.address, now)):
+                # Mail waits for the inbox to drain, but not for ever: items sent straight
+                # to the inbox (host.send) may keep it from draining. (A head that is failing
+                # counts no slots: its mail stays in the mailbox meanwhile.)
+                waited = self._deferrals.get(entry.address, 0) + 1
+                self._deferrals[entry.address] = waited
+                if waited >= self.delivery_batch:
+                    deferred.discard(DELIVER)
+                    now_too.add(DELIVER)
             if deferred:
                 with self._needs_lock:
                     self._needs.setdefault(entry.address, set()).update(deferred)
-            needs = set()
+            needs = now_too
+        if DELIVER in needs:
+            self._deferrals.pop(entry.address, None)
         if SETTLE in needs and mailbox.settle(handle) is not None:
             progressed = True
         if DELIVER in needs:
@@ -713,16 +774,20 @@ class Host:
             except SvitError as exc:
                 self._fail(address, _error_record(exc))
                 self._notify(address, "failed")
-                delay = min(self._backoff.get(address, self.retry_backoff[0] / 2) * 2, self.retry_backoff[1])
-                self._backoff[address] = delay
-                self._parked.at(address, time.time() + delay)
-                self._wakeup.set()
+                self._back_off(address)
                 return False
             self._backoff.pop(address, None)
             self._count("turns")
             self._notify(address, "handled")
             return True
         return self._agent_turn(entry, route, now)
+
+    def _back_off(self, address: str) -> None:
+        """Park ``address``'s handling for its next backoff (doubling up to the cap)."""
+        delay = min(self._backoff.get(address, self.retry_backoff[0] / 2) * 2, self.retry_backoff[1])
+        self._backoff[address] = delay
+        self._parked.at(address, time.time() + delay)
+        self._wakeup.set()
 
     def _agent_turn(self, entry: _Entry, route: _Route, now: float) -> bool:
         options = route.options if route.options is not None else LoopOptions()
@@ -736,14 +801,23 @@ class Host:
             self._fail(entry.address, outcome.error or {"code": "set_aside", "message": "item set aside"})
         else:
             self._count("turns")
+        self._backoff.pop(entry.address, None)
         self._notify(entry.address, outcome.kind)
         return True
 
     def _notify(self, address: str, outcome: str) -> None:
+        """Report one handled item to ``on_turn`` once the slot let go of the address."""
+        notes = getattr(self._slot, "notes", None)
+        if notes is not None:
+            notes.append((address, outcome))
+        else:
+            self._call_on_turn(address, outcome)
+
+    def _call_on_turn(self, address: str, outcome: str) -> None:
         if self.on_turn is not None:
             try:
                 self.on_turn(address, outcome)
-            except Exception as exc:  # an observer never stops the host
+            except BaseException as exc:  # an observer never stops the host (nor its worker)
                 self._last_error = _error_record(exc)
 
     def _fail(self, address: str, error: dict[str, Any]) -> None:

@@ -8,13 +8,17 @@ the loop.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from ..errors import InvalidPath, SvitError, sanitize
+from .._ports import failure_text
+from ..errors import InvalidPath, SvitError
 from ..redact import redact
 from ..values import Script
 from .messages import ToolCall
+
+_log = logging.getLogger("svit.loop")
 
 
 @dataclass(frozen=True)
@@ -192,11 +196,16 @@ TOOLS: dict[str, Callable[[ToolTarget, dict[str, Any]], Any]] = {
 
 
 def error_text(exc: BaseException) -> str:
-    """``error: <code>: <message>`` for the model; never a traceback or a credential."""
+    """``error: <code>: <message>`` for the model; never a traceback or a credential.
+
+    Of an exception from outside Svit (a mount provider's ``OSError``, say) the model is
+    told only its kind, as a script is (:func:`svit._ports.failure_text`): its text may
+    name host paths or other host facts, and the model's input goes to its provider. The
+    whole failure goes to the host's log instead."""
     if isinstance(exc, SvitError):
         return f"error: {exc.code}: {redact(exc.message)}"
-    detail = str(exc).replace("\n", " ") or type(exc).__name__
-    return f"error: internal: {sanitize(redact(detail))}"
+    _log.warning("a tool failed: %s", type(exc).__name__, exc_info=exc)
+    return f"error: internal: {failure_text(exc)}"
 
 
 def run_tool(target: ToolTarget, call: ToolCall) -> tuple[str, bool]:

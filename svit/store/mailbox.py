@@ -127,6 +127,11 @@ class _Entry:
         return {"message_id": self.message_id, "from": self.sender, "to": self.target, "body": self.body.to_value()}
 
 
+def _check_after(after: Any) -> None:
+    if after is not None and type(after) is not str:
+        raise InvalidValue("after must be an address or None")
+
+
 def _check_limit(limit: Any, name: str = "limit") -> int:
     if type(limit) is not int or not 1 <= limit <= MAX_LIST_LIMIT:
         raise InvalidValue(f"{name} must be an integer from 1 to {MAX_LIST_LIMIT}")
@@ -358,10 +363,11 @@ class Mailbox:
         return [self._decode_mail(key, raw, target)
                 for key, raw in islice(self._engine.scan(CF_RECORD, prefix), limit)]
 
-    def _distinct(self, prefix: bytes, limit: int) -> list[str]:
-        """The distinct first components under ``prefix``, skipping from one to the next."""
+    def _distinct(self, prefix: bytes, limit: int, after: str | None = None) -> list[str]:
+        """The distinct first components under ``prefix`` (those after ``after`` when
+        given), skipping from one to the next."""
         found: list[str] = []
-        start: bytes | None = None
+        start = None if after is None else keys.next_prefix(prefix + keys.escape(after) + keys.SEP)
         while len(found) < limit:
             scan = self._engine.scan(CF_RECORD, prefix, start)
             try:
@@ -382,12 +388,14 @@ class Mailbox:
         return (self._engine.get(CF_RECORD, keys.head_key(address)) is not None
                 or self._engine.get(CF_RECORD, keys.base_key(address)) is not None)
 
-    def targets(self, limit: int = 1000) -> list[str]:
-        """Addresses with mail waiting, in key order."""
+    def targets(self, limit: int = 1000, *, after: str | None = None) -> list[str]:
+        """Addresses with mail waiting, in key order (those after ``after`` when given: a
+        listing goes on where a full one stopped)."""
         _check_limit(limit)
+        _check_after(after)
         with self._lock:
             self._engine.check()
-            return self._distinct(keys.MAIL_PREFIX, limit)
+            return self._distinct(keys.MAIL_PREFIX, limit, after)
 
     def pending(self, target: str, limit: int = 100) -> list[dict[str, Any]]:
         """The intents waiting for ``target`` in delivery order: ``{message_id, from, to, body}``."""
@@ -397,12 +405,14 @@ class Mailbox:
             self._engine.check()
             return [entry.plain() for entry in self._entries(target, limit)]
 
-    def unsettled(self, limit: int = 1000) -> list[str]:
-        """Senders with delivery outcomes their ``/system/outbox`` has not settled yet."""
+    def unsettled(self, limit: int = 1000, *, after: str | None = None) -> list[str]:
+        """Senders with delivery outcomes their ``/system/outbox`` has not settled yet, in
+        key order (those after ``after`` when given)."""
         _check_limit(limit)
+        _check_after(after)
         with self._lock:
             self._engine.check()
-            return self._distinct(keys.SETTLEMENT_PREFIX, limit)
+            return self._distinct(keys.SETTLEMENT_PREFIX, limit, after)
 
     def undeliverable(self, address: str) -> list[dict[str, Any]]:
         """The intents ``address`` sent that were refused: ``{message_id, from, to, body, reason}``."""
@@ -425,13 +435,16 @@ class Mailbox:
                             "body": body, "reason": _text(record["reason"], what, "reason")})
         return out
 
-    def ready(self, limit: int = 1000) -> list[str]:
-        """Addresses whose committed ``/inbox`` is not empty, in key order."""
+    def ready(self, limit: int = 1000, *, after: str | None = None) -> list[str]:
+        """Addresses whose committed ``/inbox`` is not empty, in key order (those after
+        ``after`` when given)."""
         _check_limit(limit)
+        _check_after(after)
+        start = None if after is None else keys.ready_key(after) + b"\x00"  # the least key above it
         with self._lock:
             self._engine.check()
             return [keys.unescape(key[len(keys.READY_PREFIX):])
-                    for key, _ in islice(self._engine.scan(CF_INDEX, keys.READY_PREFIX), limit)]
+                    for key, _ in islice(self._engine.scan(CF_INDEX, keys.READY_PREFIX, start), limit)]
 
     def delivered(self, target: str, message_id: str) -> bool:
         """True once ``message_id`` was delivered to ``target``."""

@@ -97,6 +97,52 @@ def test_a_full_inbox_holds_mail_back_in_the_mailbox(store: ProcessStore, hosts:
     assert [m["body"] for m in store.mailbox.pending(PREFIX + "x-target")] == [3, 4, 5]
 
 
+def test_addresses_no_slot_can_serve_never_hide_the_ones_after_them(store: ProcessStore, hosts: list[Host]) -> None:
+    """More addresses than ``scan_limit`` that sort first and stay listed (unrouted inboxes
+    that are full, with mail waiting for them) must not keep the host from finding a
+    routed address after them: its inbox item from before the host started, and its mail."""
+    plain = [f"svit://local/hosttest-plain/p{n}" for n in range(3)]
+    for address in plain:
+        handle = store.create(Process.builder(address).build())
+        handle.enqueue_inbox({"body": "stays"})
+    sends = " ".join(f'(send! "{address}" 1)' for address in plain)
+    sender = store.create(Process.builder("svit://local/hosttest-plain/sender").library(
+        "go", f'(define (main n) (do {sends} (send! "{PREFIX}z" "mail") n))').build())
+    sender.exec("/lib/go", 0)
+    store.create(recorder(PREFIX + "z")).enqueue_inbox({"body": "before"})
+    host = started(hosts, store, scan_limit=2, inbox_limit=1)
+    host.idle(timeout=30)
+    assert store.resume(PREFIX + "z").read("/memory/seen") == ["before", "mail"]
+    assert [m["to"] for m in store.mailbox.pending(plain[0])] == [plain[0]]
+
+
+def test_mail_is_not_held_back_for_ever_by_items_sent_straight_to_the_inbox(
+        store: ProcessStore, hosts: list[Host]) -> None:
+    """Mail waits for the inbox to drain, but an inbox that ``host.send`` keeps from
+    draining (here: one more item each time one is handled) must not hold it back for
+    ever: it is delivered once it has waited ``delivery_batch`` slots."""
+    sender = store.create(Process.builder(PREFIX + "mailer").library(
+        "go", f'(define (main n) (do (send! "{PREFIX}busy" "mail") n))').build())
+    target = store.create(recorder(PREFIX + "busy"))
+    target.enqueue_inbox({"body": 0})
+    sender.exec("/lib/go", 0)
+    sent = [0]
+
+    def on_turn(address: str, outcome: str) -> None:
+        if address == PREFIX + "busy" and sent[0] < 100:
+            sent[0] += 1
+            host.send(address, sent[0])
+
+    host = Host(store, workers=1, poll_interval=0.02, delivery_batch=4, on_turn=on_turn)
+    host.handle(PREFIX, script="/lib/on_message")
+    hosts.append(host)
+    host.start()
+    host.idle(timeout=60)
+    seen = store.resume(PREFIX + "busy").read("/memory/seen")
+    assert sorted(body for body in seen if body != "mail") == list(range(101))
+    assert seen.index("mail") <= 10, seen[:20]
+
+
 def test_a_failing_handler_keeps_its_item_and_the_host_goes_on(store: ProcessStore, hosts: list[Host]) -> None:
     store.create(recorder(PREFIX + "bad"))
     store.create(recorder(PREFIX + "good"))
@@ -202,6 +248,11 @@ def test_options_are_checked() -> None:
         Host(None, poll_interval=0)  # type: ignore[arg-type]
     with pytest.raises(InvalidValue):
         Host(None, inbox_limit=0)  # type: ignore[arg-type]
+    # Counts the mailbox would refuse at every delivery or poll, and a backoff of no wait.
+    for bad in ({"inbox_limit": 1_000_000}, {"delivery_batch": 1_000_000}, {"scan_limit": 0},
+                {"scan_limit": 1_000_000}, {"retry_backoff": (0, 1)}, {"retry_backoff": (2.0, 1.0)}):
+        with pytest.raises(InvalidValue):
+            Host(None, **bad)  # type: ignore[arg-type]
 
 
 def test_routes_are_checked(store: ProcessStore) -> None:

@@ -632,3 +632,18 @@ def test_a_retained_item_is_queued_before_a_racing_subscribe_can_look():
     hub.publish("reply")
     assert held_during_push == [True]
     assert hub.subscribe().try_recv() == "reply"
+
+
+def test_a_tool_tells_the_model_only_the_kind_of_a_host_exception():
+    """A mount provider's OSError names a host path: the model (whose input goes to its
+    provider) is told its kind, as a script is, never its text."""
+    from svit.mounts.value import ValueMount
+
+    class Denied(ValueMount):
+        def stat(self, path, limits=None):
+            raise PermissionError(13, "Permission denied", "/srv/private/keys.json")
+
+    agent = (Svit.builder(ADDRESS).mount("docs", Denied("docs", {"a": 1}, False))
+             .reasoner(ScriptedReasoner([])).build())
+    text, ok = run_tool(agent, ToolCall("c", "read", {"path": "/mounts/docs/a"}))
+    assert not ok and text == "error: internal: PermissionError"

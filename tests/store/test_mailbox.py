@@ -451,6 +451,30 @@ def test_targets_and_unsettled_skip_from_address_to_address(store):
         del engine.scan
 
 
+def test_listings_go_on_after_a_given_address(store):
+    """Each listing resumes after ``after`` (an address it need not hold), in key order,
+    so a lister that pages through them reaches every address."""
+    senders = [store.create(sender(f"svit://local/mail/s{n}")) for n in range(3)]
+    targets = [f"svit://local/mail/t{n}" for n in range(3)]
+    for address in targets:
+        store.create(target(address)).enqueue_inbox("hello")
+    for handle in senders:
+        send(handle, "x", *targets)
+    mailbox = store.mailbox
+    assert mailbox.targets(limit=2) == targets[:2]
+    assert mailbox.targets(limit=2, after=targets[1]) == targets[2:]
+    assert mailbox.targets(after="svit://local/mail/s") == targets  # before every target
+    assert mailbox.ready(limit=2, after=targets[0]) == targets[1:]
+    assert mailbox.ready(after=targets[2]) == []
+    for address in targets:
+        mailbox.deliver(store.resume(address))
+    addresses = [s.address for s in senders]
+    assert mailbox.unsettled(limit=1, after=addresses[0]) == addresses[1:2]
+    assert mailbox.unsettled(after=addresses[2]) == []
+    with pytest.raises(InvalidValue, match="after must be an address"):
+        mailbox.ready(after=3)
+
+
 def test_bad_arguments_are_refused_with_clear_errors(store):
     a = store.create(sender())
     with pytest.raises(InvalidValue, match="limit must be an integer"):
