@@ -46,7 +46,7 @@ from .errors import (
     PersistenceConflict,
     PersistenceNotFound,
     SvitError,
-    sanitize,
+    one_line,
 )
 from .limits import Limits
 from .paths import validate_address, validate_script_name
@@ -469,8 +469,7 @@ class _ReceiptProcess(Protocol):
 def _failure(exc: SvitError) -> Failure:
     """The failure a response carries; a lone surrogate the message repeats from the
     request (a script name) becomes ``?``, so the response encodes as UTF-8."""
-    message = sanitize(exc.message.replace("\n", " "), MESSAGE_CAP)
-    return Failure(exc.code, message.encode("utf-8", "replace").decode("utf-8"))
+    return Failure(exc.code, one_line(exc.message, MESSAGE_CAP))
 
 
 class ProcessController:

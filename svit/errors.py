@@ -47,6 +47,7 @@ __all__ = [
     "ThreadHistoryBoundary",
     "ThreadHistoryPinned",
     "ThreadHistoryUncompacted",
+    "one_line",
     "sanitize",
 ]
 
@@ -59,6 +60,12 @@ def sanitize(text: str, cap: int = DIAGNOSTIC_CAP) -> str:
     if len(raw) <= cap:
         return text
     return raw[:cap].decode("utf-8", errors="ignore") + "…"
+
+
+def one_line(text: str, cap: int = DIAGNOSTIC_CAP) -> str:
+    """A diagnostic for an answer: on one line, capped as :func:`sanitize` caps, and always
+    encodable as UTF-8 (a lone surrogate it repeats from a request becomes ``?``)."""
+    return sanitize(text.replace("\n", " "), cap).encode("utf-8", "replace").decode("utf-8")
 
 
 class SvitError(Exception):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from starlette.responses import JSONResponse
 
-from ..errors import sanitize
+from ..errors import one_line
 
 __all__ = ["HttpRefusal", "refusal_body", "refusal_response"]
 
@@ -31,8 +31,7 @@ class HttpRefusal(Exception):
 def refusal_body(code: str, message: str) -> dict[str, dict[str, str]]:
     """The error shape; a lone surrogate a message repeats from the request (a valid JSON
     escape) becomes ``?``, so the answer can always be encoded as UTF-8."""
-    text = sanitize(message.replace("\n", " ")).encode("utf-8", "replace").decode("utf-8")
-    return {"error": {"code": code, "message": text}}
+    return {"error": {"code": code, "message": one_line(message)}}
 
 
 def refusal_response(status: int, code: str, message: str) -> JSONResponse:

@@ -111,6 +111,21 @@ class Served:
         assert self.process.stderr is not None
         return self.process.stderr.read()
 
+    def raw_request(self, head: str) -> str:
+        """Send ``head`` (request line and headers, no body) on a plain socket and read the
+        answer until its JSON error body ends or the server closes: what a client that
+        declares a body and never sends it gets."""
+        host, port = self.url.removeprefix("http://").rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(head.encode())
+            reply = ""
+            while "}}" not in reply:
+                more = sock.recv(65536).decode("latin-1")
+                if not more:
+                    break
+                reply += more
+        return reply
+
 
 def start_server(location: str, tokens: Tokens, *, listen: str = "127.0.0.1:0", env: dict[str, str] | None = None,
                  token_file: Path | None = None, timeout: float = 30.0) -> Served:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -158,16 +157,8 @@ def test_an_oversized_mcp_body_is_413_with_and_without_content_length(served: Se
 
 
 def test_a_huge_declared_mcp_length_is_refused_before_the_body_is_sent(served: Served) -> None:
-    host, port = served.url.removeprefix("http://").rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall((f"POST /mcp/{PATH} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {served.tokens.read}\r\n"
-                      "Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n"
-                      "Content-Length: 1000000000\r\n\r\n").encode())
-        reply = ""
-        while "}}" not in reply:
-            more = sock.recv(65536).decode("latin-1")
-            if not more:
-                break
-            reply += more
+    reply = served.raw_request(f"POST /mcp/{PATH} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {served.tokens.read}\r\n"
+                               "Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n"
+                               "Content-Length: 1000000000\r\n\r\n")
     assert reply.startswith("HTTP/1.1 413"), reply[:200]
     assert '"payload_too_large"' in reply
